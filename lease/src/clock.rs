@@ -1,0 +1,198 @@
+//! Time as an input: the monotonic and the wall clock the lease reads.
+//!
+//! Every timing rule of the lease (freshness, the self-fence, the renewal
+//! schedule, how long a suspect record has sat unchanged) reads time only
+//! through a [`Clock`]. Programs use [`SystemClock`]; tests use
+//! [`TestClock`], which moves only when told to, so no test has to sleep to
+//! check a timing rule, and can step the wall clock back or forward alone to
+//! model an NTP correction.
+
+use crossbeam_channel::{Receiver, Sender};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+/// A source of monotonic and wall time, and of waits on the monotonic clock.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// The monotonic clock: never steps, never goes back.
+    fn now(&self) -> Instant;
+
+    /// The wall clock: comparable across machines, but may step either way.
+    fn wall(&self) -> SystemTime;
+
+    /// Block the calling thread for `duration` of this clock's time.
+    fn sleep(&self, duration: Duration);
+
+    /// A channel that receives one message once the monotonic clock reaches
+    /// `at` (at once if it already has). For use in `select!` beside other
+    /// channels.
+    fn timer(&self, at: Instant) -> Receiver<Instant>;
+}
+
+/// The operating system's clocks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn wall(&self) -> SystemTime {
+        SystemTime::now()
+    }
+
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+
+    fn timer(&self, at: Instant) -> Receiver<Instant> {
+        crossbeam_channel::at(at)
+    }
+}
+
+/// The clock every lease uses unless told otherwise.
+pub fn system_clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock)
+}
+
+/// A clock that moves only when a test moves it.
+///
+/// [`advance`](TestClock::advance) moves both clocks together;
+/// [`step_wall`](TestClock::step_wall) moves only the wall clock, either way.
+/// [`sleep`](Clock::sleep) advances the clock by the time slept, so code that
+/// waits finishes at once. Clones share one time.
+#[derive(Clone)]
+pub struct TestClock {
+    inner: Arc<Mutex<TestTime>>,
+}
+
+struct TestTime {
+    monotonic: Instant,
+    wall: SystemTime,
+    timers: Vec<(Instant, Sender<Instant>)>,
+}
+
+impl TestClock {
+    /// A clock whose wall time starts at `wall`.
+    pub fn starting_at(wall: SystemTime) -> Self {
+        TestClock {
+            inner: Arc::new(Mutex::new(TestTime {
+                monotonic: Instant::now(),
+                wall,
+                timers: Vec::new(),
+            })),
+        }
+    }
+
+    /// A clock whose wall time starts at the real time now.
+    pub fn new() -> Self {
+        Self::starting_at(SystemTime::now())
+    }
+
+    /// Move both clocks forward by `by`, firing every timer that comes due.
+    pub fn advance(&self, by: Duration) {
+        let mut t = self.lock();
+        t.monotonic += by;
+        t.wall += by;
+        let now = t.monotonic;
+        t.timers.retain(|(at, tx)| {
+            if *at <= now {
+                let _ = tx.try_send(now);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Step the wall clock alone: forward by `by` when `forward`, else back.
+    /// The monotonic clock does not move.
+    pub fn step_wall(&self, by: Duration, forward: bool) {
+        let mut t = self.lock();
+        t.wall = if forward { t.wall + by } else { t.wall - by };
+    }
+
+    /// How many timers are waiting to fire: lets a test wait until a thread
+    /// under test has gone to sleep before it advances the clock.
+    pub fn pending_timers(&self) -> usize {
+        self.lock().timers.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TestTime> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Default for TestClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for TestClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = self.lock();
+        f.debug_struct("TestClock")
+            .field("wall", &t.wall)
+            .field("pending_timers", &t.timers.len())
+            .finish()
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> Instant {
+        self.lock().monotonic
+    }
+
+    fn wall(&self) -> SystemTime {
+        self.lock().wall
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.advance(duration);
+    }
+
+    fn timer(&self, at: Instant) -> Receiver<Instant> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut t = self.lock();
+        if at <= t.monotonic {
+            let _ = tx.try_send(t.monotonic);
+        } else {
+            t.timers.push((at, tx));
+        }
+        rx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advance_moves_both_clocks_and_fires_due_timers_only() {
+        let clock = TestClock::new();
+        let (m0, w0) = (clock.now(), clock.wall());
+        let soon = clock.timer(m0 + Duration::from_secs(5));
+        let later = clock.timer(m0 + Duration::from_secs(50));
+        let past = clock.timer(m0);
+        assert!(past.try_recv().is_ok(), "a timer already due fires at once");
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(clock.now() - m0, Duration::from_secs(5));
+        assert_eq!(clock.wall().duration_since(w0).unwrap(), Duration::from_secs(5));
+        assert!(soon.try_recv().is_ok());
+        assert!(later.try_recv().is_err());
+        assert_eq!(clock.pending_timers(), 1);
+    }
+
+    #[test]
+    fn stepping_the_wall_clock_leaves_the_monotonic_clock_alone() {
+        let clock = TestClock::new();
+        let (m0, w0) = (clock.now(), clock.wall());
+        clock.step_wall(Duration::from_secs(60), false);
+        assert_eq!(clock.now(), m0);
+        assert_eq!(w0.duration_since(clock.wall()).unwrap(), Duration::from_secs(60));
+        clock.step_wall(Duration::from_secs(90), true);
+        assert_eq!(clock.wall().duration_since(w0).unwrap(), Duration::from_secs(30));
+    }
+}

@@ -1,0 +1,343 @@
+//! A strict in-memory [`Store`] that answers as AWS S3 does, and can be told
+//! to misbehave as real services and networks do.
+//!
+//! Strict means: a create over an existing key is refused, an update whose
+//! version differs or whose key is absent is refused, every write gets an
+//! ETag never seen before, and a conditional delete checks the version.
+//! Each [`Misbehaviour`] switch breaks exactly one of these promises, or
+//! injects one kind of failure, so tests can show what the lease does on a
+//! service that deviates.
+//!
+//! It is for unit and simulation tests; nothing persists.
+
+use crate::store::{
+    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+/// One way the store can deviate from S3. Switches are set with
+/// [`MemoryStore::set`] and stay on until cleared, except the counted
+/// failures, which count down per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Misbehaviour {
+    /// Accept `If-None-Match: *` writes over an existing key.
+    IgnoreIfNoneMatch,
+    /// Accept `If-Match` writes whatever the object's version.
+    IgnoreIfMatch,
+    /// Create the key when an `If-Match` write finds it absent (MinIO before
+    /// its 2025 fix).
+    CreateOnIfMatchAbsent,
+    /// Refuse a create over an existing key with `304 Not Modified` rather
+    /// than 412 (MinIO RELEASE.2023-11-20).
+    NotModifiedOnCreate,
+    /// The client cannot send conditions: every conditional write or delete
+    /// answers [`StoreErrorKind::NotImplemented`].
+    NoConditions,
+    /// Conditional deletes answer [`StoreErrorKind::NotImplemented`]; writes
+    /// stay strict.
+    NoConditionalDelete,
+}
+
+/// The in-memory store. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+    next_etag: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    objects: BTreeMap<String, Object>,
+    switches: Vec<Misbehaviour>,
+    lose_answers: usize,
+    fail_requests: usize,
+    conflicts: usize,
+    requests: u64,
+    puts: u64,
+}
+
+impl MemoryStore {
+    /// An empty, strict store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Turn `switch` on.
+    pub fn set(&self, switch: Misbehaviour) {
+        let mut s = self.lock();
+        if !s.switches.contains(&switch) {
+            s.switches.push(switch);
+        }
+    }
+
+    /// Turn `switch` off.
+    pub fn clear(&self, switch: Misbehaviour) {
+        self.lock().switches.retain(|s| *s != switch);
+    }
+
+    /// The next `n` writes or deletes take effect, but their answers are
+    /// lost: each returns [`StoreErrorKind::Transport`].
+    pub fn lose_next_answers(&self, n: usize) {
+        self.lock().lose_answers = n;
+    }
+
+    /// The next `n` requests of any kind fail with
+    /// [`StoreErrorKind::Transport`] without taking effect.
+    pub fn fail_next_requests(&self, n: usize) {
+        self.lock().fail_requests = n;
+    }
+
+    /// The next `n` conditional writes answer [`StoreErrorKind::Conflict`]
+    /// without taking effect, as S3 does under concurrent conditional writes.
+    pub fn conflict_next_writes(&self, n: usize) {
+        self.lock().conflicts = n;
+    }
+
+    /// How many requests the store has answered (or failed).
+    pub fn requests(&self) -> u64 {
+        self.lock().requests
+    }
+
+    /// How many writes the store has been asked for.
+    pub fn puts(&self) -> u64 {
+        self.lock().puts
+    }
+
+    /// The bytes under `key`, bypassing every switch: for test assertions.
+    pub fn peek(&self, key: &str) -> Option<Vec<u8>> {
+        self.lock().objects.get(key).map(|o| o.body.clone())
+    }
+
+    /// The keys present, in order: for test assertions.
+    pub fn keys(&self) -> Vec<String> {
+        self.lock().objects.keys().cloned().collect()
+    }
+
+    /// Write `body` under `key` unconditionally, bypassing every switch and
+    /// failure: for setting up a test.
+    pub fn insert(&self, key: &str, body: &[u8]) -> Version {
+        let version = self.fresh_version();
+        self.lock().objects.insert(
+            key.to_string(),
+            Object {
+                body: body.to_vec(),
+                version: version.clone(),
+                metadata: Vec::new(),
+            },
+        );
+        version
+    }
+
+    fn fresh_version(&self) -> Version {
+        let n = self.next_etag.fetch_add(1, Ordering::Relaxed) + 1;
+        Version::etag(format!("\"mem-{n:08x}\""))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl State {
+    fn on(&self, switch: Misbehaviour) -> bool {
+        self.switches.contains(&switch)
+    }
+
+    /// Count the request, and fail it if a failure is queued.
+    fn begin(&mut self, method: &'static str, key: &str) -> Result<(), StoreError> {
+        self.requests += 1;
+        if self.fail_requests > 0 {
+            self.fail_requests -= 1;
+            return Err(StoreError::new(StoreErrorKind::Transport, method, key)
+                .with_message("injected failure: the request did not arrive"));
+        }
+        Ok(())
+    }
+
+    /// Turn a success into a lost answer if one is queued.
+    fn answer<T>(&mut self, method: &'static str, key: &str, ok: T) -> Result<T, StoreError> {
+        if self.lose_answers > 0 {
+            self.lose_answers -= 1;
+            return Err(StoreError::new(StoreErrorKind::Transport, method, key)
+                .timed_out()
+                .with_message("injected lost answer: the request took effect"));
+        }
+        Ok(ok)
+    }
+}
+
+fn matches(current: &Version, wanted: &Version) -> bool {
+    current.etag == wanted.etag
+        && (wanted.version_id.is_none() || current.version_id == wanted.version_id)
+}
+
+impl Store for MemoryStore {
+    fn get(&self, key: &str, _deadline: Option<Instant>) -> Result<Object, StoreError> {
+        let mut s = self.lock();
+        s.begin("GET", key)?;
+        match s.objects.get(key) {
+            Some(o) => Ok(o.clone()),
+            None => Err(StoreError::new(StoreErrorKind::NotFound, "GET", key).with_code("NoSuchKey")),
+        }
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        let version = self.fresh_version();
+        let mut s = self.lock();
+        s.puts += 1;
+        s.begin("PUT", key)?;
+        let refuse = |kind, code: &str| Err(StoreError::new(kind, "PUT", key).with_code(code));
+        let existing = s.objects.get(key).map(|o| o.version.clone());
+        match &options.mode {
+            PutMode::Overwrite => {}
+            _ if s.on(Misbehaviour::NoConditions) => {
+                return Err(StoreError::new(StoreErrorKind::NotImplemented, "PUT", key)
+                    .with_message("conditional writes are switched off"));
+            }
+            _ if s.conflicts > 0 => {
+                s.conflicts -= 1;
+                return refuse(StoreErrorKind::Conflict, "ConditionalRequestConflict");
+            }
+            PutMode::Create => {
+                if existing.is_some() && !s.on(Misbehaviour::IgnoreIfNoneMatch) {
+                    return if s.on(Misbehaviour::NotModifiedOnCreate) {
+                        refuse(StoreErrorKind::AlreadyExists, "304 Not Modified")
+                    } else {
+                        refuse(StoreErrorKind::AlreadyExists, "PreconditionFailed")
+                    };
+                }
+            }
+            PutMode::Update(wanted) => match &existing {
+                None if !s.on(Misbehaviour::CreateOnIfMatchAbsent)
+                    && !s.on(Misbehaviour::IgnoreIfMatch) =>
+                {
+                    return refuse(StoreErrorKind::Precondition, "NoSuchKey");
+                }
+                Some(current) if !matches(current, wanted) && !s.on(Misbehaviour::IgnoreIfMatch) => {
+                    return refuse(StoreErrorKind::Precondition, "PreconditionFailed");
+                }
+                _ => {}
+            },
+        }
+        s.objects.insert(
+            key.to_string(),
+            Object {
+                body: body.to_vec(),
+                version: version.clone(),
+                metadata: options.metadata.clone(),
+            },
+        );
+        s.answer("PUT", key, version)
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        _deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        s.begin("DELETE", key)?;
+        if let DeleteMode::IfVersion(wanted) = mode {
+            if s.on(Misbehaviour::NoConditions) || s.on(Misbehaviour::NoConditionalDelete) {
+                return Err(StoreError::new(StoreErrorKind::NotImplemented, "DELETE", key)
+                    .with_message("conditional deletes are switched off"));
+            }
+            if let Some(current) = s.objects.get(key) {
+                if !matches(&current.version, wanted) {
+                    return Err(StoreError::new(StoreErrorKind::Precondition, "DELETE", key)
+                        .with_code("PreconditionFailed"));
+                }
+            }
+        }
+        s.objects.remove(key);
+        s.answer("DELETE", key, ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(store: &MemoryStore, mode: PutMode) -> Result<Version, StoreErrorKind> {
+        store
+            .put("k", b"v", &PutOptions::new(mode))
+            .map_err(|e| e.kind())
+    }
+
+    #[test]
+    fn strict_store_refuses_every_false_condition() {
+        let store = MemoryStore::new();
+        let fake = Version::etag("\"never\"");
+        assert_eq!(put(&store, PutMode::Update(fake.clone())), Err(StoreErrorKind::Precondition));
+        assert!(store.keys().is_empty(), "If-Match on an absent key creates nothing");
+        let v1 = put(&store, PutMode::Create).unwrap();
+        assert_eq!(put(&store, PutMode::Create), Err(StoreErrorKind::AlreadyExists));
+        assert_eq!(put(&store, PutMode::Update(fake.clone())), Err(StoreErrorKind::Precondition));
+        let v2 = put(&store, PutMode::Update(v1.clone())).unwrap();
+        assert_ne!(v1, v2, "every write gets a fresh ETag");
+        let del = |v: &Version| {
+            store
+                .delete("k", &DeleteMode::IfVersion(v.clone()), None)
+                .map_err(|e| e.kind())
+        };
+        assert_eq!(del(&v1), Err(StoreErrorKind::Precondition));
+        assert_eq!(del(&v2), Ok(()));
+        assert_eq!(del(&v2), Ok(()), "deleting an absent key succeeds");
+    }
+
+    #[test]
+    fn each_switch_breaks_its_own_promise() {
+        let store = MemoryStore::new();
+        let v1 = put(&store, PutMode::Create).unwrap();
+        let fake = PutMode::Update(Version::etag("\"never\""));
+
+        store.set(Misbehaviour::NotModifiedOnCreate);
+        let e = store.put("k", b"v", &PutOptions::new(PutMode::Create)).unwrap_err();
+        assert_eq!((e.kind(), e.code()), (StoreErrorKind::AlreadyExists, Some("304 Not Modified")));
+        store.clear(Misbehaviour::NotModifiedOnCreate);
+
+        store.set(Misbehaviour::IgnoreIfNoneMatch);
+        assert!(put(&store, PutMode::Create).is_ok());
+        assert_eq!(put(&store, fake.clone()), Err(StoreErrorKind::Precondition));
+        store.clear(Misbehaviour::IgnoreIfNoneMatch);
+
+        store.set(Misbehaviour::IgnoreIfMatch);
+        assert!(put(&store, fake.clone()).is_ok());
+        assert_eq!(put(&store, PutMode::Create), Err(StoreErrorKind::AlreadyExists));
+        store.clear(Misbehaviour::IgnoreIfMatch);
+        assert_eq!(put(&store, PutMode::Update(v1)), Err(StoreErrorKind::Precondition));
+
+        store.set(Misbehaviour::CreateOnIfMatchAbsent);
+        let absent = store.put("other", b"v", &PutOptions::new(fake.clone()));
+        assert!(absent.is_ok() && store.peek("other").is_some());
+        store.clear(Misbehaviour::CreateOnIfMatchAbsent);
+
+        store.set(Misbehaviour::NoConditions);
+        assert_eq!(put(&store, PutMode::Create), Err(StoreErrorKind::NotImplemented));
+        assert!(put(&store, PutMode::Overwrite).is_ok());
+    }
+
+    #[test]
+    fn injected_failures_count_down() {
+        let store = MemoryStore::new();
+        store.fail_next_requests(1);
+        assert_eq!(put(&store, PutMode::Create), Err(StoreErrorKind::Transport));
+        assert!(store.keys().is_empty(), "a failed request does not land");
+
+        store.lose_next_answers(1);
+        assert_eq!(put(&store, PutMode::Create), Err(StoreErrorKind::Transport));
+        assert!(store.peek("k").is_some(), "a lost answer's write landed");
+
+        store.conflict_next_writes(2);
+        let current = store.get("k", None).unwrap().version;
+        assert_eq!(put(&store, PutMode::Update(current.clone())), Err(StoreErrorKind::Conflict));
+        assert_eq!(put(&store, PutMode::Update(current.clone())), Err(StoreErrorKind::Conflict));
+        assert!(put(&store, PutMode::Update(current)).is_ok());
+        assert_eq!(store.puts(), 5);
+    }
+}

@@ -1,0 +1,381 @@
+//! The blocking object-store interface the lease is built on.
+//!
+//! A [`Store`] is a flat key space with four operations: read an object with
+//! its [`Version`], write one under a [`PutMode`], delete one, and delete one
+//! only while it still has a given version. Every backend (the in-memory
+//! store, the local directory, the signed-HTTP services) promises the same
+//! meaning for each answer:
+//!
+//! - a write returns the [`Version`] it produced, which is the token for the
+//!   next compare-and-swap;
+//! - a refused condition is an answer ([`StoreErrorKind::AlreadyExists`],
+//!   [`StoreErrorKind::Precondition`]): somebody else acted, nothing was
+//!   written;
+//! - [`StoreErrorKind::Transport`] is no answer: the request may or may not
+//!   have taken effect, and the caller must find out by reading;
+//! - [`StoreErrorKind::NotImplemented`] means this client or service cannot
+//!   express the condition at all; nothing was written.
+//!
+//! Each request may carry a deadline on the monotonic clock; a backend cuts
+//! its request timeout to it and answers [`StoreErrorKind::Transport`] with
+//! `timed_out` set when it passes.
+
+use std::fmt;
+use std::time::Instant;
+
+/// Which version of an object a write or a delete is conditional on.
+///
+/// `etag` is sent exactly as the service returned it (quotes included);
+/// `version_id` is the service's object version, where it keeps versions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Version {
+    /// The entity tag the service returned for this version.
+    pub etag: Option<String>,
+    /// The service's version id, on a bucket that keeps versions.
+    pub version_id: Option<String>,
+}
+
+impl Version {
+    /// A version known by its ETag alone.
+    pub fn etag(etag: impl Into<String>) -> Self {
+        Version {
+            etag: Some(etag.into()),
+            version_id: None,
+        }
+    }
+}
+
+/// How a write treats an object that is already there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutMode {
+    /// Write only if the key is absent (`If-None-Match: *`).
+    Create,
+    /// Write only if the object still has this version (`If-Match`). An
+    /// absent key refuses the write.
+    Update(Version),
+    /// Write whatever is there.
+    Overwrite,
+}
+
+/// One write: its mode, the user metadata to store with the object, and the
+/// moment by which the request must have been answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutOptions {
+    /// What the write may replace.
+    pub mode: PutMode,
+    /// User metadata (`x-amz-meta-{name}` on S3), names in lower case.
+    pub metadata: Vec<(String, String)>,
+    /// Give up on the request at this instant of the monotonic clock.
+    pub deadline: Option<Instant>,
+}
+
+impl PutOptions {
+    /// A write in `mode`, with no metadata and no deadline.
+    pub fn new(mode: PutMode) -> Self {
+        PutOptions {
+            mode,
+            metadata: Vec::new(),
+            deadline: None,
+        }
+    }
+
+    /// The same write, abandoned at `deadline`.
+    pub fn with_deadline(mut self, deadline: Option<Instant>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The same write, storing `value` under the metadata `name`.
+    pub fn with_metadata(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.push((name.into(), value.into()));
+        self
+    }
+}
+
+/// Which objects a delete may remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteMode {
+    /// Remove whatever is there.
+    Unconditional,
+    /// Remove the object only while it has this version (`If-Match`).
+    /// A store that cannot express this answers
+    /// [`StoreErrorKind::NotImplemented`] and deletes nothing.
+    IfVersion(Version),
+}
+
+/// An object as read: its bytes, its version and its user metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    /// The object's contents.
+    pub body: Vec<u8>,
+    /// The version these bytes belong to.
+    pub version: Version,
+    /// User metadata, names in lower case without the `x-amz-meta-` prefix.
+    pub metadata: Vec<(String, String)>,
+}
+
+/// A blocking object store with conditional writes. See the [module
+/// docs](self) for what each answer means.
+///
+/// Implementations are shared between threads (the renewal thread and the
+/// application's writers), so every method takes `&self`.
+pub trait Store: Send + Sync + fmt::Debug {
+    /// Read `key`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::NotFound`] when the key is absent; any other kind
+    /// when the request failed.
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError>;
+
+    /// Write `body` to `key` as `options` say, and return the new version.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::AlreadyExists`] when a [`PutMode::Create`] found the
+    /// key taken; [`StoreErrorKind::Precondition`] when a
+    /// [`PutMode::Update`] found another version or no object;
+    /// [`StoreErrorKind::Conflict`] when a concurrent conditional write got
+    /// in the way (read again and retry); [`StoreErrorKind::NotImplemented`]
+    /// when the condition cannot be sent; [`StoreErrorKind::Transport`] when
+    /// the write may or may not have landed.
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError>;
+
+    /// Remove `key` as `mode` says. Removing an absent key succeeds.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::Precondition`] when a [`DeleteMode::IfVersion`]
+    /// found another version; [`StoreErrorKind::NotImplemented`] when the
+    /// store cannot delete conditionally; any other kind when the request
+    /// failed.
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError>;
+}
+
+/// What kind of answer a failed store request got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The key is absent.
+    NotFound,
+    /// A create-only write found the key taken.
+    AlreadyExists,
+    /// A conditional write or delete found another version, or no object.
+    Precondition,
+    /// A concurrent conditional write on the same key won; read again and
+    /// retry after a short, jittered pause.
+    Conflict,
+    /// The client or the service cannot express this condition; nothing was
+    /// written.
+    NotImplemented,
+    /// The service refused the credentials or the request's permissions.
+    PermissionDenied,
+    /// No usable answer (timeout, reset connection, 5xx): a write may or may
+    /// not have landed.
+    Transport,
+    /// The service rejected the request as malformed or unsupported, or
+    /// answered something this client does not understand; nothing landed.
+    Rejected,
+}
+
+impl StoreErrorKind {
+    fn describe(self) -> &'static str {
+        match self {
+            StoreErrorKind::NotFound => "not found",
+            StoreErrorKind::AlreadyExists => "already exists",
+            StoreErrorKind::Precondition => "precondition failed",
+            StoreErrorKind::Conflict => "conflicting concurrent write",
+            StoreErrorKind::NotImplemented => "condition not supported",
+            StoreErrorKind::PermissionDenied => "permission denied",
+            StoreErrorKind::Transport => "no answer",
+            StoreErrorKind::Rejected => "rejected",
+        }
+    }
+}
+
+/// A failed store request: what kind of answer it got, which request it
+/// was, and what the service said.
+///
+/// `Display` reads "`METHOD key`: kind (service code: message; request id
+/// …)". It never contains credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    method: &'static str,
+    key: String,
+    code: Option<String>,
+    message: Option<String>,
+    request_id: Option<String>,
+    timed_out: bool,
+}
+
+impl StoreError {
+    /// A `kind` answer to `method` on `key`, with nothing more said.
+    pub fn new(kind: StoreErrorKind, method: &'static str, key: impl Into<String>) -> Self {
+        StoreError {
+            kind,
+            method,
+            key: key.into(),
+            code: None,
+            message: None,
+            request_id: None,
+            timed_out: false,
+        }
+    }
+
+    /// The same error, carrying the service's error code (`PreconditionFailed`,
+    /// `SignatureDoesNotMatch`, an HTTP status for a bodiless answer).
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// The same error, carrying the service's message or a transport detail.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// The same error, carrying the service's request id.
+    pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
+        self.request_id = Some(request_id.into());
+        self
+    }
+
+    /// The same error, marked as a request that ran out of time.
+    pub fn timed_out(mut self) -> Self {
+        self.timed_out = true;
+        self
+    }
+
+    /// What kind of answer the request got.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// The HTTP method, or the operation's name for a non-HTTP store.
+    pub fn method(&self) -> &'static str {
+        self.method
+    }
+
+    /// The object key the request was for.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The service's error code, when it gave one.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// The service's message or the transport's detail, when there is one.
+    pub fn message(&self) -> Option<&str> {
+        self.message.as_deref()
+    }
+
+    /// The service's request id, when it gave one.
+    pub fn request_id(&self) -> Option<&str> {
+        self.request_id.as_deref()
+    }
+
+    /// Whether the request was abandoned at its deadline or timeout.
+    pub fn is_timeout(&self) -> bool {
+        self.timed_out
+    }
+
+    /// Whether the request may have taken effect although it failed.
+    pub fn may_have_landed(&self) -> bool {
+        self.kind == StoreErrorKind::Transport
+    }
+
+    /// Whether a condition was refused: another writer acted.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self.kind,
+            StoreErrorKind::AlreadyExists | StoreErrorKind::Precondition
+        )
+    }
+
+    fn hint(&self) -> Option<&'static str> {
+        match self.kind {
+            StoreErrorKind::Transport => Some(
+                "the request may have taken effect; check the endpoint and network, then retry",
+            ),
+            StoreErrorKind::PermissionDenied => Some(
+                "check the access key, secret, region and the bucket policy for this prefix",
+            ),
+            StoreErrorKind::Conflict => Some("another conditional write raced this one; retry"),
+            StoreErrorKind::NotImplemented => {
+                Some("this service or client cannot send the condition")
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.method, self.key, self.kind.describe())?;
+        if self.timed_out {
+            f.write_str(" (timed out)")?;
+        }
+        let mut details = Vec::new();
+        match (&self.code, &self.message) {
+            (Some(code), Some(message)) => details.push(format!("{code}: {message}")),
+            (Some(code), None) => details.push(code.clone()),
+            (None, Some(message)) => details.push(message.clone()),
+            (None, None) => {}
+        }
+        if let Some(id) = &self.request_id {
+            details.push(format!("request id {id}"));
+        }
+        if !details.is_empty() {
+            write!(f, " ({})", details.join("; "))?;
+        }
+        if let Some(hint) = self.hint() {
+            write!(f, "; {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_the_request_the_code_and_what_to_do() {
+        let e = StoreError::new(StoreErrorKind::PermissionDenied, "PUT", "a/LEASE")
+            .with_code("SignatureDoesNotMatch")
+            .with_message("The request signature we calculated does not match")
+            .with_request_id("R1");
+        assert_eq!(
+            e.to_string(),
+            "PUT a/LEASE: permission denied (SignatureDoesNotMatch: The request signature we \
+             calculated does not match; request id R1); check the access key, secret, region \
+             and the bucket policy for this prefix"
+        );
+        let t = StoreError::new(StoreErrorKind::Transport, "GET", "k").timed_out();
+        assert!(t.to_string().starts_with("GET k: no answer (timed out); "));
+        assert!(t.may_have_landed() && t.is_timeout() && !t.is_refusal());
+    }
+
+    #[test]
+    fn refusals_are_the_two_refused_conditions() {
+        for (kind, refusal) in [
+            (StoreErrorKind::AlreadyExists, true),
+            (StoreErrorKind::Precondition, true),
+            (StoreErrorKind::Conflict, false),
+            (StoreErrorKind::NotFound, false),
+        ] {
+            assert_eq!(StoreError::new(kind, "PUT", "k").is_refusal(), refusal);
+        }
+    }
+}

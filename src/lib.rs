@@ -1,0 +1,4 @@
+//! bucket-lease: one writer at a time on a prefix of an S3-compatible bucket.
+#![forbid(unsafe_code)]
+
+pub use bucket_lease_core::*;
