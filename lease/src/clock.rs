@@ -179,7 +179,10 @@ mod tests {
         assert!(past.try_recv().is_ok(), "a timer already due fires at once");
         clock.advance(Duration::from_secs(5));
         assert_eq!(clock.now() - m0, Duration::from_secs(5));
-        assert_eq!(clock.wall().duration_since(w0).unwrap(), Duration::from_secs(5));
+        assert_eq!(
+            clock.wall().duration_since(w0).unwrap(),
+            Duration::from_secs(5)
+        );
         assert!(soon.try_recv().is_ok());
         assert!(later.try_recv().is_err());
         assert_eq!(clock.pending_timers(), 1);
@@ -191,8 +194,14 @@ mod tests {
         let (m0, w0) = (clock.now(), clock.wall());
         clock.step_wall(Duration::from_secs(60), false);
         assert_eq!(clock.now(), m0);
-        assert_eq!(w0.duration_since(clock.wall()).unwrap(), Duration::from_secs(60));
+        assert_eq!(
+            w0.duration_since(clock.wall()).unwrap(),
+            Duration::from_secs(60)
+        );
         clock.step_wall(Duration::from_secs(90), true);
-        assert_eq!(clock.wall().duration_since(w0).unwrap(), Duration::from_secs(30));
+        assert_eq!(
+            clock.wall().duration_since(w0).unwrap(),
+            Duration::from_secs(30)
+        );
     }
 }

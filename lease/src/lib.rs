@@ -1,6 +1,44 @@
-//! The synchronous core of bucket-lease.
+//! The synchronous core of bucket-lease: one writer at a time on a prefix
+//! of an S3-compatible bucket, with no async runtime.
+//!
+//! - [`store`]: the blocking store trait every backend implements.
+//! - [`memory`]: a strict in-memory store that can be told to misbehave.
+//! - [`record`]: the `LEASE` object's JSON and how a reader judges it.
+//! - [`lease`]: taking, renewing, fencing and releasing the lease.
+//! - [`clock`]: the monotonic and wall clocks, real and for tests.
+//! - [`error`]: why a lease operation failed.
+//!
+//! ```
+//! use bucket_lease_core::{memory::MemoryStore, Lease, LeaseError, LeaseOptions};
+//! use std::sync::Arc;
+//!
+//! let store = Arc::new(MemoryStore::new());
+//! let lease = Lease::acquire(store.clone(), "backups/db1", LeaseOptions::new(30))?;
+//! assert!(lease.may_write());
+//!
+//! // A second instance is told who holds the prefix.
+//! match Lease::acquire(store.clone(), "backups/db1", LeaseOptions::new(30)) {
+//!     Err(LeaseError::Held { holder, .. }) => assert_eq!(holder, lease.instance_id()),
+//!     other => panic!("expected Held, got {other:?}"),
+//! }
+//!
+//! lease.renew()?;
+//! lease.release()?;
+//! # Ok::<(), LeaseError>(())
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod clock;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod error;
+pub mod lease;
 pub mod memory;
+pub mod record;
 pub mod store;
+
+pub use clock::{Clock, SystemClock, TestClock};
+pub use error::{IgnoredCondition, LeaseError};
+pub use lease::{Contender, Exclusion, Lease, LeaseOptions, Released};
+pub use record::{lease_key, LeaseRecord};
+pub use store::{DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version};

@@ -181,7 +181,9 @@ impl Store for MemoryStore {
         s.begin("GET", key)?;
         match s.objects.get(key) {
             Some(o) => Ok(o.clone()),
-            None => Err(StoreError::new(StoreErrorKind::NotFound, "GET", key).with_code("NoSuchKey")),
+            None => {
+                Err(StoreError::new(StoreErrorKind::NotFound, "GET", key).with_code("NoSuchKey"))
+            }
         }
     }
 
@@ -217,7 +219,9 @@ impl Store for MemoryStore {
                 {
                     return refuse(StoreErrorKind::Precondition, "NoSuchKey");
                 }
-                Some(current) if !matches(current, wanted) && !s.on(Misbehaviour::IgnoreIfMatch) => {
+                Some(current)
+                    if !matches(current, wanted) && !s.on(Misbehaviour::IgnoreIfMatch) =>
+                {
                     return refuse(StoreErrorKind::Precondition, "PreconditionFailed");
                 }
                 _ => {}
@@ -244,8 +248,10 @@ impl Store for MemoryStore {
         s.begin("DELETE", key)?;
         if let DeleteMode::IfVersion(wanted) = mode {
             if s.on(Misbehaviour::NoConditions) || s.on(Misbehaviour::NoConditionalDelete) {
-                return Err(StoreError::new(StoreErrorKind::NotImplemented, "DELETE", key)
-                    .with_message("conditional deletes are switched off"));
+                return Err(
+                    StoreError::new(StoreErrorKind::NotImplemented, "DELETE", key)
+                        .with_message("conditional deletes are switched off"),
+                );
             }
             if let Some(current) = s.objects.get(key) {
                 if !matches(&current.version, wanted) {
@@ -273,11 +279,23 @@ mod tests {
     fn strict_store_refuses_every_false_condition() {
         let store = MemoryStore::new();
         let fake = Version::etag("\"never\"");
-        assert_eq!(put(&store, PutMode::Update(fake.clone())), Err(StoreErrorKind::Precondition));
-        assert!(store.keys().is_empty(), "If-Match on an absent key creates nothing");
+        assert_eq!(
+            put(&store, PutMode::Update(fake.clone())),
+            Err(StoreErrorKind::Precondition)
+        );
+        assert!(
+            store.keys().is_empty(),
+            "If-Match on an absent key creates nothing"
+        );
         let v1 = put(&store, PutMode::Create).unwrap();
-        assert_eq!(put(&store, PutMode::Create), Err(StoreErrorKind::AlreadyExists));
-        assert_eq!(put(&store, PutMode::Update(fake.clone())), Err(StoreErrorKind::Precondition));
+        assert_eq!(
+            put(&store, PutMode::Create),
+            Err(StoreErrorKind::AlreadyExists)
+        );
+        assert_eq!(
+            put(&store, PutMode::Update(fake.clone())),
+            Err(StoreErrorKind::Precondition)
+        );
         let v2 = put(&store, PutMode::Update(v1.clone())).unwrap();
         assert_ne!(v1, v2, "every write gets a fresh ETag");
         let del = |v: &Version| {
@@ -297,8 +315,13 @@ mod tests {
         let fake = PutMode::Update(Version::etag("\"never\""));
 
         store.set(Misbehaviour::NotModifiedOnCreate);
-        let e = store.put("k", b"v", &PutOptions::new(PutMode::Create)).unwrap_err();
-        assert_eq!((e.kind(), e.code()), (StoreErrorKind::AlreadyExists, Some("304 Not Modified")));
+        let e = store
+            .put("k", b"v", &PutOptions::new(PutMode::Create))
+            .unwrap_err();
+        assert_eq!(
+            (e.kind(), e.code()),
+            (StoreErrorKind::AlreadyExists, Some("304 Not Modified"))
+        );
         store.clear(Misbehaviour::NotModifiedOnCreate);
 
         store.set(Misbehaviour::IgnoreIfNoneMatch);
@@ -308,9 +331,15 @@ mod tests {
 
         store.set(Misbehaviour::IgnoreIfMatch);
         assert!(put(&store, fake.clone()).is_ok());
-        assert_eq!(put(&store, PutMode::Create), Err(StoreErrorKind::AlreadyExists));
+        assert_eq!(
+            put(&store, PutMode::Create),
+            Err(StoreErrorKind::AlreadyExists)
+        );
         store.clear(Misbehaviour::IgnoreIfMatch);
-        assert_eq!(put(&store, PutMode::Update(v1)), Err(StoreErrorKind::Precondition));
+        assert_eq!(
+            put(&store, PutMode::Update(v1)),
+            Err(StoreErrorKind::Precondition)
+        );
 
         store.set(Misbehaviour::CreateOnIfMatchAbsent);
         let absent = store.put("other", b"v", &PutOptions::new(fake.clone()));
@@ -318,7 +347,10 @@ mod tests {
         store.clear(Misbehaviour::CreateOnIfMatchAbsent);
 
         store.set(Misbehaviour::NoConditions);
-        assert_eq!(put(&store, PutMode::Create), Err(StoreErrorKind::NotImplemented));
+        assert_eq!(
+            put(&store, PutMode::Create),
+            Err(StoreErrorKind::NotImplemented)
+        );
         assert!(put(&store, PutMode::Overwrite).is_ok());
     }
 
@@ -335,8 +367,14 @@ mod tests {
 
         store.conflict_next_writes(2);
         let current = store.get("k", None).unwrap().version;
-        assert_eq!(put(&store, PutMode::Update(current.clone())), Err(StoreErrorKind::Conflict));
-        assert_eq!(put(&store, PutMode::Update(current.clone())), Err(StoreErrorKind::Conflict));
+        assert_eq!(
+            put(&store, PutMode::Update(current.clone())),
+            Err(StoreErrorKind::Conflict)
+        );
+        assert_eq!(
+            put(&store, PutMode::Update(current.clone())),
+            Err(StoreErrorKind::Conflict)
+        );
         assert!(put(&store, PutMode::Update(current)).is_ok());
         assert_eq!(store.puts(), 5);
     }

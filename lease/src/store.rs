@@ -306,9 +306,9 @@ impl StoreError {
             StoreErrorKind::Transport => Some(
                 "the request may have taken effect; check the endpoint and network, then retry",
             ),
-            StoreErrorKind::PermissionDenied => Some(
-                "check the access key, secret, region and the bucket policy for this prefix",
-            ),
+            StoreErrorKind::PermissionDenied => {
+                Some("check the access key, secret, region and the bucket policy for this prefix")
+            }
             StoreErrorKind::Conflict => Some("another conditional write raced this one; retry"),
             StoreErrorKind::NotImplemented => {
                 Some("this service or client cannot send the condition")
