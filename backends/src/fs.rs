@@ -1,0 +1,853 @@
+//! A directory on the local disk used as a bucket: the embedded store, which
+//! needs no server.
+//!
+//! [`DirStore`] answers every request as AWS S3 does (see
+//! [`bucket_lease_core::store`]), and keeps those promises between all the
+//! threads and processes of one machine that open the same directory:
+//!
+//! - a create-only write ([`PutMode::Create`]) never replaces an object, and
+//!   of several racing creates exactly one wins;
+//! - an update ([`PutMode::Update`]) lands only while the object still has
+//!   the given ETag, and is refused on an absent key without creating it, so
+//!   no compare-and-swap is ever lost;
+//! - every write gets a fresh ETag, 128 random bits from the operating
+//!   system, quoted like S3's (`"9f…"`), never reused;
+//! - a conditional delete ([`DeleteMode::IfVersion`]) checks the ETag; a
+//!   delete of an absent key succeeds; a read of an absent key answers
+//!   [`StoreErrorKind::NotFound`];
+//! - user metadata is stored with the object and read back with it, names
+//!   in lower case as S3 returns them;
+//! - a reader never sees a torn write, and a write or delete that answered
+//!   success is on the disk (file and directory synced).
+//!
+//! # How
+//!
+//! A write goes to a temporary file beside its object, is synced, and is then
+//! renamed over the object, so each object file is replaced whole. Every
+//! write and delete checks its condition and renames (or removes) while
+//! holding an exclusive lock on the bucket's lock file,
+//! `ROOT/.bucket-lease.lock`, taken with [`std::fs::File::lock`]; reads take
+//! no lock. The lock is held only for the check and the rename: the slow
+//! part, writing and syncing the temporary file, happens before it.
+//!
+//! # Layout
+//!
+//! Key `backups/db1/LEASE` is the file `ROOT/backups.dir/db1.dir/LEASE.obj`.
+//! Every name the store makes ends in a suffix of its own (`.obj`, `.dir`,
+//! `.tmp`), so a key and the "folder" of longer keys (`a` and `a/b`) live
+//! side by side as on S3, and no key can name the store's own files.
+//!
+//! An object file is a short text header, a blank line, then the body:
+//!
+//! ```text
+//! bucket-lease object v1
+//! etag "5d41402abc4b2a76b9719d911017c592"
+//! meta owner host-7%20pid-42
+//! <blank line>
+//! <body bytes>
+//! ```
+//!
+//! Metadata names and values are escaped (`%`, space and control characters
+//! as `%XX`).
+//!
+//! # Keys
+//!
+//! Keys are `/`-separated. A key that is empty, starts with `/`, has an empty
+//! segment (`a//b`, `a/`), a `.` or `..` segment, a NUL byte, a backslash, or a
+//! segment longer than 200 bytes is answered [`StoreErrorKind::Rejected`]
+//! naming the key.
+//!
+//! # Deadlines
+//!
+//! A request's deadline is checked once, before it starts: a deadline already
+//! passed answers [`StoreErrorKind::Transport`] with
+//! [`StoreError::is_timeout`] set, and nothing is read or written. A request
+//! that has started runs to its end, since a local request takes as long as
+//! the disk does; in particular, waiting for the bucket lock is not cut short.
+//!
+//! # Limits
+//!
+//! - One machine: file locks on network file systems (NFS, SMB) are not to
+//!   be trusted across machines. Use an S3-compatible service there.
+//! - On a case-insensitive file system, keys differing only in case are one
+//!   object.
+//! - A process killed in the middle of a write leaves a `NAME.<hex>.tmp` file;
+//!   reads ignore it, and it may be removed while no writer runs.
+//! - Folders are never removed, and a folder made for a new prefix is not
+//!   itself synced to its parent.
+
+use bucket_lease_core::store::{
+    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+};
+use std::fmt::Write as _;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The first line of every object file.
+const MAGIC: &str = "bucket-lease object v1";
+/// The file whose lock every write and delete holds, directly under the root.
+const LOCK_FILE: &str = ".bucket-lease.lock";
+/// No object file this store writes has a longer header than this.
+const MAX_HEADER: u64 = 64 * 1024;
+/// The longest key segment: leaves room for the suffixes within the 255-byte
+/// file name limit of common file systems.
+const MAX_SEGMENT: usize = 200;
+
+/// A local directory used as a bucket. See the [module docs](self).
+///
+/// Cloning it is cheap; clones, other `DirStore`s and other processes opened
+/// on the same directory share its objects and its lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirStore {
+    root: PathBuf,
+}
+
+impl DirStore {
+    /// The bucket in directory `root`, created (with its parents) if missing.
+    /// A relative `root` is taken from the current directory now, once.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::PermissionDenied`] when the directory cannot be
+    /// created or read for lack of permission,
+    /// [`StoreErrorKind::Rejected`] when `root` is a file, and
+    /// [`StoreErrorKind::Transport`] for any other failure of the file
+    /// system. The error's method is `OPEN` and its key the path.
+    pub fn open(root: &Path) -> Result<DirStore, StoreError> {
+        let key = root.display().to_string();
+        let request = Request::new("OPEN", &key);
+        let root = std::path::absolute(root)
+            .map_err(|e| request.io_error("find the absolute path of", root, e))?;
+        if root.exists() && !root.is_dir() {
+            return Err(request
+                .error(StoreErrorKind::Rejected)
+                .with_message(format!(
+                    "{} is not a directory; give a directory to use as the bucket",
+                    root.display()
+                )));
+        }
+        fs::create_dir_all(&root).map_err(|e| request.io_error("create directory", &root, e))?;
+        Ok(DirStore { root })
+    }
+
+    /// The bucket's directory, as an absolute path.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where `key`'s object lives, or the reason the key is refused.
+    fn locate(&self, request: &Request<'_>) -> Result<Location, StoreError> {
+        let segments = split_key(request.key).map_err(|reason| {
+            request
+                .error(StoreErrorKind::Rejected)
+                .with_message(format!("invalid key for a directory bucket: {reason}"))
+        })?;
+        let (name, folders) = segments.split_last().expect("a valid key has a segment");
+        let mut dir = self.root.clone();
+        for folder in folders {
+            dir.push(format!("{folder}.dir"));
+        }
+        Ok(Location {
+            object: dir.join(format!("{name}.obj")),
+            name: (*name).to_string(),
+            dir,
+        })
+    }
+
+    /// Take the bucket's lock; it is released when the returned file closes.
+    fn lock(&self, request: &Request<'_>) -> Result<File, StoreError> {
+        let path = self.root.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| request.io_error("open the lock file", &path, e))?;
+        file.lock()
+            .map_err(|e| request.io_error("lock", &path, e))?;
+        Ok(file)
+    }
+}
+
+/// The paths of one key.
+#[derive(Debug)]
+struct Location {
+    /// The folder that holds the object file.
+    dir: PathBuf,
+    /// The object file.
+    object: PathBuf,
+    /// The key's last segment.
+    name: String,
+}
+
+/// The method and key of a request, to name them in its errors.
+struct Request<'a> {
+    method: &'static str,
+    key: &'a str,
+}
+
+impl<'a> Request<'a> {
+    fn new(method: &'static str, key: &'a str) -> Self {
+        Request { method, key }
+    }
+
+    fn error(&self, kind: StoreErrorKind) -> StoreError {
+        StoreError::new(kind, self.method, self.key)
+    }
+
+    /// A refused condition, with S3's code for it.
+    fn refusal(&self, kind: StoreErrorKind, code: &str) -> StoreError {
+        self.error(kind).with_code(code)
+    }
+
+    fn check_deadline(&self, deadline: Option<Instant>) -> Result<(), StoreError> {
+        match deadline {
+            Some(deadline) if Instant::now() >= deadline => Err(self
+                .error(StoreErrorKind::Transport)
+                .timed_out()
+                .with_message("the deadline passed before the request started; nothing was done")),
+            _ => Ok(()),
+        }
+    }
+
+    /// `action` on `path` failed: say which path, why, and what to do.
+    fn io_error(&self, action: &str, path: &Path, error: io::Error) -> StoreError {
+        use io::ErrorKind as E;
+        let (kind, advice) = match error.kind() {
+            E::PermissionDenied | E::ReadOnlyFilesystem => (
+                StoreErrorKind::PermissionDenied,
+                "make sure this user may read and write the bucket directory",
+            ),
+            E::InvalidFilename => (
+                StoreErrorKind::Rejected,
+                "the file system refuses this name; use a shorter or plainer key",
+            ),
+            E::StorageFull | E::QuotaExceeded => (
+                StoreErrorKind::Transport,
+                "free some disk space, then retry",
+            ),
+            _ => (
+                StoreErrorKind::Transport,
+                "check the bucket directory and the disk, then retry",
+            ),
+        };
+        self.error(kind)
+            .with_message(format!("{action} {}: {error}; {advice}", path.display()))
+    }
+
+    fn corrupt(&self, path: &Path, detail: &str) -> StoreError {
+        self.error(StoreErrorKind::Rejected).with_message(format!(
+            "{} is not an object file of this store ({detail}); move it out of the bucket \
+             directory",
+            path.display()
+        ))
+    }
+
+    /// The object at `path` (with its body if `with_body`), or `None` when
+    /// there is none.
+    fn read(&self, path: &Path, with_body: bool) -> Result<Option<(Header, Vec<u8>)>, StoreError> {
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.io_error("open", path, e)),
+        };
+        let mut reader = BufReader::new(file);
+        let raw = read_header(&mut reader).map_err(|e| self.io_error("read", path, e))?;
+        let header = parse_header(&raw).map_err(|detail| self.corrupt(path, &detail))?;
+        let mut body = Vec::new();
+        if with_body {
+            reader
+                .read_to_end(&mut body)
+                .map_err(|e| self.io_error("read", path, e))?;
+        }
+        Ok(Some((header, body)))
+    }
+
+    /// Sync `dir`, so a rename or removal in it survives a crash. Only Unix
+    /// can open a directory to sync it.
+    fn sync_dir(&self, dir: &Path) -> Result<(), StoreError> {
+        if cfg!(unix) {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| self.io_error("sync directory", dir, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// A written, synced temporary file, removed on drop unless renamed over its
+/// object.
+struct TempFile {
+    path: PathBuf,
+    renamed: bool,
+}
+
+impl TempFile {
+    fn write(
+        request: &Request<'_>,
+        at: &Location,
+        etag: &str,
+        header: &[u8],
+        body: &[u8],
+    ) -> Result<TempFile, StoreError> {
+        // The ETag is random and fresh, so it names the file uniquely.
+        let path = at
+            .dir
+            .join(format!("{}.{}.tmp", at.name, etag.trim_matches('"')));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| request.io_error("create", &path, e))?;
+        let temp = TempFile {
+            path,
+            renamed: false,
+        };
+        file.write_all(header)
+            .and_then(|()| file.write_all(body))
+            .and_then(|()| file.sync_all())
+            .map_err(|e| request.io_error("write", &temp.path, e))?;
+        Ok(temp)
+    }
+
+    fn rename_to(mut self, request: &Request<'_>, object: &Path) -> Result<(), StoreError> {
+        fs::rename(&self.path, object).map_err(|e| request.io_error("rename into", object, e))?;
+        self.renamed = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.renamed {
+            // Best effort: a leftover temporary file is ignored by reads.
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// What an object file's header says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Header {
+    etag: String,
+    metadata: Vec<(String, String)>,
+}
+
+fn encode_header(etag: &str, metadata: &[(String, String)]) -> Vec<u8> {
+    let mut text = format!("{MAGIC}\netag {}\n", escape(etag));
+    for (name, value) in metadata {
+        let name = name.to_ascii_lowercase();
+        let _ = writeln!(text, "meta {} {}", escape(&name), escape(value));
+    }
+    text.push('\n');
+    text.into_bytes()
+}
+
+/// The header's bytes, through its blank line, leaving `reader` at the body.
+fn read_header(reader: &mut impl BufRead) -> io::Result<Vec<u8>> {
+    let mut limited = Read::take(reader, MAX_HEADER);
+    let mut raw = Vec::new();
+    loop {
+        let start = raw.len();
+        if limited.read_until(b'\n', &mut raw)? == 0 || raw[start..] == *b"\n" {
+            return Ok(raw);
+        }
+    }
+}
+
+fn parse_header(raw: &[u8]) -> Result<Header, String> {
+    let text = std::str::from_utf8(raw).map_err(|_| "its header is not UTF-8".to_string())?;
+    let text = text
+        .strip_suffix("\n\n")
+        .ok_or_else(|| "its header does not end in a blank line".to_string())?;
+    let mut lines = text.split('\n');
+    if lines.next() != Some(MAGIC) {
+        return Err(format!("it does not start with `{MAGIC}`"));
+    }
+    let etag = lines
+        .next()
+        .and_then(|line| line.strip_prefix("etag "))
+        .ok_or_else(|| "its second line is not `etag …`".to_string())?;
+    let etag = unescape(etag)?;
+    let metadata = lines
+        .map(|line| {
+            let (name, value) = line
+                .strip_prefix("meta ")
+                .and_then(|rest| rest.split_once(' '))
+                .ok_or_else(|| format!("unexpected header line `{line}`"))?;
+            Ok((unescape(name)?, unescape(value)?))
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(Header { etag, metadata })
+}
+
+/// `%`, space and control characters as `%XX`; everything else as is.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '%' || c == ' ' || c.is_control() {
+            for byte in c.encode_utf8(&mut [0; 4]).bytes() {
+                let _ = write!(out, "%{byte:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn unescape(text: &str) -> Result<String, String> {
+    let bad = || format!("bad escape in `{text}`");
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = tail.get(..2).ok_or_else(bad)?;
+            let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
+            bytes.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).map_err(|_| bad())
+}
+
+/// The segments of a valid key, or why it is not one.
+fn split_key(key: &str) -> Result<Vec<&str>, &'static str> {
+    if key.is_empty() {
+        return Err("the key is empty");
+    }
+    if key.contains('\0') {
+        return Err("the key contains a NUL byte");
+    }
+    if key.contains('\\') {
+        return Err("the key contains a backslash, a path separator on Windows");
+    }
+    if key.starts_with('/') {
+        return Err("the key starts with `/`, as an absolute path does");
+    }
+    let segments: Vec<&str> = key.split('/').collect();
+    for segment in &segments {
+        match *segment {
+            "" => return Err("the key has an empty segment (`//` or a trailing `/`)"),
+            "." | ".." => return Err("the key has a `.` or `..` segment"),
+            s if s.len() > MAX_SEGMENT => {
+                return Err("a segment of the key is longer than 200 bytes")
+            }
+            _ => {}
+        }
+    }
+    Ok(segments)
+}
+
+/// A fresh ETag: 128 random bits as quoted hex.
+fn fresh_etag(request: &Request<'_>) -> Result<String, StoreError> {
+    let mut bits = [0u8; 16];
+    getrandom::fill(&mut bits).map_err(|e| {
+        request
+            .error(StoreErrorKind::Transport)
+            .with_message(format!(
+                "the operating system gave no random bytes for an ETag: {e}"
+            ))
+    })?;
+    let mut etag = String::with_capacity(34);
+    etag.push('"');
+    for byte in bits {
+        let _ = write!(etag, "{byte:02x}");
+    }
+    etag.push('"');
+    Ok(etag)
+}
+
+/// Whether an object with `etag` is the version `wanted`. This store keeps
+/// no version ids, so a wanted version id never matches.
+fn is_version(etag: &str, wanted: &Version) -> bool {
+    wanted.etag.as_deref() == Some(etag) && wanted.version_id.is_none()
+}
+
+impl Store for DirStore {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        let request = Request::new("GET", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+        match request.read(&at.object, true)? {
+            Some((header, body)) => Ok(Object {
+                body,
+                version: Version::etag(header.etag),
+                metadata: header.metadata,
+            }),
+            None => Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey")),
+        }
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        let request = Request::new("PUT", key);
+        request.check_deadline(options.deadline)?;
+        let at = self.locate(&request)?;
+        fs::create_dir_all(&at.dir)
+            .map_err(|e| request.io_error("create directory", &at.dir, e))?;
+        let etag = fresh_etag(&request)?;
+        let header = encode_header(&etag, &options.metadata);
+        let temp = TempFile::write(&request, &at, &etag, &header, body)?;
+
+        let lock = self.lock(&request)?;
+        match &options.mode {
+            PutMode::Overwrite => {}
+            PutMode::Create => match fs::symlink_metadata(&at.object) {
+                Ok(_) => {
+                    return Err(request.refusal(StoreErrorKind::AlreadyExists, "PreconditionFailed"))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(request.io_error("inspect", &at.object, e)),
+            },
+            PutMode::Update(wanted) => match request.read(&at.object, false)? {
+                None => return Err(request.refusal(StoreErrorKind::Precondition, "NoSuchKey")),
+                Some((current, _)) if !is_version(&current.etag, wanted) => {
+                    return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
+                }
+                Some(_) => {}
+            },
+        }
+        temp.rename_to(&request, &at.object)?;
+        drop(lock);
+
+        request.sync_dir(&at.dir)?;
+        Ok(Version::etag(etag))
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        let request = Request::new("DELETE", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+
+        let lock = self.lock(&request)?;
+        if let DeleteMode::IfVersion(wanted) = mode {
+            match request.read(&at.object, false)? {
+                None => return Ok(()),
+                Some((current, _)) if !is_version(&current.etag, wanted) => {
+                    return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
+                }
+                Some(_) => {}
+            }
+        }
+        match fs::remove_file(&at.object) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(request.io_error("remove", &at.object, e)),
+        }
+        drop(lock);
+
+        request.sync_dir(&at.dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A fresh directory under the system's temporary directory, removed on
+    /// drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            let name = format!("bucket-lease-fs-unit-{:016x}", getrandom::u64().unwrap());
+            TempDir(std::env::temp_dir().join(name))
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn store() -> (TempDir, DirStore) {
+        let dir = TempDir::new();
+        let store = DirStore::open(&dir.0).unwrap();
+        (dir, store)
+    }
+
+    fn put(store: &DirStore, key: &str, body: &[u8], mode: PutMode) -> Result<Version, StoreError> {
+        store.put(key, body, &PutOptions::new(mode))
+    }
+
+    /// The names in `dir`, sorted.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn open_creates_the_directory_and_refuses_a_file() {
+        let dir = TempDir::new();
+        let nested = dir.0.join("a/b");
+        let store = DirStore::open(&nested).unwrap();
+        assert!(nested.is_dir());
+        assert_eq!(store.root(), nested);
+        assert_eq!(
+            format!("{store:?}"),
+            format!("DirStore {{ root: {nested:?} }}")
+        );
+
+        let file = dir.0.join("file");
+        fs::write(&file, b"x").unwrap();
+        let e = DirStore::open(&file).unwrap_err();
+        assert_eq!((e.kind(), e.method()), (StoreErrorKind::Rejected, "OPEN"));
+        assert!(
+            e.to_string()
+                .contains(&format!("{} is not a directory", file.display())),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn keys_map_to_suffixed_names_so_a_key_and_its_folder_coexist() {
+        let (dir, store) = store();
+        let v1 = put(&store, "a", b"one", PutMode::Create).unwrap();
+        let v2 = put(&store, "a/b", b"two", PutMode::Create).unwrap();
+        assert_eq!(names(&dir.0), [".bucket-lease.lock", "a.dir", "a.obj"]);
+        assert_eq!(names(&dir.0.join("a.dir")), ["b.obj"]);
+        let a = store.get("a", None).unwrap();
+        let b = store.get("a/b", None).unwrap();
+        assert_eq!((a.body, a.version), (b"one".to_vec(), v1));
+        assert_eq!((b.body, b.version), (b"two".to_vec(), v2));
+    }
+
+    #[test]
+    fn invalid_keys_are_rejected_naming_the_key_and_the_reason() {
+        let (dir, store) = store();
+        for (key, reason) in [
+            ("", "empty"),
+            ("/abs", "starts with `/`"),
+            ("a//b", "empty segment"),
+            ("a/", "empty segment"),
+            ("a/../b", "`..`"),
+            ("./a", "`.`"),
+            ("a\0b", "NUL"),
+            ("a\\b", "backslash"),
+        ] {
+            let e = store.get(key, None).unwrap_err();
+            assert_eq!(e.kind(), StoreErrorKind::Rejected, "{key:?}");
+            assert_eq!(e.key(), key);
+            assert!(e.to_string().contains(reason), "{key:?}: {e}");
+            let e = put(&store, key, b"x", PutMode::Overwrite).unwrap_err();
+            assert_eq!(e.kind(), StoreErrorKind::Rejected, "{key:?}");
+            let e = store
+                .delete(key, &DeleteMode::Unconditional, None)
+                .unwrap_err();
+            assert_eq!(e.kind(), StoreErrorKind::Rejected, "{key:?}");
+        }
+        let long = "x".repeat(MAX_SEGMENT + 1);
+        let e = put(&store, &long, b"x", PutMode::Create).unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Rejected);
+        assert!(put(&store, &"x".repeat(MAX_SEGMENT), b"x", PutMode::Create).is_ok());
+        assert_eq!(
+            names(&dir.0).len(),
+            2,
+            "only the lock file and the one valid object"
+        );
+    }
+
+    #[test]
+    fn conditions_are_checked_and_etags_are_fresh_random_hex() {
+        let (_dir, store) = store();
+        let fake = Version::etag("\"never\"");
+        let e = put(&store, "p/LEASE", b"0", PutMode::Update(fake.clone())).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.code()),
+            (StoreErrorKind::Precondition, Some("NoSuchKey"))
+        );
+        let e = store.get("p/LEASE", None).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.code()),
+            (StoreErrorKind::NotFound, Some("NoSuchKey"))
+        );
+
+        let v1 = put(&store, "p/LEASE", b"1", PutMode::Create).unwrap();
+        let etag = v1.etag.clone().unwrap();
+        assert_eq!(etag.len(), 34, "{etag}");
+        assert!(etag.starts_with('"') && etag.ends_with('"'), "{etag}");
+        assert!(etag[1..33].bytes().all(|b| b.is_ascii_hexdigit()), "{etag}");
+        assert_eq!(v1.version_id, None);
+
+        let e = put(&store, "p/LEASE", b"2", PutMode::Create).unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::AlreadyExists);
+        let e = put(&store, "p/LEASE", b"2", PutMode::Update(fake)).unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Precondition);
+        let with_id = Version {
+            etag: v1.etag.clone(),
+            version_id: Some("v".into()),
+        };
+        let e = put(&store, "p/LEASE", b"2", PutMode::Update(with_id)).unwrap_err();
+        assert_eq!(
+            e.kind(),
+            StoreErrorKind::Precondition,
+            "no version ids here"
+        );
+        assert_eq!(store.get("p/LEASE", None).unwrap().body, b"1");
+
+        let v2 = put(&store, "p/LEASE", b"1", PutMode::Update(v1.clone())).unwrap();
+        let v3 = put(&store, "p/LEASE", b"1", PutMode::Overwrite).unwrap();
+        assert!(v1 != v2 && v2 != v3 && v1 != v3, "same body, fresh ETags");
+        assert_eq!(store.get("p/LEASE", None).unwrap().version, v3);
+
+        let del = |v: &Version| store.delete("p/LEASE", &DeleteMode::IfVersion(v.clone()), None);
+        assert_eq!(del(&v2).unwrap_err().kind(), StoreErrorKind::Precondition);
+        del(&v3).unwrap();
+        del(&v3).unwrap();
+        store
+            .delete("p/LEASE", &DeleteMode::Unconditional, None)
+            .unwrap();
+        store
+            .delete("never/written", &DeleteMode::Unconditional, None)
+            .unwrap();
+        assert_eq!(
+            store.get("p/LEASE", None).unwrap_err().kind(),
+            StoreErrorKind::NotFound
+        );
+    }
+
+    #[test]
+    fn refused_and_finished_writes_leave_no_temporary_files() {
+        let (dir, store) = store();
+        let v = put(&store, "k", b"1", PutMode::Create).unwrap();
+        put(&store, "k", b"2", PutMode::Create).unwrap_err();
+        put(&store, "k", b"2", PutMode::Update(Version::etag("\"x\""))).unwrap_err();
+        put(&store, "k", b"3", PutMode::Update(v)).unwrap();
+        put(&store, "k", b"4", PutMode::Overwrite).unwrap();
+        assert_eq!(names(&dir.0), [".bucket-lease.lock", "k.obj"]);
+    }
+
+    #[test]
+    fn metadata_round_trips_escaped_with_names_in_lower_case() {
+        let (dir, store) = store();
+        let options = PutOptions::new(PutMode::Create)
+            .with_metadata("Owner", "host 7%\n")
+            .with_metadata("note", "ünïcode");
+        store
+            .put("m", b"body\n\nwith blank lines", &options)
+            .unwrap();
+        let got = store.get("m", None).unwrap();
+        assert_eq!(got.body, b"body\n\nwith blank lines");
+        let expected = [("owner", "host 7%\n"), ("note", "ünïcode")];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(got.metadata, expected);
+        let file = fs::read_to_string(dir.0.join("m.obj")).unwrap();
+        let etag = got.version.etag.unwrap();
+        assert_eq!(
+            file,
+            format!(
+                "{MAGIC}\netag {etag}\nmeta owner host%207%25%0A\nmeta note ünïcode\n\n\
+                 body\n\nwith blank lines"
+            )
+        );
+
+        store
+            .put("m", b"", &PutOptions::new(PutMode::Overwrite))
+            .unwrap();
+        let got = store.get("m", None).unwrap();
+        assert_eq!(
+            (got.body, got.metadata),
+            (Vec::new(), Vec::new()),
+            "replaced, not merged"
+        );
+    }
+
+    #[test]
+    fn a_file_the_store_did_not_write_is_reported_with_its_path() {
+        let (dir, store) = store();
+        for bad in [
+            &b"hello"[..],
+            b"bucket-lease object v1\netag x\nbogus\n\nbody",
+            b"\xff\n\n",
+        ] {
+            fs::write(dir.0.join("x.obj"), bad).unwrap();
+            let e = store.get("x", None).unwrap_err();
+            assert_eq!(e.kind(), StoreErrorKind::Rejected);
+            assert!(e.to_string().contains("x.obj is not an object file"), "{e}");
+            let e = put(&store, "x", b"y", PutMode::Update(Version::etag("x"))).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                StoreErrorKind::Rejected,
+                "an update does not replace it"
+            );
+            assert_eq!(fs::read(dir.0.join("x.obj")).unwrap(), bad);
+        }
+    }
+
+    #[test]
+    fn a_passed_deadline_does_nothing_and_says_it_timed_out() {
+        let (dir, store) = store();
+        let past = Some(Instant::now() - Duration::from_millis(1));
+        let options = PutOptions::new(PutMode::Create).with_deadline(past);
+        let e = store.put("k", b"x", &options).unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Transport);
+        assert!(
+            e.is_timeout() && e.to_string().contains("nothing was done"),
+            "{e}"
+        );
+        assert_eq!(
+            names(&dir.0),
+            Vec::<String>::new(),
+            "nothing written, not even the lock"
+        );
+
+        let v = put(&store, "k", b"x", PutMode::Create).unwrap();
+        assert!(store.get("k", past).unwrap_err().is_timeout());
+        let e = store
+            .delete("k", &DeleteMode::Unconditional, past)
+            .unwrap_err();
+        assert!(e.is_timeout());
+        let future = Some(Instant::now() + Duration::from_secs(60));
+        assert_eq!(store.get("k", future).unwrap().version, v, "not deleted");
+    }
+
+    #[test]
+    fn two_handles_on_one_directory_share_objects_and_conditions() {
+        let (dir, first) = store();
+        let second = DirStore::open(&dir.0).unwrap();
+        let v = put(&first, "k", b"1", PutMode::Create).unwrap();
+        assert_eq!(
+            put(&second, "k", b"2", PutMode::Create).unwrap_err().kind(),
+            StoreErrorKind::AlreadyExists
+        );
+        let v2 = put(&second, "k", b"2", PutMode::Update(v.clone())).unwrap();
+        assert_eq!(
+            put(&first, "k", b"3", PutMode::Update(v))
+                .unwrap_err()
+                .kind(),
+            StoreErrorKind::Precondition
+        );
+        assert_eq!(first.get("k", None).unwrap().version, v2);
+    }
+
+    #[test]
+    fn escaping_round_trips_and_bad_escapes_are_refused() {
+        for text in ["", "plain", "a b%c", "tab\tnew\nline\r", "ünï cödé", "%%"] {
+            assert_eq!(unescape(&escape(text)).unwrap(), text);
+            assert!(!escape(text).contains([' ', '\n']));
+        }
+        for bad in ["%", "%4", "%zz", "%FF"] {
+            assert!(unescape(bad).is_err(), "{bad}");
+        }
+    }
+}
