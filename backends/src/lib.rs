@@ -1,7 +1,57 @@
 //! Stores for bucket-lease: a local directory used as a bucket, and (under
 //! the `s3`, `r2` and `minio` features) one signed-HTTP client for
 //! S3-compatible services.
+//!
+//! Every store implements [`bucket_lease_core::store::Store`]. The HTTP
+//! stores share one client, [`HttpStore`]: SigV4-signed requests over one
+//! keep-alive `ureq` agent, no async runtime. The profiles differ only in
+//! their defaults ([`Profile`]): addressing, region, endpoint, whether
+//! DELETE honours `If-Match`.
+//!
+//! Name a store with a URL and let the environment fill in the rest:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), bucket_lease_backends::config::ConfigError> {
+//! // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION are set.
+//! let (store, prefix) = bucket_lease_backends::config::open("s3://my-bucket/jobs/nightly")?;
+//! # Ok(()) }
+//! ```
+//!
+//! or configure in code:
+//!
+//! ```
+//! # #[cfg(feature = "r2")] {
+//! use bucket_lease_backends::{r2, Credentials};
+//! let store = r2::builder()
+//!     .endpoint(r2::endpoint("0123abcd", Some("eu")))
+//!     .bucket("leases")
+//!     .credentials(Credentials::new("key-id", "secret"))
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(store.base_url(), "https://0123abcd.eu.r2.cloudflarestorage.com/leases");
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 
+pub mod config;
 #[cfg(feature = "fs")]
 pub mod fs;
+#[cfg(feature = "_http")]
+mod http;
+#[cfg(feature = "minio")]
+pub mod minio;
+#[cfg(feature = "r2")]
+pub mod r2;
+#[cfg(feature = "s3")]
+pub mod s3;
+#[cfg(feature = "_http")]
+mod sign;
+#[cfg(feature = "_http")]
+mod xml;
+
+#[cfg(feature = "_http")]
+pub use http::{
+    Addressing, HttpStore, HttpStoreBuilder, Profile, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT,
+};
+#[cfg(feature = "_http")]
+pub use sign::Credentials;

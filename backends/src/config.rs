@@ -1,0 +1,584 @@
+//! Naming a store with a URL, and filling in the rest from the environment.
+//!
+//! | URL | store | from the environment |
+//! |---|---|---|
+//! | `s3://bucket/prefix` | AWS S3 (`s3` feature) | `AWS_REGION` or `AWS_DEFAULT_REGION`; `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` overrides the endpoint |
+//! | `r2://bucket/prefix` | Cloudflare R2 (`r2` feature) | `R2_ACCOUNT_ID` and optional `R2_JURISDICTION`, or an endpoint variable |
+//! | `minio://bucket/prefix` | MinIO (`minio` feature) | `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (required); `AWS_REGION` |
+//! | `file:///dir/prefix` | the directory `/dir` as a bucket (`fs` feature) | nothing |
+//!
+//! The HTTP stores take their credentials from `AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY` and, for temporary credentials,
+//! `AWS_SESSION_TOKEN`. The prefix is everything after the bucket (for
+//! `file://`, after the last `/`); it may be empty.
+//!
+//! Reading the environment is injectable ([`open_with_env`]), so tests
+//! need not change the process's variables. Programs that configure in
+//! code use the builders (`s3::builder()`, …) instead.
+
+use bucket_lease_core::store::{Store, StoreError};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A configuration that cannot make a store. `Display` reads "what failed:
+/// why; what to do", and never contains a secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A required setting is absent.
+    Missing {
+        /// What was being configured (`s3`, `store URL`, …).
+        what: &'static str,
+        /// The field or environment variable to set.
+        setting: &'static str,
+        /// How to set it.
+        fix: &'static str,
+    },
+    /// A setting has a value that cannot be used.
+    Invalid {
+        /// What was being configured.
+        what: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        why: String,
+        /// What to give instead.
+        fix: &'static str,
+    },
+    /// The URL names a kind of store this build leaves out.
+    NotBuilt {
+        /// The URL's scheme.
+        scheme: &'static str,
+        /// The cargo feature that brings it in.
+        feature: &'static str,
+    },
+    /// Opening the store failed.
+    Open(StoreError),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Missing { what, setting, fix } => {
+                write!(
+                    f,
+                    "configuring the {what} store: {setting} is not set; {fix}"
+                )
+            }
+            ConfigError::Invalid {
+                what,
+                value,
+                why,
+                fix,
+            } => write!(f, "configuring the {what} store: {value:?} {why}; {fix}"),
+            ConfigError::NotBuilt { scheme, feature } => write!(
+                f,
+                "opening a {scheme}:// store: this build has no `{feature}` feature; \
+                 rebuild with --features {feature}"
+            ),
+            ConfigError::Open(e) => write!(f, "opening the store: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Open(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// A store named by a URL. See the [module docs](self).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreUrl {
+    /// `s3://bucket/prefix`.
+    S3 {
+        /// The bucket.
+        bucket: String,
+        /// The prefix the lease is on.
+        prefix: String,
+    },
+    /// `r2://bucket/prefix`.
+    R2 {
+        /// The bucket.
+        bucket: String,
+        /// The prefix the lease is on.
+        prefix: String,
+    },
+    /// `minio://bucket/prefix`.
+    Minio {
+        /// The bucket.
+        bucket: String,
+        /// The prefix the lease is on.
+        prefix: String,
+    },
+    /// `file:///dir/prefix`: the directory `dir` used as a bucket.
+    File {
+        /// The directory that holds the objects.
+        dir: PathBuf,
+        /// The prefix the lease is on.
+        prefix: String,
+    },
+}
+
+const URL_FIX: &str =
+    "write it as s3://bucket/prefix, r2://bucket/prefix, minio://bucket/prefix or file:///dir/prefix";
+
+impl StoreUrl {
+    /// Parse `url`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] when the scheme is unknown, the bucket is
+    /// missing, or the URL carries a query, a fragment or user information.
+    pub fn parse(url: &str) -> Result<StoreUrl, ConfigError> {
+        let invalid = |why: &str| ConfigError::Invalid {
+            what: "URL",
+            // User information may hold a secret: never echo it.
+            value: if url.contains('@') {
+                "(a URL with user information, not shown)".into()
+            } else {
+                url.to_string()
+            },
+            why: why.to_string(),
+            fix: URL_FIX,
+        };
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(invalid("has no scheme"));
+        };
+        if rest.contains(['?', '#', '@']) {
+            return Err(invalid("carries a query, a fragment or user information"));
+        }
+        if scheme == "file" {
+            let path = rest.strip_prefix("localhost").unwrap_or(rest);
+            if !path.starts_with('/') {
+                return Err(invalid("is not an absolute file:/// path"));
+            }
+            let (dir, prefix) = path.rsplit_once('/').unwrap_or(("", path));
+            let dir = if dir.is_empty() { "/" } else { dir };
+            return Ok(StoreUrl::File {
+                dir: PathBuf::from(dir),
+                prefix: prefix.to_string(),
+            });
+        }
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(invalid("names no bucket"));
+        }
+        let (bucket, prefix) = (bucket.to_string(), prefix.trim_end_matches('/').to_string());
+        match scheme {
+            "s3" => Ok(StoreUrl::S3 { bucket, prefix }),
+            "r2" => Ok(StoreUrl::R2 { bucket, prefix }),
+            "minio" => Ok(StoreUrl::Minio { bucket, prefix }),
+            _ => Err(invalid("has an unknown scheme")),
+        }
+    }
+
+    /// The prefix the lease is on.
+    pub fn prefix(&self) -> &str {
+        match self {
+            StoreUrl::S3 { prefix, .. }
+            | StoreUrl::R2 { prefix, .. }
+            | StoreUrl::Minio { prefix, .. }
+            | StoreUrl::File { prefix, .. } => prefix,
+        }
+    }
+
+    /// Open the store, reading settings from the process environment.
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreUrl::open_with_env`].
+    pub fn open(&self) -> Result<Arc<dyn Store>, ConfigError> {
+        self.open_with_env(|name| std::env::var(name).ok())
+    }
+
+    /// Open the store, reading settings through `env` (a variable's name to
+    /// its value).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Missing`] naming the variable to set;
+    /// [`ConfigError::Invalid`] for an unusable value;
+    /// [`ConfigError::NotBuilt`] when the store's feature is not compiled
+    /// in; [`ConfigError::Open`] when the directory cannot be opened.
+    pub fn open_with_env(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Arc<dyn Store>, ConfigError> {
+        match self {
+            StoreUrl::File { dir, .. } => open_dir(dir),
+            _ => open_http(self, &env),
+        }
+    }
+}
+
+/// Parse `url` and open its store from the process environment; returns
+/// the store and the prefix the lease is on.
+///
+/// # Errors
+///
+/// As [`StoreUrl::parse`] and [`StoreUrl::open_with_env`].
+pub fn open(url: &str) -> Result<(Arc<dyn Store>, String), ConfigError> {
+    open_with_env(url, |name| std::env::var(name).ok())
+}
+
+/// [`open`], reading the environment through `env`.
+///
+/// # Errors
+///
+/// As [`StoreUrl::parse`] and [`StoreUrl::open_with_env`].
+pub fn open_with_env(
+    url: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(Arc<dyn Store>, String), ConfigError> {
+    let parsed = StoreUrl::parse(url)?;
+    let store = parsed.open_with_env(env)?;
+    Ok((store, parsed.prefix().to_string()))
+}
+
+#[cfg(feature = "fs")]
+fn open_dir(dir: &std::path::Path) -> Result<Arc<dyn Store>, ConfigError> {
+    let store = crate::fs::DirStore::open(dir).map_err(ConfigError::Open)?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "fs"))]
+fn open_dir(_dir: &std::path::Path) -> Result<Arc<dyn Store>, ConfigError> {
+    Err(ConfigError::NotBuilt {
+        scheme: "file",
+        feature: "fs",
+    })
+}
+
+#[cfg(feature = "_http")]
+fn open_http(
+    url: &StoreUrl,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn Store>, ConfigError> {
+    Ok(Arc::new(http_builder(url, env)?.build()?))
+}
+
+#[cfg(not(feature = "_http"))]
+fn open_http(
+    url: &StoreUrl,
+    _env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn Store>, ConfigError> {
+    Err(not_built(url))
+}
+
+fn not_built(url: &StoreUrl) -> ConfigError {
+    let (scheme, feature) = match url {
+        StoreUrl::S3 { .. } => ("s3", "s3"),
+        StoreUrl::R2 { .. } => ("r2", "r2"),
+        StoreUrl::Minio { .. } => ("minio", "minio"),
+        StoreUrl::File { .. } => ("file", "fs"),
+    };
+    ConfigError::NotBuilt { scheme, feature }
+}
+
+/// The builder for an HTTP store URL, filled in from `env`: for programs
+/// that want to change more (timeouts, addressing) before
+/// [`build`](crate::HttpStoreBuilder::build).
+///
+/// # Errors
+///
+/// [`ConfigError::Missing`] naming the variable to set;
+/// [`ConfigError::NotBuilt`] for a store this build leaves out or a
+/// `file://` URL.
+#[cfg(feature = "_http")]
+pub fn http_builder(
+    url: &StoreUrl,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<crate::HttpStoreBuilder, ConfigError> {
+    let var = |name: &str| env(name).filter(|v| !v.is_empty());
+    let endpoint = var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL"));
+    let region = var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION"));
+    let (builder, bucket, what) = match url {
+        #[cfg(feature = "s3")]
+        StoreUrl::S3 { bucket, .. } => {
+            let mut b = crate::s3::builder();
+            if let Some(region) = region {
+                b = b.region(region);
+            }
+            if let Some(endpoint) = endpoint {
+                b = b.endpoint(endpoint);
+            }
+            (b, bucket, "s3")
+        }
+        #[cfg(feature = "r2")]
+        StoreUrl::R2 { bucket, .. } => {
+            // R2 signs for region `auto`; AWS_REGION belongs to AWS.
+            let endpoint = match (endpoint, var("R2_ACCOUNT_ID")) {
+                (Some(endpoint), _) => endpoint,
+                (None, Some(account)) => {
+                    crate::r2::endpoint(&account, var("R2_JURISDICTION").as_deref())
+                }
+                (None, None) => {
+                    return Err(ConfigError::Missing {
+                        what: "r2",
+                        setting: "R2_ACCOUNT_ID",
+                        fix: "set R2_ACCOUNT_ID (and R2_JURISDICTION for a jurisdiction), \
+                              or AWS_ENDPOINT_URL",
+                    })
+                }
+            };
+            (crate::r2::builder().endpoint(endpoint), bucket, "r2")
+        }
+        #[cfg(feature = "minio")]
+        StoreUrl::Minio { bucket, .. } => {
+            let Some(endpoint) = endpoint else {
+                return Err(ConfigError::Missing {
+                    what: "minio",
+                    setting: "AWS_ENDPOINT_URL",
+                    fix: "set AWS_ENDPOINT_URL to the server's URL, such as http://127.0.0.1:9000",
+                });
+            };
+            let mut b = crate::minio::builder().endpoint(endpoint);
+            if let Some(region) = region {
+                b = b.region(region);
+            }
+            (b, bucket, "minio")
+        }
+        other => return Err(not_built(other)),
+    };
+    let Some(access_key) = var("AWS_ACCESS_KEY_ID") else {
+        return Err(ConfigError::Missing {
+            what,
+            setting: "AWS_ACCESS_KEY_ID",
+            fix: "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        });
+    };
+    let Some(secret) = var("AWS_SECRET_ACCESS_KEY") else {
+        return Err(ConfigError::Missing {
+            what,
+            setting: "AWS_SECRET_ACCESS_KEY",
+            fix: "set AWS_SECRET_ACCESS_KEY beside AWS_ACCESS_KEY_ID",
+        });
+    };
+    let mut credentials = crate::Credentials::new(access_key, secret);
+    if let Some(token) = var("AWS_SESSION_TOKEN") {
+        credentials = credentials.with_session_token(token);
+    }
+    Ok(builder.bucket(bucket.clone()).credentials(credentials))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_each_scheme() {
+        assert_eq!(
+            StoreUrl::parse("s3://b/jobs/nightly/").unwrap(),
+            StoreUrl::S3 {
+                bucket: "b".into(),
+                prefix: "jobs/nightly".into()
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("r2://b").unwrap(),
+            StoreUrl::R2 {
+                bucket: "b".into(),
+                prefix: "".into()
+            }
+        );
+        assert_eq!(StoreUrl::parse("minio://b/p").unwrap().prefix(), "p");
+        assert_eq!(
+            StoreUrl::parse("file:///var/lib/leases/jobs").unwrap(),
+            StoreUrl::File {
+                dir: "/var/lib/leases".into(),
+                prefix: "jobs".into()
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("file:///top").unwrap(),
+            StoreUrl::File {
+                dir: "/".into(),
+                prefix: "top".into()
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("file://localhost/d/").unwrap(),
+            StoreUrl::File {
+                dir: "/d".into(),
+                prefix: "".into()
+            }
+        );
+    }
+
+    #[test]
+    fn bad_urls_say_what_to_write_and_hide_user_information() {
+        for url in [
+            "gs://b/p",
+            "s3:///p",
+            "s3://b/p?x=1",
+            "no-scheme",
+            "file://relative/p",
+        ] {
+            let e = StoreUrl::parse(url).unwrap_err().to_string();
+            assert!(e.starts_with("configuring the URL store: "), "{e}");
+            assert!(e.contains("write it as s3://bucket/prefix"), "{e}");
+        }
+        let e = StoreUrl::parse("s3://AKID:hunter2@b/p")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn missing_features_are_named() {
+        #[cfg(not(feature = "fs"))]
+        {
+            let e = open_with_env("file:///tmp/x", |_| None).err().unwrap();
+            assert_eq!(
+                e.to_string(),
+                "opening a file:// store: this build has no `fs` feature; rebuild with --features fs"
+            );
+        }
+        #[cfg(not(feature = "r2"))]
+        {
+            let e = open_with_env("r2://b/p", |_| None).err().unwrap();
+            assert_eq!(
+                e,
+                ConfigError::NotBuilt {
+                    scheme: "r2",
+                    feature: "r2"
+                }
+            );
+        }
+    }
+
+    #[cfg(feature = "_http")]
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[cfg(feature = "s3")]
+    #[test]
+    fn s3_needs_a_region_and_credentials_and_names_the_variables() {
+        let e = open_with_env("s3://b/p", env_of(&[])).err().unwrap();
+        assert!(
+            e.to_string().contains("AWS_ACCESS_KEY_ID is not set"),
+            "{e}"
+        );
+        let e = open_with_env(
+            "s3://b/p",
+            env_of(&[
+                ("AWS_ACCESS_KEY_ID", "AKID"),
+                ("AWS_SECRET_ACCESS_KEY", "s"),
+            ]),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "configuring the s3 store: region is not set; set AWS_REGION (or \
+             AWS_DEFAULT_REGION), or call region()"
+        );
+        let e = open_with_env("s3://b/p", env_of(&[("AWS_ACCESS_KEY_ID", "AKID")]))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("AWS_SECRET_ACCESS_KEY"), "{e}");
+
+        let (store, prefix) = open_with_env(
+            "s3://my-bucket/p/q",
+            env_of(&[
+                ("AWS_ACCESS_KEY_ID", "AKID"),
+                ("AWS_SECRET_ACCESS_KEY", "very-secret"),
+                ("AWS_SESSION_TOKEN", "token-secret"),
+                ("AWS_DEFAULT_REGION", "eu-west-1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(prefix, "p/q");
+        let debug = format!("{store:?}");
+        assert!(
+            debug.contains("https://my-bucket.s3.eu-west-1.amazonaws.com"),
+            "{debug}"
+        );
+        assert!(debug.contains("AKID"), "{debug}");
+        assert!(!debug.contains("very-secret") && !debug.contains("token-secret"));
+
+        let builder = http_builder(
+            &StoreUrl::parse("s3://my-bucket/p").unwrap(),
+            &env_of(&[
+                ("AWS_ACCESS_KEY_ID", "AKID"),
+                ("AWS_SECRET_ACCESS_KEY", "s"),
+                ("AWS_REGION", "us-west-2"),
+                ("AWS_DEFAULT_REGION", "eu-west-1"),
+                ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
+            ]),
+        )
+        .unwrap();
+        let store = builder.build().unwrap();
+        // An IP endpoint cannot carry a bucket label: path-style.
+        assert_eq!(store.base_url(), "http://127.0.0.1:9000/my-bucket");
+        assert!(format!("{store:?}").contains("us-west-2"));
+    }
+
+    #[cfg(feature = "r2")]
+    #[test]
+    fn r2_endpoint_comes_from_the_account_and_jurisdiction() {
+        let url = StoreUrl::parse("r2://bkt/p").unwrap();
+        let e = http_builder(
+            &url,
+            &env_of(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")]),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("R2_ACCOUNT_ID is not set"), "{e}");
+        let store = http_builder(
+            &url,
+            &env_of(&[
+                ("AWS_ACCESS_KEY_ID", "A"),
+                ("AWS_SECRET_ACCESS_KEY", "S"),
+                ("AWS_REGION", "us-east-1"),
+                ("R2_ACCOUNT_ID", "acct"),
+                ("R2_JURISDICTION", "eu"),
+            ]),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        assert_eq!(
+            store.base_url(),
+            "https://acct.eu.r2.cloudflarestorage.com/bkt"
+        );
+        assert!(format!("{store:?}").contains("region: \"auto\""));
+    }
+
+    #[cfg(feature = "minio")]
+    #[test]
+    fn minio_needs_an_endpoint() {
+        let url = StoreUrl::parse("minio://bkt/p").unwrap();
+        let e = http_builder(
+            &url,
+            &env_of(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")]),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("AWS_ENDPOINT_URL is not set"), "{e}");
+        let store = http_builder(
+            &url,
+            &env_of(&[
+                ("AWS_ACCESS_KEY_ID", "A"),
+                ("AWS_SECRET_ACCESS_KEY", "S"),
+                ("AWS_ENDPOINT_URL_S3", "http://minio.lan:9000/"),
+            ]),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        assert_eq!(store.base_url(), "http://minio.lan:9000/bkt");
+    }
+}

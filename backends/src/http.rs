@@ -1,0 +1,779 @@
+//! The one signed-HTTP client behind every S3-compatible profile.
+//!
+//! An [`HttpStore`] holds one keep-alive `ureq` agent, so a renewal on a
+//! warm connection is one request on an open socket. Every request is
+//! signed with SigV4, carries a timeout cut to the caller's deadline, reads
+//! at most [`HttpStoreBuilder::max_body`] bytes of answer, and has its status
+//! mapped to a [`StoreErrorKind`] by meaning (see [`HttpStore`]).
+
+use crate::config::ConfigError;
+use crate::sign::{Credentials, Signer};
+use crate::xml::ErrorBody;
+use bucket_lease_core::store::{
+    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+};
+use std::fmt;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime};
+use ureq::http::{self, HeaderMap, HeaderName, HeaderValue, Method};
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+
+/// The timeout of one request when the caller gives no earlier deadline.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most bytes read from one answer (an object or an error body).
+pub const DEFAULT_MAX_BODY: usize = 64 * 1024;
+
+/// How a request names its bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addressing {
+    /// `https://endpoint/bucket/key`.
+    Path,
+    /// `https://bucket.endpoint/key`. Buckets that are not valid DNS labels
+    /// (dots, capitals, underscores) and endpoints given as an IP address
+    /// fall back to path-style, as the AWS SDKs do.
+    VirtualHosted,
+}
+
+/// The defaults that set one service apart from another. Each profile
+/// module (`s3`, `r2`, `minio`) defines one; every value can be overridden
+/// on the [`HttpStoreBuilder`].
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Profile {
+    /// A short name for messages: `s3`, `r2`, `minio`.
+    pub name: &'static str,
+    /// How requests name the bucket.
+    pub addressing: Addressing,
+    /// The signing region when none is configured; `None` makes the region
+    /// a required setting.
+    pub region: Option<&'static str>,
+    /// The endpoint for a region when none is configured; `None` makes the
+    /// endpoint a required setting.
+    pub endpoint_for_region: Option<fn(&str) -> String>,
+    /// Whether the service honours `If-Match` on DELETE. When `false`, a
+    /// [`DeleteMode::IfVersion`] answers [`StoreErrorKind::NotImplemented`]
+    /// without sending anything.
+    pub conditional_delete: bool,
+    /// Whether `If-Match` carries the ETag without its quotes (some services
+    /// accept only that).
+    pub unquoted_etags: bool,
+}
+
+/// Settings for an [`HttpStore`], starting from a [`Profile`]'s defaults.
+///
+/// ```
+/// # #[cfg(feature = "minio")] {
+/// use bucket_lease_backends::{minio, Credentials};
+/// let store = minio::builder()
+///     .endpoint("http://127.0.0.1:9000")
+///     .bucket("leases")
+///     .credentials(Credentials::new("minioadmin", "minioadmin"))
+///     .build()
+///     .unwrap();
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct HttpStoreBuilder {
+    profile: Profile,
+    endpoint: Option<String>,
+    bucket: Option<String>,
+    region: Option<String>,
+    credentials: Option<Credentials>,
+    addressing: Addressing,
+    conditional_delete: bool,
+    unquoted_etags: bool,
+    timeout: Duration,
+    max_body: usize,
+    connect_to: Option<SocketAddr>,
+}
+
+impl HttpStoreBuilder {
+    /// A builder holding `profile`'s defaults.
+    pub fn new(profile: Profile) -> Self {
+        HttpStoreBuilder {
+            profile,
+            endpoint: None,
+            bucket: None,
+            region: None,
+            credentials: None,
+            addressing: profile.addressing,
+            conditional_delete: profile.conditional_delete,
+            unquoted_etags: profile.unquoted_etags,
+            timeout: DEFAULT_TIMEOUT,
+            max_body: DEFAULT_MAX_BODY,
+            connect_to: None,
+        }
+    }
+
+    /// The service's URL: `https://host[:port][/base]`, or `host[:port]`
+    /// for HTTPS. Plain HTTP only when it says `http://`.
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// The bucket (required).
+    pub fn bucket(mut self, bucket: impl Into<String>) -> Self {
+        self.bucket = Some(bucket.into());
+        self
+    }
+
+    /// The signing region.
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
+        self
+    }
+
+    /// The credentials to sign with (required).
+    pub fn credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    /// Path-style or virtual-hosted requests.
+    pub fn addressing(mut self, addressing: Addressing) -> Self {
+        self.addressing = addressing;
+        self
+    }
+
+    /// Whether to send `If-Match` on DELETE (see
+    /// [`Profile::conditional_delete`]).
+    pub fn conditional_delete(mut self, on: bool) -> Self {
+        self.conditional_delete = on;
+        self
+    }
+
+    /// Whether to strip the quotes from ETags sent in `If-Match`.
+    pub fn unquoted_etags(mut self, on: bool) -> Self {
+        self.unquoted_etags = on;
+        self
+    }
+
+    /// The timeout of each request (default [`DEFAULT_TIMEOUT`]); a
+    /// caller's earlier deadline cuts it further.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The most bytes read from one answer (default [`DEFAULT_MAX_BODY`]).
+    /// A larger object is an error, never an unbounded allocation.
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// Connect to `addr` whatever the endpoint's host name resolves to,
+    /// keeping the host name in the request and its signature (as curl's
+    /// `--connect-to`). For pinned addresses and for testing
+    /// virtual-hosted addressing against a local server.
+    pub fn connect_to(mut self, addr: SocketAddr) -> Self {
+        self.connect_to = Some(addr);
+        self
+    }
+
+    /// The store.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Missing`] naming the setting when the bucket, the
+    /// credentials, the region or the endpoint (where the profile has no
+    /// default) is not set; [`ConfigError::Invalid`] when the endpoint or
+    /// the bucket cannot be used.
+    pub fn build(self) -> Result<HttpStore, ConfigError> {
+        let what = self.profile.name;
+        let bucket = self.bucket.ok_or(ConfigError::Missing {
+            what,
+            setting: "bucket",
+            fix: "give it in the URL (s3://BUCKET/prefix) or call bucket()",
+        })?;
+        if bucket.is_empty() || bucket.contains('/') {
+            return Err(ConfigError::Invalid {
+                what,
+                value: bucket,
+                why: "is not a bucket name".into(),
+                fix: "name a bucket without slashes",
+            });
+        }
+        let credentials = self.credentials.ok_or(ConfigError::Missing {
+            what,
+            setting: "credentials",
+            fix: "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or call credentials()",
+        })?;
+        let region = match (self.region, self.profile.region) {
+            (Some(region), _) => region,
+            (None, Some(default)) => default.to_string(),
+            (None, None) => {
+                return Err(ConfigError::Missing {
+                    what,
+                    setting: "region",
+                    fix: "set AWS_REGION (or AWS_DEFAULT_REGION), or call region()",
+                })
+            }
+        };
+        let endpoint = match (self.endpoint, self.profile.endpoint_for_region) {
+            (Some(endpoint), _) => endpoint,
+            (None, Some(for_region)) => for_region(&region),
+            (None, None) => {
+                return Err(ConfigError::Missing {
+                    what,
+                    setting: "endpoint",
+                    fix: "set AWS_ENDPOINT_URL, or call endpoint()",
+                })
+            }
+        };
+        let endpoint = Endpoint::parse(&endpoint).map_err(|why| ConfigError::Invalid {
+            what,
+            value: endpoint.clone(),
+            why,
+            fix: "give the endpoint as https://host[:port][/path] (http:// for plain HTTP)",
+        })?;
+        let virtual_hosted = self.addressing == Addressing::VirtualHosted
+            && is_dns_label(&bucket)
+            && !endpoint.host_is_ip();
+        let base_url = if virtual_hosted {
+            format!(
+                "{}://{}.{}{}",
+                endpoint.scheme, bucket, endpoint.authority, endpoint.base_path
+            )
+        } else {
+            format!(
+                "{}://{}{}/{}",
+                endpoint.scheme,
+                endpoint.authority,
+                endpoint.base_path,
+                encode_key(&bucket)
+            )
+        };
+
+        let config = ureq::Agent::config_builder()
+            // Statuses are answers to map, not errors.
+            .http_status_as_error(false)
+            // A redirect means the wrong region or endpoint: report it.
+            .max_redirects(0)
+            .https_only(endpoint.scheme == "https")
+            .timeout_global(Some(self.timeout))
+            .user_agent(concat!("bucket-lease/", env!("CARGO_PKG_VERSION")))
+            .build();
+        let agent = match self.connect_to {
+            Some(addr) => {
+                ureq::Agent::with_parts(config, DefaultConnector::default(), FixedResolver(addr))
+            }
+            None => ureq::Agent::new_with_config(config),
+        };
+
+        Ok(HttpStore {
+            agent,
+            profile: self.profile.name,
+            base_url,
+            bucket,
+            signer: Signer::new(credentials, region),
+            conditional_delete: self.conditional_delete,
+            unquoted_etags: self.unquoted_etags,
+            timeout: self.timeout,
+            max_body: self.max_body,
+        })
+    }
+}
+
+/// A bucket on an S3-compatible service, reached with signed HTTP requests.
+///
+/// Answers are mapped by meaning:
+///
+/// | answer | meaning |
+/// |---|---|
+/// | 412 or 304 to a create-only PUT | [`StoreErrorKind::AlreadyExists`] |
+/// | 412 or 304 to an update-if-ETag PUT, 404 to it | [`StoreErrorKind::Precondition`] |
+/// | 412 to a DELETE with `If-Match` | [`StoreErrorKind::Precondition`] |
+/// | 404 to a GET | [`StoreErrorKind::NotFound`] |
+/// | 404 to a DELETE | success: the key is gone |
+/// | 409 | [`StoreErrorKind::Conflict`] |
+/// | 401, 403 | [`StoreErrorKind::PermissionDenied`] |
+/// | 501 or code `NotImplemented` to a conditional request | [`StoreErrorKind::NotImplemented`] |
+/// | 5xx, 408, 429, timeout, reset | [`StoreErrorKind::Transport`]: it may have landed |
+/// | code `NoSuchBucket`, other 3xx and 4xx, a body over the cap | [`StoreErrorKind::Rejected`] |
+///
+/// Every error names the method, the key, the service's code (or the HTTP
+/// status when the body has none), its message and request id.
+pub struct HttpStore {
+    agent: ureq::Agent,
+    profile: &'static str,
+    base_url: String,
+    bucket: String,
+    signer: Signer,
+    conditional_delete: bool,
+    unquoted_etags: bool,
+    timeout: Duration,
+    max_body: usize,
+}
+
+impl fmt::Debug for HttpStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpStore")
+            .field("profile", &self.profile)
+            .field("base_url", &self.base_url)
+            .field("region", &self.signer.region())
+            .field("signer", &self.signer)
+            .field("conditional_delete", &self.conditional_delete)
+            .field("unquoted_etags", &self.unquoted_etags)
+            .field("timeout", &self.timeout)
+            .field("max_body", &self.max_body)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One kind of request, which decides what its answers mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Get,
+    Create,
+    Update,
+    Overwrite,
+    Delete,
+    DeleteIfMatch,
+}
+
+impl Op {
+    fn method(self) -> &'static str {
+        match self {
+            Op::Get => "GET",
+            Op::Create | Op::Update | Op::Overwrite => "PUT",
+            Op::Delete | Op::DeleteIfMatch => "DELETE",
+        }
+    }
+
+    fn conditional(self) -> bool {
+        matches!(self, Op::Create | Op::Update | Op::DeleteIfMatch)
+    }
+}
+
+/// What an answer means for `op`: `None` for success, else the error kind.
+fn failure_kind(op: Op, status: u16, code: Option<&str>) -> Option<StoreErrorKind> {
+    use StoreErrorKind::*;
+    if (200..300).contains(&status) {
+        return None;
+    }
+    if code == Some("NoSuchBucket") {
+        return Some(Rejected);
+    }
+    if op.conditional() && (status == 501 || code == Some("NotImplemented")) {
+        return Some(NotImplemented);
+    }
+    Some(match (status, op) {
+        (404, Op::Delete | Op::DeleteIfMatch) => return None,
+        (404, Op::Get) => NotFound,
+        (404, Op::Update) => Precondition,
+        (304 | 412, Op::Create) => AlreadyExists,
+        (304 | 412, Op::Update | Op::DeleteIfMatch) => Precondition,
+        (409, _) => Conflict,
+        (401 | 403, _) => PermissionDenied,
+        (501, _) => Rejected,
+        (408 | 429 | 500..=599, _) => Transport,
+        _ => Rejected,
+    })
+}
+
+/// An answer whose body was read (up to the cap).
+struct Answer {
+    status: u16,
+    headers: HeaderMap,
+    body: Result<Vec<u8>, usize>,
+}
+
+impl HttpStore {
+    /// A builder starting from `profile`'s defaults.
+    pub fn builder(profile: Profile) -> HttpStoreBuilder {
+        HttpStoreBuilder::new(profile)
+    }
+
+    /// The bucket this store reads and writes.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The URL an object's key is appended to (`…/bucket` path-style,
+    /// `https://bucket.host` virtual-hosted).
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    fn url(&self, key: &str) -> String {
+        format!("{}/{}", self.base_url, encode_key(key))
+    }
+
+    fn etag_value(&self, etag: &str) -> String {
+        if self.unquoted_etags {
+            etag.trim_matches('"').to_string()
+        } else {
+            etag.to_string()
+        }
+    }
+
+    /// The unsigned request for `op` on `key`.
+    fn request(
+        &self,
+        op: Op,
+        key: &str,
+        condition: Option<&Version>,
+        metadata: &[(String, String)],
+    ) -> Result<http::Request<()>, StoreError> {
+        let fail = |message: String| {
+            StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(message)
+        };
+        let method = match op.method() {
+            "GET" => Method::GET,
+            "PUT" => Method::PUT,
+            _ => Method::DELETE,
+        };
+        let mut builder = http::Request::builder().method(method).uri(self.url(key));
+        if op.method() == "PUT" {
+            // moto stores a form-urlencoded body as empty; say what it is.
+            builder = builder.header("content-type", "application/octet-stream");
+        }
+        match (op, condition) {
+            (Op::Create, _) => builder = builder.header("if-none-match", "*"),
+            (Op::Update | Op::DeleteIfMatch, Some(version)) => {
+                let Some(etag) = &version.etag else {
+                    return Err(
+                        StoreError::new(StoreErrorKind::NotImplemented, op.method(), key)
+                            .with_message("the version has no ETag to send in If-Match"),
+                    );
+                };
+                builder = builder.header("if-match", self.etag_value(etag));
+            }
+            _ => {}
+        }
+        let mut request = builder
+            .body(())
+            .map_err(|e| fail(format!("cannot form the request: {e}")))?;
+        for (name, value) in metadata {
+            let name = HeaderName::try_from(format!("x-amz-meta-{}", name.to_ascii_lowercase()))
+                .map_err(|_| fail(format!("metadata name {name:?} is not a header name")))?;
+            let value = HeaderValue::try_from(value.as_str())
+                .ok()
+                .filter(|v| v.to_str().is_ok())
+                .ok_or_else(|| fail(format!("metadata {name} is not visible ASCII")))?;
+            request.headers_mut().append(name, value);
+        }
+        Ok(request)
+    }
+
+    /// `request`, signed as of `time`.
+    fn signed(
+        &self,
+        op: Op,
+        key: &str,
+        mut request: http::Request<()>,
+        body: &[u8],
+        time: SystemTime,
+    ) -> Result<http::Request<()>, StoreError> {
+        self.signer.sign(&mut request, body, time).map_err(|e| {
+            StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(e.to_string())
+        })?;
+        Ok(request)
+    }
+
+    /// Sign and send `request`, and read its answer up to the cap.
+    fn send(
+        &self,
+        op: Op,
+        key: &str,
+        request: http::Request<()>,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Answer, StoreError> {
+        let transport = || StoreError::new(StoreErrorKind::Transport, op.method(), key);
+        let timeout = match deadline {
+            None => self.timeout,
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(transport()
+                        .with_message("the deadline passed before the request was sent")
+                        .timed_out());
+                }
+                left.min(self.timeout)
+            }
+        };
+        let request = self.signed(op, key, request, body, SystemTime::now())?;
+        let request = self
+            .agent
+            .configure_request(request.map(|()| body))
+            .timeout_global(Some(timeout))
+            .build();
+        let mut response = self
+            .agent
+            .run(request)
+            .map_err(|e| transport_error(op, key, e))?;
+        let status = response.status().as_u16();
+        let declared = response
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let body = if declared.is_some_and(|n| n > self.max_body as u64) {
+            Err(self.max_body)
+        } else {
+            let mut bytes = Vec::new();
+            response
+                .body_mut()
+                .as_reader()
+                .take(self.max_body as u64 + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| transport_error(op, key, ureq::Error::from(e)))?;
+            if bytes.len() > self.max_body {
+                Err(self.max_body)
+            } else {
+                Ok(bytes)
+            }
+        };
+        Ok(Answer {
+            status,
+            headers: response.headers().clone(),
+            body,
+        })
+    }
+
+    /// `Ok(answer)` when the answer means success for `op`, else its error.
+    fn check(&self, op: Op, key: &str, answer: Answer) -> Result<Answer, StoreError> {
+        let parsed = match &answer.body {
+            Ok(bytes) if !(200..300).contains(&answer.status) => ErrorBody::parse(bytes),
+            _ => ErrorBody::default(),
+        };
+        let Some(kind) = failure_kind(op, answer.status, parsed.code.as_deref()) else {
+            return Ok(answer);
+        };
+        let mut error = StoreError::new(kind, op.method(), key).with_code(
+            parsed
+                .code
+                .unwrap_or_else(|| format!("HTTP {}", answer.status)),
+        );
+        let message = match (&answer.body, parsed.message) {
+            (Err(cap), _) => Some(format!(
+                "error body larger than the {cap}-byte cap, not read"
+            )),
+            (Ok(_), message) => message,
+        };
+        if let Some(message) = message {
+            error = error.with_message(message);
+        }
+        let request_id = parsed
+            .request_id
+            .or_else(|| header(&answer.headers, "x-amz-request-id"));
+        if let Some(id) = request_id {
+            error = error.with_request_id(id);
+        }
+        Err(error)
+    }
+
+    fn execute(
+        &self,
+        op: Op,
+        key: &str,
+        request: http::Request<()>,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Answer, StoreError> {
+        let answer = self.send(op, key, request, body, deadline)?;
+        self.check(op, key, answer)
+    }
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn version_of(headers: &HeaderMap) -> Version {
+    Version {
+        etag: header(headers, "etag"),
+        version_id: header(headers, "x-amz-version-id"),
+    }
+}
+
+fn transport_error(op: Op, key: &str, error: ureq::Error) -> StoreError {
+    let timed_out = match &error {
+        ureq::Error::Timeout(_) => true,
+        ureq::Error::Io(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+        ),
+        _ => false,
+    };
+    let kind = match &error {
+        ureq::Error::BadUri(_) | ureq::Error::Http(_) | ureq::Error::RequireHttpsOnly(_) => {
+            StoreErrorKind::Rejected
+        }
+        _ => StoreErrorKind::Transport,
+    };
+    let e = StoreError::new(kind, op.method(), key).with_message(error.to_string());
+    if timed_out {
+        e.timed_out()
+    } else {
+        e
+    }
+}
+
+impl Store for HttpStore {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        let request = self.request(Op::Get, key, None, &[])?;
+        let answer = self.execute(Op::Get, key, request, &[], deadline)?;
+        let body = answer.body.map_err(|cap| {
+            StoreError::new(StoreErrorKind::Rejected, "GET", key)
+                .with_message(format!("the object is larger than the {cap}-byte cap"))
+        })?;
+        let metadata = answer
+            .headers
+            .iter()
+            .filter_map(|(name, value)| {
+                let name = name.as_str().strip_prefix("x-amz-meta-")?;
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                Some((name.to_string(), value))
+            })
+            .collect();
+        Ok(Object {
+            body,
+            version: version_of(&answer.headers),
+            metadata,
+        })
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        let (op, condition) = match &options.mode {
+            PutMode::Create => (Op::Create, None),
+            PutMode::Update(version) => (Op::Update, Some(version)),
+            PutMode::Overwrite => (Op::Overwrite, None),
+        };
+        let request = self.request(op, key, condition, &options.metadata)?;
+        let answer = self.execute(op, key, request, body, options.deadline)?;
+        Ok(version_of(&answer.headers))
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        let (op, condition) = match mode {
+            DeleteMode::Unconditional => (Op::Delete, None),
+            DeleteMode::IfVersion(_) if !self.conditional_delete => {
+                return Err(
+                    StoreError::new(StoreErrorKind::NotImplemented, "DELETE", key).with_message(
+                        format!(
+                            "the {} profile does not send conditional deletes \
+                             (turn them on with conditional_delete(true))",
+                            self.profile
+                        ),
+                    ),
+                );
+            }
+            DeleteMode::IfVersion(version) => (Op::DeleteIfMatch, Some(version)),
+        };
+        let request = self.request(op, key, condition, &[])?;
+        self.execute(op, key, request, &[], deadline)?;
+        Ok(())
+    }
+}
+
+/// A resolver that answers one address whatever the host.
+#[derive(Debug)]
+struct FixedResolver(SocketAddr);
+
+impl Resolver for FixedResolver {
+    fn resolve(
+        &self,
+        _uri: &http::Uri,
+        _config: &ureq::config::Config,
+        _timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let mut addrs = self.empty();
+        addrs.push(self.0);
+        Ok(addrs)
+    }
+}
+
+/// An endpoint split into the parts a request URL is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Endpoint {
+    scheme: &'static str,
+    /// `host[:port]`, as given.
+    authority: String,
+    /// `""` or `/path` without a trailing slash.
+    base_path: String,
+}
+
+impl Endpoint {
+    fn parse(text: &str) -> Result<Endpoint, String> {
+        let (scheme, rest) = match text.split_once("://") {
+            Some(("https", rest)) => ("https", rest),
+            Some(("http", rest)) => ("http", rest),
+            Some((other, _)) => {
+                return Err(format!("has the scheme {other}:// (not http or https)"))
+            }
+            None => ("https", text),
+        };
+        if rest.contains(['?', '#']) {
+            return Err("has a query or a fragment".into());
+        }
+        let (authority, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        if authority.is_empty() || authority.contains('@') {
+            return Err("has no host, or carries user information".into());
+        }
+        let after_host = &authority[authority.rfind(']').unwrap_or(0)..];
+        let bad_port = after_host
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| port.parse::<u16>().is_err());
+        if bad_port || authority.parse::<http::uri::Authority>().is_err() {
+            return Err("has an invalid host or port".into());
+        }
+        Ok(Endpoint {
+            scheme,
+            authority: authority.to_ascii_lowercase(),
+            base_path: path.trim_end_matches('/').to_string(),
+        })
+    }
+
+    fn host_is_ip(&self) -> bool {
+        let host = self
+            .authority
+            .rsplit_once(':')
+            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+            .map_or(self.authority.as_str(), |(host, _)| host);
+        host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok()
+    }
+}
+
+/// Whether `bucket` can be the first label of a host name.
+fn is_dns_label(bucket: &str) -> bool {
+    (3..=63).contains(&bucket.len())
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !bucket.starts_with('-')
+        && !bucket.ends_with('-')
+}
+
+/// Percent-encode a key for an S3 path: everything but unreserved
+/// characters and `/`.
+fn encode_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

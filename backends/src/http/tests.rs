@@ -1,0 +1,440 @@
+use super::*;
+use crate::Credentials;
+use std::time::UNIX_EPOCH;
+
+fn profile(name: &'static str) -> Profile {
+    Profile {
+        name,
+        addressing: Addressing::Path,
+        region: Some("us-east-1"),
+        endpoint_for_region: None,
+        conditional_delete: true,
+        unquoted_etags: false,
+    }
+}
+
+fn store(endpoint: &str) -> HttpStore {
+    HttpStore::builder(profile("test"))
+        .endpoint(endpoint)
+        .bucket("bkt")
+        .credentials(Credentials::new("AKID", "SECRET"))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn answers_map_by_meaning() {
+    use StoreErrorKind::*;
+    let cases: &[(Op, u16, Option<&str>, Option<StoreErrorKind>)] = &[
+        (Op::Get, 200, None, None),
+        (Op::Get, 404, Some("NoSuchKey"), Some(NotFound)),
+        (Op::Get, 404, Some("NoSuchBucket"), Some(Rejected)),
+        (Op::Create, 200, None, None),
+        (
+            Op::Create,
+            412,
+            Some("PreconditionFailed"),
+            Some(AlreadyExists),
+        ),
+        (Op::Create, 304, None, Some(AlreadyExists)),
+        (Op::Update, 412, None, Some(Precondition)),
+        (Op::Update, 304, None, Some(Precondition)),
+        (Op::Update, 404, Some("NoSuchKey"), Some(Precondition)),
+        (
+            Op::Update,
+            409,
+            Some("ConditionalRequestConflict"),
+            Some(Conflict),
+        ),
+        (Op::Create, 409, None, Some(Conflict)),
+        (
+            Op::Overwrite,
+            403,
+            Some("AccessDenied"),
+            Some(PermissionDenied),
+        ),
+        (
+            Op::Get,
+            403,
+            Some("SignatureDoesNotMatch"),
+            Some(PermissionDenied),
+        ),
+        (
+            Op::Create,
+            501,
+            Some("NotImplemented"),
+            Some(NotImplemented),
+        ),
+        (
+            Op::Update,
+            400,
+            Some("NotImplemented"),
+            Some(NotImplemented),
+        ),
+        (Op::DeleteIfMatch, 501, None, Some(NotImplemented)),
+        (Op::Overwrite, 501, None, Some(Rejected)),
+        (Op::Overwrite, 500, Some("InternalError"), Some(Transport)),
+        (Op::Update, 503, Some("SlowDown"), Some(Transport)),
+        (Op::Get, 429, None, Some(Transport)),
+        (Op::Delete, 204, None, None),
+        (Op::Delete, 404, Some("NoSuchKey"), None),
+        (Op::DeleteIfMatch, 404, None, None),
+        (Op::DeleteIfMatch, 412, None, Some(Precondition)),
+        (Op::Delete, 404, Some("NoSuchBucket"), Some(Rejected)),
+        (Op::Overwrite, 400, Some("InvalidArgument"), Some(Rejected)),
+        (Op::Get, 301, Some("PermanentRedirect"), Some(Rejected)),
+        (Op::Overwrite, 412, None, Some(Rejected)),
+    ];
+    for &(op, status, code, expected) in cases {
+        assert_eq!(
+            failure_kind(op, status, code),
+            expected,
+            "{op:?} {status} {code:?}"
+        );
+    }
+}
+
+#[test]
+fn endpoints_parse_https_by_default() {
+    let e = Endpoint::parse("s3.example.com").unwrap();
+    assert_eq!(
+        (e.scheme, e.authority.as_str()),
+        ("https", "s3.example.com")
+    );
+    let e = Endpoint::parse("http://127.0.0.1:9000/base/").unwrap();
+    assert_eq!(
+        (e.scheme, e.authority.as_str(), e.base_path.as_str()),
+        ("http", "127.0.0.1:9000", "/base")
+    );
+    assert!(e.host_is_ip());
+    assert!(Endpoint::parse("https://[::1]:9000").unwrap().host_is_ip());
+    assert!(!Endpoint::parse("https://minio.lan:9000")
+        .unwrap()
+        .host_is_ip());
+    for bad in [
+        "ftp://x",
+        "https://",
+        "https://u:p@host",
+        "https://h/?q",
+        "https://h:port",
+    ] {
+        assert!(Endpoint::parse(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn keys_are_percent_encoded_except_slashes() {
+    assert_eq!(encode_key("a/b c/LEASE"), "a/b%20c/LEASE");
+    assert_eq!(encode_key("x+y=z&é~._-"), "x%2By%3Dz%26%C3%A9~._-");
+}
+
+#[test]
+fn addressing_builds_the_base_url() {
+    let virtual_hosted = |bucket: &str, endpoint: &str| {
+        HttpStore::builder(profile("t"))
+            .addressing(Addressing::VirtualHosted)
+            .endpoint(endpoint)
+            .bucket(bucket)
+            .credentials(Credentials::new("A", "S"))
+            .build()
+            .unwrap()
+            .base_url()
+            .to_string()
+    };
+    assert_eq!(
+        virtual_hosted("bkt", "https://s3.eu-west-1.amazonaws.com"),
+        "https://bkt.s3.eu-west-1.amazonaws.com"
+    );
+    // Dotted buckets and IP endpoints cannot be host labels: path-style.
+    assert_eq!(
+        virtual_hosted("my.bkt", "https://s3.amazonaws.com"),
+        "https://s3.amazonaws.com/my.bkt"
+    );
+    assert_eq!(
+        virtual_hosted("bkt", "http://127.0.0.1:9000"),
+        "http://127.0.0.1:9000/bkt"
+    );
+    assert_eq!(
+        store("http://h:1/base/").url("a b"),
+        "http://h:1/base/bkt/a%20b"
+    );
+}
+
+#[test]
+fn missing_settings_name_what_to_set() {
+    let e = HttpStore::builder(profile("minio")).build().unwrap_err();
+    assert!(e.to_string().contains("bucket is not set"), "{e}");
+    let e = HttpStore::builder(profile("minio"))
+        .bucket("b")
+        .credentials(Credentials::new("A", "S"))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "configuring the minio store: endpoint is not set; set AWS_ENDPOINT_URL, or call endpoint()"
+    );
+    let e = HttpStore::builder(profile("minio"))
+        .bucket("b")
+        .credentials(Credentials::new("A", "S"))
+        .endpoint("gopher://x")
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("gopher"), "{e}");
+}
+
+#[test]
+fn a_passed_deadline_fails_without_sending() {
+    // Port 9 (discard) on loopback: nothing is sent anyway.
+    let store = store("http://127.0.0.1:9");
+    let past = Some(Instant::now() - Duration::from_millis(1));
+    let e = store.get("k", past).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport);
+    assert!(e.is_timeout());
+    assert_eq!((e.method(), e.key()), ("GET", "k"));
+    let e = store
+        .put(
+            "k",
+            b"x",
+            &PutOptions::new(PutMode::Create).with_deadline(past),
+        )
+        .unwrap_err();
+    assert!(e.is_timeout() && e.method() == "PUT");
+}
+
+#[test]
+fn conditions_without_an_etag_or_a_profile_switch_are_not_sent() {
+    let store = HttpStore::builder(profile("r2"))
+        .conditional_delete(false)
+        .endpoint("http://127.0.0.1:9")
+        .bucket("b")
+        .credentials(Credentials::new("A", "S"))
+        .build()
+        .unwrap();
+    let e = store
+        .delete("k", &DeleteMode::IfVersion(Version::etag("\"e\"")), None)
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::NotImplemented);
+    assert!(e.to_string().contains("r2 profile"), "{e}");
+    let e = store
+        .put(
+            "k",
+            b"",
+            &PutOptions::new(PutMode::Update(Version::default())),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::NotImplemented);
+}
+
+#[test]
+fn etags_are_sent_as_received_or_unquoted() {
+    let quoted = store("http://h");
+    let request = quoted
+        .request(Op::Update, "k", Some(&Version::etag("\"abc\"")), &[])
+        .unwrap();
+    assert_eq!(request.headers()["if-match"], "\"abc\"");
+    let unquoted = HttpStore::builder(profile("t"))
+        .unquoted_etags(true)
+        .endpoint("http://h")
+        .bucket("b")
+        .credentials(Credentials::new("A", "S"))
+        .build()
+        .unwrap();
+    let request = unquoted
+        .request(Op::DeleteIfMatch, "k", Some(&Version::etag("\"abc\"")), &[])
+        .unwrap();
+    assert_eq!(request.headers()["if-match"], "abc");
+}
+
+#[test]
+fn puts_carry_content_type_metadata_and_conditions() {
+    let s = store("http://h");
+    let meta = vec![("Owner".to_string(), "host-7 pid-42".to_string())];
+    let request = s.request(Op::Create, "k", None, &meta).unwrap();
+    let h = request.headers();
+    assert_eq!(h["content-type"], "application/octet-stream");
+    assert_eq!(h["if-none-match"], "*");
+    assert_eq!(h["x-amz-meta-owner"], "host-7 pid-42");
+    let bad = vec![("bad name".to_string(), "v".to_string())];
+    let e = s.request(Op::Overwrite, "k", None, &bad).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected);
+    let bad = vec![("n".to_string(), "line\nbreak".to_string())];
+    assert!(s.request(Op::Overwrite, "k", None, &bad).is_err());
+}
+
+#[test]
+fn debug_never_shows_secrets() {
+    let store = HttpStore::builder(profile("t"))
+        .endpoint("http://h")
+        .bucket("b")
+        .credentials(Credentials::new("AKIDSHOWN", "secret-one").with_session_token("secret-two"))
+        .build()
+        .unwrap();
+    let debug = format!("{store:?} {store:#?}");
+    assert!(debug.contains("AKIDSHOWN"), "{debug}");
+    assert!(!debug.contains("secret-"), "{debug}");
+    // The signature is a secret too, while valid: it is in no error.
+    let e = store
+        .get("k", Some(Instant::now() - Duration::from_secs(1)))
+        .unwrap_err();
+    assert!(!format!("{e} {e:?}").contains("secret-"));
+}
+
+/// One request as each profile sends it, signed by us and by botocore.
+#[test]
+fn signatures_match_botocore_for_each_profile() {
+    let Some(python) = std::env::var_os("BUCKET_LEASE_PYTHON") else {
+        if std::env::var("BUCKET_LEASE_REQUIRE_SERVERS").as_deref() == Ok("1") {
+            panic!("BUCKET_LEASE_PYTHON is not set (scripts/test-servers.sh start writes it)");
+        }
+        eprintln!("note: BUCKET_LEASE_PYTHON is not set; skipping the botocore comparison");
+        return;
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/botocore_sign.py");
+    let time = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let plain = Credentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY");
+    let temporary = plain
+        .clone()
+        .with_session_token("FwoGZXIvYXdzEJr//////////token+/=");
+
+    let mut stores = Vec::new();
+    #[cfg(feature = "s3")]
+    stores.push(
+        crate::s3::builder()
+            .region("us-west-2")
+            .bucket("lease-bucket")
+            .credentials(plain.clone())
+            .build()
+            .unwrap(),
+    );
+    #[cfg(feature = "r2")]
+    stores.push(
+        crate::r2::builder()
+            .endpoint(crate::r2::endpoint("0123456789abcdef", Some("eu")))
+            .bucket("lease-bucket")
+            .credentials(temporary.clone())
+            .build()
+            .unwrap(),
+    );
+    #[cfg(feature = "minio")]
+    stores.push(
+        crate::minio::builder()
+            .endpoint("http://127.0.0.1:9000")
+            .bucket("lease-bucket")
+            .credentials(temporary.clone())
+            .build()
+            .unwrap(),
+    );
+    stores.push(
+        HttpStore::builder(profile("path-with-base"))
+            .endpoint("https://storage.example.com:8443/s3/")
+            .bucket("lease-bucket")
+            .credentials(plain)
+            .build()
+            .unwrap(),
+    );
+    let _ = &temporary;
+
+    let meta = vec![
+        ("owner".to_string(), "host-7 pid-42".to_string()),
+        ("epoch".to_string(), "12".to_string()),
+    ];
+    let etag = Version::etag("\"5d41402abc4b2a76b9719d911017c592\"");
+    let mut lines = String::new();
+    let mut ours = Vec::new();
+    for store in &stores {
+        let requests: Vec<(Op, &str, Option<&Version>, &[(String, String)], &[u8])> = vec![
+            (Op::Get, "jobs/nightly/LEASE", None, &[], b""),
+            (
+                Op::Create,
+                "jobs/nightly/LEASE",
+                None,
+                &meta,
+                b"{\"holder\":1}",
+            ),
+            (
+                Op::Update,
+                "a key/with spaces+plus/é",
+                Some(&etag),
+                &[],
+                b"x",
+            ),
+            (Op::Overwrite, "k", None, &[], b""),
+            (
+                Op::DeleteIfMatch,
+                "jobs/nightly/LEASE",
+                Some(&etag),
+                &[],
+                b"",
+            ),
+        ];
+        for (op, key, condition, metadata, body) in requests {
+            let unsigned = store.request(op, key, condition, metadata).unwrap();
+            let mut fields = vec![
+                "20231114T221320Z".as_bytes().to_vec(),
+                unsigned.method().as_str().as_bytes().to_vec(),
+                unsigned.uri().to_string().into_bytes(),
+                store.signer.region().as_bytes().to_vec(),
+                b"AKIDEXAMPLE".to_vec(),
+                b"wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".to_vec(),
+            ];
+            let token = if store.signer.credentials().has_session_token() {
+                b"FwoGZXIvYXdzEJr//////////token+/=".to_vec()
+            } else {
+                Vec::new()
+            };
+            fields.push(token);
+            fields.push(body.to_vec());
+            for (name, value) in unsigned.headers() {
+                fields.push(name.as_str().as_bytes().to_vec());
+                fields.push(value.as_bytes().to_vec());
+            }
+            let line: Vec<String> = fields
+                .iter()
+                .map(|f| {
+                    format!(
+                        "x{}",
+                        f.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                    )
+                })
+                .collect();
+            lines.push_str(&line.join(" "));
+            lines.push('\n');
+
+            let signed = store.signed(op, key, unsigned, body, time).unwrap();
+            ours.push(
+                signed.headers()["authorization"]
+                    .to_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+    }
+
+    let mut child = std::process::Command::new(python)
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the botocore signer");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "botocore_sign.py failed");
+    let theirs: Vec<String> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(theirs.len(), ours.len());
+    for (i, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
+        assert_eq!(ours, theirs, "request {i}");
+    }
+    // R2's scope is region `auto`.
+    #[cfg(feature = "r2")]
+    assert!(ours.iter().any(|a| a.contains("/auto/s3/aws4_request")));
+}
