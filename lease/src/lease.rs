@@ -495,6 +495,12 @@ impl Lease {
         self.lock().version.clone()
     }
 
+    /// The instant, on the lease's monotonic clock, taken just before the
+    /// last successful write of the record was sent.
+    pub fn confirmed_at(&self) -> Instant {
+        self.lock().confirmed
+    }
+
     /// The instant, on the lease's monotonic clock, after which this holder
     /// must not write: two thirds of a TTL after the last confirmed renewal,
     /// on both clocks. `None` once that has passed, or the lease is lost or

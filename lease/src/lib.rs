@@ -5,6 +5,8 @@
 //! - [`memory`]: a strict in-memory store that can be told to misbehave.
 //! - [`record`]: the `LEASE` object's JSON and how a reader judges it.
 //! - [`lease`]: taking, renewing, fencing and releasing the lease.
+//! - [`keeper`]: the renewal thread and its events.
+//! - [`fence`]: writes bound to a held lease, stamped with its epoch.
 //! - [`clock`]: the monotonic and wall clocks, real and for tests.
 //! - [`error`]: why a lease operation failed.
 //!
@@ -32,6 +34,8 @@ pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod error;
+pub mod fence;
+pub mod keeper;
 pub mod lease;
 pub mod memory;
 pub mod record;
@@ -39,6 +43,10 @@ pub mod store;
 
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{IgnoredCondition, LeaseError};
+pub use fence::{FencedWriter, WriteError};
+pub use keeper::{Event, Keeper, KeeperOptions};
 pub use lease::{Contender, Exclusion, Lease, LeaseOptions, Released};
 pub use record::{lease_key, LeaseRecord};
-pub use store::{DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version};
+pub use store::{
+    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+};

@@ -1,0 +1,349 @@
+//! The renewal thread: one named OS thread per held lease.
+//!
+//! A [`Keeper`] owns a [`Lease`] and renews it every third of its TTL until
+//! it is stopped, dropped, lost or fenced. What it promises:
+//!
+//! - **The application never waits on I/O to ask.** [`Keeper::may_write`]
+//!   and [`Keeper::write_deadline`] read the lease's state under a mutex held
+//!   only for arithmetic; they are answered from any thread at any time.
+//! - **A hung request cannot outlive the fence.** Each renewal is abandoned
+//!   at the write deadline; a failed renewal is retried after a growing,
+//!   jittered pause, but never scheduled past the deadline. If the deadline
+//!   passes without a renewal the keeper reports [`Event::Fenced`] and stops
+//!   renewing: the lease may already belong to someone else.
+//! - **Every change is an event** on a `crossbeam-channel` receiver:
+//!   [`Event::Renewed`] with the request's latency, [`Event::RenewalFailed`]
+//!   with the error and whether another try is scheduled, [`Event::Fenced`],
+//!   [`Event::Lost`] naming the new holder when known, and
+//!   [`Event::Released`]. The channel is unbounded: a renewal adds at most one
+//!   event a renewal interval, so an application that never reads it does
+//!   not block the keeper.
+//! - **A panic is a loss, never silence.** A panic inside the renewal path
+//!   marks the lease lost and is reported as [`Event::Lost`] with the panic's
+//!   message; the thread then waits to be stopped.
+//! - **No thread outlives its handle.** [`Keeper::stop`] and dropping the
+//!   keeper both release the lease (each request bounded by the release
+//!   timeout) and join the thread.
+
+use crate::clock::Clock;
+use crate::error::LeaseError;
+use crate::lease::{jittered, Lease, Released};
+use crossbeam_channel::{select, Receiver, Sender};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long the keeper gives the release request when it stops, unless told
+/// otherwise.
+pub const DEFAULT_RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The first pause after a failed renewal; each further failure doubles it,
+/// up to a renewal interval.
+const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// What happened to a kept lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A renewal landed; the write deadline moved on.
+    Renewed {
+        /// How long the renewal took, from just before the request was sent
+        /// to its answer.
+        latency: Duration,
+    },
+    /// A renewal failed without losing the lease.
+    RenewalFailed {
+        /// What went wrong.
+        error: LeaseError,
+        /// Whether another try is scheduled before the write deadline.
+        retrying: bool,
+    },
+    /// The write deadline passed without a renewal: writes must stop, and
+    /// the keeper renews no more.
+    Fenced,
+    /// The lease is lost for good.
+    Lost {
+        /// Who holds it now, when known.
+        holder: Option<String>,
+        /// Why: the renewal's error, or the message of a panic in it.
+        reason: String,
+    },
+    /// The keeper was stopped and gave the lease up.
+    Released(Result<Released, LeaseError>),
+}
+
+/// How a [`Keeper`] runs.
+#[derive(Debug, Clone)]
+pub struct KeeperOptions {
+    release_timeout: Duration,
+    thread_name: String,
+}
+
+impl KeeperOptions {
+    /// Release within [`DEFAULT_RELEASE_TIMEOUT`], on a thread named
+    /// `bucket-lease`.
+    pub fn new() -> Self {
+        KeeperOptions {
+            release_timeout: DEFAULT_RELEASE_TIMEOUT,
+            thread_name: "bucket-lease".to_string(),
+        }
+    }
+
+    /// Give the release at stop at most `timeout`.
+    pub fn release_timeout(mut self, timeout: Duration) -> Self {
+        self.release_timeout = timeout;
+        self
+    }
+
+    /// Name the renewal thread `name` (as `top -H` shows it; Linux keeps 15
+    /// bytes).
+    pub fn thread_name(mut self, name: impl Into<String>) -> Self {
+        self.thread_name = name.into();
+        self
+    }
+}
+
+impl Default for KeeperOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A held lease and the thread that renews it. See the [module docs](self).
+#[derive(Debug)]
+pub struct Keeper {
+    lease: Arc<Lease>,
+    events: Receiver<Event>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<Result<Released, LeaseError>>>,
+}
+
+impl Keeper {
+    /// Start renewing `lease` on its own thread.
+    ///
+    /// # Errors
+    ///
+    /// When the operating system cannot start a thread; the lease is then
+    /// released before the error is returned.
+    pub fn spawn(lease: Lease, options: KeeperOptions) -> std::io::Result<Keeper> {
+        let lease = Arc::new(lease);
+        let (events_tx, events) = crossbeam_channel::unbounded();
+        let (stop, stop_rx) = crossbeam_channel::bounded(1);
+        let renewer = Renewer {
+            lease: Arc::clone(&lease),
+            events: events_tx,
+            stop: stop_rx,
+            release_timeout: options.release_timeout,
+        };
+        let thread = std::thread::Builder::new()
+            .name(options.thread_name)
+            .spawn(move || renewer.run());
+        match thread {
+            Ok(thread) => Ok(Keeper {
+                lease,
+                events,
+                stop: Some(stop),
+                thread: Some(thread),
+            }),
+            Err(e) => {
+                let _ = lease.release();
+                Err(e)
+            }
+        }
+    }
+
+    /// The kept lease, for its id, key, epoch and state.
+    pub fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
+    /// Whether the application may start a write now.
+    pub fn may_write(&self) -> bool {
+        self.lease.may_write()
+    }
+
+    /// When the application must have finished writing; `None` when it
+    /// must not write at all.
+    pub fn write_deadline(&self) -> Option<Instant> {
+        self.lease.write_deadline()
+    }
+
+    /// The keeper's events. Clones of the receiver share one queue.
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    /// Stop renewing, release the lease and join the thread.
+    ///
+    /// # Errors
+    ///
+    /// The release's error, when its request failed (the record then expires
+    /// after its TTL); [`LeaseError::Lost`] when the renewal thread died
+    /// without releasing.
+    pub fn stop(mut self) -> Result<Released, LeaseError> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<Released, LeaseError> {
+        drop(self.stop.take());
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(released)) => released,
+            // The thread died outside the guarded renewal: nothing released.
+            _ => Err(LeaseError::Lost {
+                key: self.lease.key().to_string(),
+                holder: self.lease.lost_to(),
+            }),
+        }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.shut_down();
+        }
+    }
+}
+
+/// The renewal thread's side.
+struct Renewer {
+    lease: Arc<Lease>,
+    events: Sender<Event>,
+    stop: Receiver<()>,
+    release_timeout: Duration,
+}
+
+/// How one renewal attempt ended.
+enum Attempt {
+    Renewed(Duration),
+    Failed(LeaseError),
+    Lost {
+        holder: Option<String>,
+        reason: String,
+    },
+}
+
+impl Renewer {
+    fn run(self) -> Result<Released, LeaseError> {
+        if self.renew_until_stopped() {
+            // Lost or fenced: nothing more to do until the owner stops us.
+            self.wait_for(None);
+        }
+        let deadline = self.clock().now() + self.release_timeout;
+        let released = self.lease.release_before(Some(deadline));
+        let _ = self.events.send(Event::Released(released.clone()));
+        released
+    }
+
+    fn clock(&self) -> &Arc<dyn Clock> {
+        self.lease.clock()
+    }
+
+    /// Renew on schedule. Returns false when asked to stop, true when the
+    /// lease was lost or fenced.
+    fn renew_until_stopped(&self) -> bool {
+        let interval = self.lease.renew_interval();
+        let mut next = Some(self.lease.confirmed_at() + interval);
+        let mut failures: u32 = 0;
+        loop {
+            let wake = match (next, self.lease.write_deadline()) {
+                (Some(n), Some(d)) => Some(n.min(d)),
+                (n, d) => n.or(d),
+            };
+            if !self.wait_for(wake) {
+                return false;
+            }
+            if self.lease.is_lost() {
+                let holder = self.lease.lost_to();
+                let reason = "a refused write marked it lost".to_string();
+                let _ = self.events.send(Event::Lost { holder, reason });
+                return true;
+            }
+            let Some(deadline) = self.lease.write_deadline() else {
+                log::warn!("{}: fenced: no renewal landed in time", self.lease.key());
+                let _ = self.events.send(Event::Fenced);
+                return true;
+            };
+            let now = self.clock().now();
+            if next.is_some_and(|n| now < n) {
+                continue;
+            }
+            match self.renew_once(deadline) {
+                Attempt::Renewed(latency) => {
+                    failures = 0;
+                    let _ = self.events.send(Event::Renewed { latency });
+                    next = Some(self.lease.confirmed_at() + interval);
+                }
+                Attempt::Lost { holder, reason } => {
+                    let _ = self.events.send(Event::Lost { holder, reason });
+                    return true;
+                }
+                Attempt::Failed(error) => {
+                    failures += 1;
+                    let pause = jittered(retry_pause(failures, interval));
+                    let retry_at = self.clock().now() + pause;
+                    let retrying = retry_at < deadline;
+                    if retrying {
+                        log::warn!(
+                            "{}: renewal failed, retrying in {pause:?}: {error}",
+                            self.lease.key()
+                        );
+                    } else {
+                        log::warn!(
+                            "{}: renewal failed, no time left before the fence: {error}",
+                            self.lease.key()
+                        );
+                    }
+                    let _ = self.events.send(Event::RenewalFailed { error, retrying });
+                    next = retrying.then_some(retry_at);
+                }
+            }
+        }
+    }
+
+    /// One renewal bounded by `deadline`, a panic in it turned into a loss.
+    fn renew_once(&self, deadline: Instant) -> Attempt {
+        let started = self.clock().now();
+        let renewed = catch_unwind(AssertUnwindSafe(|| self.lease.renew_before(Some(deadline))));
+        match renewed {
+            Ok(Ok(())) => Attempt::Renewed(self.clock().now().saturating_duration_since(started)),
+            Ok(Err(LeaseError::Lost { holder, .. })) => Attempt::Lost {
+                holder,
+                reason: "the record was replaced or deleted".to_string(),
+            },
+            Ok(Err(error)) => Attempt::Failed(error),
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_string());
+                log::error!("{}: the renewal panicked: {message}", self.lease.key());
+                self.lease.mark_lost(None);
+                Attempt::Lost {
+                    holder: None,
+                    reason: format!("the renewal panicked: {message}"),
+                }
+            }
+        }
+    }
+
+    /// Wait until `until` (for ever when `None`) or a stop. Returns false
+    /// when asked to stop or when the handle is gone.
+    fn wait_for(&self, until: Option<Instant>) -> bool {
+        let timer = match until {
+            Some(at) => self.clock().timer(at),
+            None => crossbeam_channel::never(),
+        };
+        select! {
+            recv(self.stop) -> _ => false,
+            recv(timer) -> _ => true,
+        }
+    }
+}
+
+fn retry_pause(failures: u32, interval: Duration) -> Duration {
+    let doubled = FIRST_RETRY_PAUSE.saturating_mul(1 << failures.min(16).saturating_sub(1));
+    doubled.min(interval)
+}

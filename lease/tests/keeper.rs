@@ -1,0 +1,206 @@
+//! The renewal thread on the in-memory store with a test clock. The clock
+//! moves only when a test moves it; the tests wait for the keeper's events
+//! (with a generous real-time bound) rather than sleeping.
+
+mod common;
+
+use bucket_lease_core::record::{format_stamp, LeaseRecord};
+use bucket_lease_core::{
+    Clock, Event, Keeper, KeeperOptions, Lease, LeaseOptions, Released, TestClock,
+};
+use common::Recording;
+use crossbeam_channel::Receiver;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+const KEY: &str = "db/LEASE";
+const PATIENCE: Duration = Duration::from_secs(10);
+const QUIET: Duration = Duration::from_millis(150);
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn start(ttl_s: u64) -> (Arc<Recording>, TestClock, Keeper) {
+    let store = Recording::new();
+    let clock = TestClock::new();
+    let options = LeaseOptions::new(ttl_s).clock(Arc::new(clock.clone()));
+    let lease = Lease::acquire(store.clone(), "db", options).unwrap();
+    let keeper = Keeper::spawn(lease, KeeperOptions::new()).unwrap();
+    (store, clock, keeper)
+}
+
+fn next(events: &Receiver<Event>) -> Event {
+    events
+        .recv_timeout(PATIENCE)
+        .expect("the keeper reports within 10 s")
+}
+
+fn nothing_yet(events: &Receiver<Event>) {
+    if let Ok(e) = events.recv_timeout(QUIET) {
+        panic!("no event expected yet, got {e:?}");
+    }
+}
+
+fn renewed_at(store: &Recording) -> String {
+    LeaseRecord::parse(&store.inner.peek(KEY).unwrap())
+        .unwrap()
+        .renewed_at
+}
+
+#[test]
+fn renewals_come_every_third_of_a_ttl_on_the_keeper_thread() {
+    let (store, clock, keeper) = start(30);
+    let events = keeper.events().clone();
+    for round in 1..=3u64 {
+        clock.advance(Duration::from_millis(9_990));
+        nothing_yet(&events);
+        clock.advance(Duration::from_millis(10));
+        assert!(
+            matches!(next(&events), Event::Renewed { .. }),
+            "round {round}"
+        );
+        assert_eq!(renewed_at(&store), format_stamp(clock.wall()));
+    }
+    assert_eq!(keeper.write_deadline(), Some(clock.now() + secs(20)));
+    let threads = store.put_threads.lock().unwrap().clone();
+    assert_eq!(threads.last().unwrap().as_deref(), Some("bucket-lease"));
+}
+
+#[test]
+fn each_renewal_is_bounded_by_the_write_deadline() {
+    let (store, clock, keeper) = start(30);
+    let events = keeper.events().clone();
+    let deadline = keeper.write_deadline().unwrap();
+    clock.advance(secs(10));
+    assert!(matches!(next(&events), Event::Renewed { .. }));
+    assert_eq!(store.last_put_deadline(), Some(deadline));
+}
+
+#[test]
+fn a_failed_renewal_is_retried_and_recovers() {
+    let (store, clock, keeper) = start(30);
+    let events = keeper.events().clone();
+    store.inner.fail_next_requests(1);
+    clock.advance(secs(10));
+    match next(&events) {
+        Event::RenewalFailed { retrying, error } => {
+            assert!(retrying);
+            assert!(error.to_string().contains("no answer"), "{error}");
+        }
+        other => panic!("expected a failed renewal, got {other:?}"),
+    }
+    clock.advance(secs(1)); // the first pause is at most 300 ms
+    assert!(matches!(next(&events), Event::Renewed { .. }));
+    assert!(keeper.may_write());
+}
+
+#[test]
+fn renewals_that_keep_failing_end_in_the_fence_and_then_stop() {
+    let (store, clock, keeper) = start(30);
+    let events = keeper.events().clone();
+    let deadline = keeper.write_deadline().unwrap();
+    store.inner.fail_next_requests(usize::MAX);
+    let mut failures = 0;
+    let fenced_at = loop {
+        clock.advance(Duration::from_millis(500));
+        match events.recv_timeout(QUIET) {
+            Ok(Event::RenewalFailed { .. }) => failures += 1,
+            Ok(Event::Fenced) => break clock.now(),
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => assert!(clock.now() < deadline + secs(1), "no Fenced event"),
+        }
+    };
+    assert!(failures >= 3, "{failures} retries");
+    assert!(fenced_at >= deadline && fenced_at < deadline + secs(1));
+    assert!(!keeper.may_write());
+    let requests = store.inner.requests();
+    clock.advance(secs(60));
+    nothing_yet(&events);
+    assert_eq!(
+        store.inner.requests(),
+        requests,
+        "no renewal after the fence"
+    );
+}
+
+#[test]
+fn a_takeover_is_reported_as_lost_naming_the_new_holder() {
+    let (store, clock, keeper) = start(30);
+    let events = keeper.events().clone();
+    let usurper = LeaseRecord {
+        instance_id: "usurper".into(),
+        acquired_at: format_stamp(clock.wall()),
+        renewed_at: format_stamp(clock.wall()),
+        ttl_s: 30,
+        epoch: 2,
+    };
+    store.inner.insert(KEY, &usurper.to_bytes());
+    clock.advance(secs(10));
+    match next(&events) {
+        Event::Lost { holder, .. } => assert_eq!(holder.as_deref(), Some("usurper")),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert!(!keeper.may_write());
+    assert_eq!(
+        keeper.stop().unwrap(),
+        Released::LeftAlone {
+            holder: Some("usurper".into())
+        }
+    );
+    assert!(
+        store.inner.peek(KEY).is_some(),
+        "the new holder's record stays"
+    );
+}
+
+#[test]
+fn stop_releases_the_lease_and_joins_the_thread() {
+    let (store, _clock, keeper) = start(30);
+    let events = keeper.events().clone();
+    assert_eq!(keeper.stop().unwrap(), Released::Deleted);
+    assert_eq!(next(&events), Event::Released(Ok(Released::Deleted)));
+    assert!(store.inner.keys().is_empty());
+    assert!(events.recv_timeout(QUIET).is_err(), "the thread is gone");
+}
+
+#[test]
+fn dropping_the_keeper_releases_the_lease() {
+    let (store, _clock, keeper) = start(30);
+    let lease = Arc::clone(keeper.lease());
+    drop(keeper);
+    assert!(store.inner.keys().is_empty());
+    assert!(!lease.may_write());
+}
+
+#[test]
+fn a_panic_in_the_renewal_is_a_loss_not_silence() {
+    let (store, clock, keeper) = start(30);
+    let events = keeper.events().clone();
+    store.panic_on_put.store(true, Ordering::SeqCst);
+    clock.advance(secs(10));
+    match next(&events) {
+        Event::Lost { holder, reason } => {
+            assert_eq!(holder, None);
+            assert!(reason.contains("injected panic in the store"), "{reason}");
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert!(!keeper.may_write() && keeper.lease().is_lost());
+    keeper.stop().unwrap();
+}
+
+#[test]
+fn a_lease_marked_lost_by_a_writer_ends_the_renewals() {
+    let (store, clock, keeper) = start(30);
+    let events = keeper.events().clone();
+    keeper.lease().mark_lost(Some("other".into()));
+    let puts = store.inner.puts();
+    clock.advance(secs(10));
+    match next(&events) {
+        Event::Lost { holder, .. } => assert_eq!(holder.as_deref(), Some("other")),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert_eq!(store.inner.puts(), puts);
+}
