@@ -109,9 +109,12 @@ fn until(lease: &bucket_lease::Lease) -> Duration {
     })
 }
 
+/// A store, the prefix to lease in it, and a scratch directory to remove.
+type Opened = (Arc<dyn Store>, String, Option<PathBuf>);
+
 /// The store and prefix named on the command line, and the scratch
 /// directory to remove at the end when none was named.
-fn open_store() -> Result<(Arc<dyn Store>, String, Option<PathBuf>), Box<dyn Error>> {
+fn open_store() -> Result<Opened, Box<dyn Error>> {
     let arg = std::env::args().nth(1);
     if let Some(url) = arg.as_deref().filter(|a| a.contains("://")) {
         let (store, prefix) = config::open(url)?;

@@ -359,8 +359,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "PUT a/LEASE: permission denied (SignatureDoesNotMatch: The request signature we \
-             calculated does not match; request id R1); check the access key, secret, region \
-             and the bucket policy for this prefix"
+             calculated does not match; request id R1); check the credentials and the \
+             permissions granted on this key"
         );
         let t = StoreError::new(StoreErrorKind::Transport, "GET", "k").timed_out();
         assert!(t.to_string().starts_with("GET k: no answer (timed out); "));
