@@ -307,7 +307,7 @@ impl StoreError {
                 "the request may have taken effect; check the endpoint and network, then retry",
             ),
             StoreErrorKind::PermissionDenied => {
-                Some("check the access key, secret, region and the bucket policy for this prefix")
+                Some("check the credentials and the permissions granted on this key")
             }
             StoreErrorKind::Conflict => Some("another conditional write raced this one; retry"),
             StoreErrorKind::NotImplemented => {
