@@ -297,6 +297,7 @@ pub fn http_builder(
 ) -> Result<crate::HttpStoreBuilder, ConfigError> {
     let var = |name: &str| env(name).filter(|v| !v.is_empty());
     let endpoint = var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL"));
+    #[cfg(any(feature = "s3", feature = "minio"))]
     let region = var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION"));
     let (builder, bucket, what) = match url {
         #[cfg(feature = "s3")]

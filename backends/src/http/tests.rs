@@ -279,8 +279,19 @@ fn debug_never_shows_secrets() {
     assert!(!format!("{e} {e:?}").contains("secret-"));
 }
 
+/// A request to sign: its kind, key, condition, metadata and body.
+type Case<'a> = (
+    Op,
+    &'a str,
+    Option<&'a Version>,
+    &'a [(String, String)],
+    &'a [u8],
+);
+
 /// One request as each profile sends it, signed by us and by botocore.
 #[test]
+// The pushes are each behind a profile's feature.
+#[allow(clippy::vec_init_then_push)]
 fn signatures_match_botocore_for_each_profile() {
     let Some(python) = std::env::var_os("BUCKET_LEASE_PYTHON") else {
         if std::env::var("BUCKET_LEASE_REQUIRE_SERVERS").as_deref() == Ok("1") {
@@ -342,7 +353,7 @@ fn signatures_match_botocore_for_each_profile() {
     let mut lines = String::new();
     let mut ours = Vec::new();
     for store in &stores {
-        let requests: Vec<(Op, &str, Option<&Version>, &[(String, String)], &[u8])> = vec![
+        let requests: Vec<Case> = vec![
             (Op::Get, "jobs/nightly/LEASE", None, &[], b""),
             (
                 Op::Create,

@@ -1,0 +1,310 @@
+//! The HTTP client against a scripted loopback server: what goes on the
+//! wire, keep-alive, answers real test servers never give, body caps and
+//! timeouts.
+#![cfg(feature = "_http")]
+
+mod common;
+
+use bucket_lease_backends::{Credentials, HttpStore, HttpStoreBuilder};
+use bucket_lease_core::store::{DeleteMode, PutMode, PutOptions, Store, StoreErrorKind, Version};
+use common::canned::{Canned, Reply};
+use std::time::{Duration, Instant};
+
+fn builder(server: &Canned) -> HttpStoreBuilder {
+    HttpStore::builder(common::any_profile())
+        .endpoint(server.url())
+        .bucket("bkt")
+        .region("us-east-1")
+        .conditional_delete(true)
+        .credentials(Credentials::new("AKID", "the-secret").with_session_token("the-token"))
+}
+
+fn store(server: &Canned) -> HttpStore {
+    builder(server).build().unwrap()
+}
+
+fn update(etag: &str) -> PutOptions {
+    PutOptions::new(PutMode::Update(Version::etag(etag)))
+}
+
+#[test]
+fn renewals_reuse_one_connection_and_carry_signed_conditions() {
+    let server = Canned::start(vec![
+        Reply::status(200).header("ETag", "\"v1\""),
+        Reply::status(200).header("ETag", "\"v2\""),
+        Reply::status(200).header("ETag", "\"v3\""),
+    ]);
+    let store = store(&server);
+    let mut version = Version::etag("\"v0\"");
+    for _ in 0..3 {
+        let options = PutOptions {
+            mode: PutMode::Update(version.clone()),
+            metadata: vec![("owner".into(), "host-7".into())],
+            deadline: Some(Instant::now() + Duration::from_secs(5)),
+        };
+        version = store.put("jobs/LEASE", b"{\"n\":1}", &options).unwrap();
+    }
+    assert_eq!(version.etag.as_deref(), Some("\"v3\""));
+    assert_eq!(server.connections(), 1, "one keep-alive connection");
+
+    let seen = server.seen();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[0].method, "PUT");
+    assert_eq!(seen[0].path, "/bkt/jobs/LEASE");
+    assert_eq!(seen[0].header("if-match"), Some("\"v0\""));
+    assert_eq!(seen[2].header("if-match"), Some("\"v2\""));
+    assert_eq!(
+        seen[0].header("content-type"),
+        Some("application/octet-stream")
+    );
+    assert_eq!(seen[0].header("x-amz-meta-owner"), Some("host-7"));
+    assert_eq!(seen[0].header("x-amz-security-token"), Some("the-token"));
+    assert_eq!(seen[0].body, b"{\"n\":1}");
+    // The SHA-256 of the body, as S3 wants it.
+    assert_eq!(
+        seen[0].header("x-amz-content-sha256"),
+        Some("2bfd14f43d17fc7cea24e0917a8879b4b2f880b8baeec1b9d90fbaad655e71bd")
+    );
+    let auth = seen[0].header("authorization").unwrap();
+    assert!(
+        auth.starts_with("AWS4-HMAC-SHA256 Credential=AKID/"),
+        "{auth}"
+    );
+    assert!(
+        auth.contains("if-match") && auth.contains("x-amz-content-sha256"),
+        "{auth}"
+    );
+}
+
+#[test]
+fn create_sends_if_none_match_and_delete_sends_if_match() {
+    let server = Canned::start(vec![
+        Reply::status(200).header("ETag", "\"a\""),
+        Reply::status(204),
+        Reply::status(204),
+    ]);
+    let store = store(&server);
+    store
+        .put("k", b"x", &PutOptions::new(PutMode::Create))
+        .unwrap();
+    store
+        .delete("k", &DeleteMode::IfVersion(Version::etag("\"a\"")), None)
+        .unwrap();
+    store.delete("k", &DeleteMode::Unconditional, None).unwrap();
+    let seen = server.seen();
+    assert_eq!(seen[0].header("if-none-match"), Some("*"));
+    assert_eq!(seen[1].method, "DELETE");
+    assert_eq!(seen[1].header("if-match"), Some("\"a\""));
+    assert_eq!(seen[2].header("if-match"), None);
+}
+
+#[test]
+fn unquoted_etags_go_on_the_wire_without_quotes() {
+    let server = Canned::start(vec![Reply::status(200).header("ETag", "\"b\"")]);
+    let store = builder(&server).unquoted_etags(true).build().unwrap();
+    store.put("k", b"x", &update("\"a\"")).unwrap();
+    assert_eq!(server.seen()[0].header("if-match"), Some("a"));
+}
+
+#[test]
+fn answers_are_mapped_by_meaning_and_name_the_request() {
+    let server = Canned::start(vec![
+        Reply::error(409, "ConditionalRequestConflict", "try again", "R409"),
+        Reply::error(
+            501,
+            "NotImplemented",
+            "A header you provided implies functionality that is not implemented",
+            "R501",
+        ),
+        Reply::error(500, "InternalError", "oops", "R500"),
+        Reply::status(503).header("x-amz-request-id", "HDR503"),
+        Reply::error(
+            403,
+            "SignatureDoesNotMatch",
+            "The request signature we calculated does not match",
+            "R403",
+        ),
+        Reply::status(304),
+        Reply::error(404, "NoSuchKey", "gone", "R404"),
+        Reply::error(412, "PreconditionFailed", "no", "R412"),
+        Reply::error(404, "NoSuchKey", "gone", "R404b"),
+        Reply::status(418),
+        Reply::error(404, "NoSuchBucket", "no bucket", "RNB"),
+    ]);
+    let store = store(&server);
+    let create = PutOptions::new(PutMode::Create);
+
+    let e = store.put("k", b"1", &update("\"x\"")).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Conflict);
+    assert_eq!(e.code(), Some("ConditionalRequestConflict"));
+
+    let e = store.put("k", b"2", &create).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::NotImplemented);
+
+    let e = store.put("k", b"3", &create).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport);
+    assert!(e.may_have_landed() && !e.is_timeout());
+    assert_eq!(e.request_id(), Some("R500"));
+
+    let e = store.get("k", None).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport);
+    assert_eq!(e.code(), Some("HTTP 503"));
+    assert_eq!(e.request_id(), Some("HDR503"));
+
+    let e = store
+        .put("a/LEASE", b"5", &PutOptions::new(PutMode::Overwrite))
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::PermissionDenied);
+    assert_eq!(
+        (e.method(), e.key(), e.code(), e.request_id()),
+        (
+            "PUT",
+            "a/LEASE",
+            Some("SignatureDoesNotMatch"),
+            Some("R403")
+        )
+    );
+    let text = e.to_string();
+    assert!(
+        text.starts_with(
+            "PUT a/LEASE: permission denied (SignatureDoesNotMatch: The request signature"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("the-secret") && !text.contains("the-token"));
+
+    let e = store.put("k", b"6", &create).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::AlreadyExists);
+
+    let e = store.put("k", b"7", &update("\"x\"")).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Precondition);
+
+    let e = store
+        .delete("k", &DeleteMode::IfVersion(Version::etag("\"x\"")), None)
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Precondition);
+
+    store
+        .delete("k", &DeleteMode::IfVersion(Version::etag("\"x\"")), None)
+        .expect("404 on a delete: gone");
+
+    let e = store.get("k", None).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected);
+    assert_eq!(e.code(), Some("HTTP 418"));
+
+    let e = store.get("k", None).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected);
+    assert_eq!(e.code(), Some("NoSuchBucket"));
+}
+
+#[test]
+fn get_returns_the_version_and_the_metadata() {
+    let server = Canned::start(vec![Reply::status(200)
+        .header("ETag", "\"e1\"")
+        .header("x-amz-version-id", "ver-1")
+        .header("x-amz-meta-Owner", "host-7 pid-42")
+        .header("x-amz-meta-epoch", "3")
+        .header("x-amz-request-id", "ignored")
+        .body("hello")]);
+    let object = store(&server).get("k", None).unwrap();
+    assert_eq!(object.body, b"hello");
+    assert_eq!(object.version.etag.as_deref(), Some("\"e1\""));
+    assert_eq!(object.version.version_id.as_deref(), Some("ver-1"));
+    let mut metadata = object.metadata;
+    metadata.sort();
+    assert_eq!(
+        metadata,
+        vec![
+            ("epoch".to_string(), "3".to_string()),
+            ("owner".to_string(), "host-7 pid-42".to_string())
+        ]
+    );
+}
+
+#[test]
+fn bodies_over_the_cap_are_refused_not_read() {
+    let big = vec![b'x'; 64 * 1024 + 1];
+    let server = Canned::start(vec![
+        Reply::status(200).body(big.clone()),
+        Reply {
+            close_delimited: true,
+            ..Reply::status(200).body(big.clone())
+        },
+        Reply::status(412).body(big.clone()),
+        Reply::status(200).body(vec![b'y'; 64 * 1024]),
+    ]);
+    let store = store(&server);
+    for _ in 0..2 {
+        let e = store.get("k", None).unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Rejected);
+        assert!(e.to_string().contains("65536-byte cap"), "{e}");
+    }
+    let e = store
+        .put("k", b"x", &PutOptions::new(PutMode::Create))
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::AlreadyExists);
+    assert!(e.to_string().contains("65536-byte cap"), "{e}");
+    assert_eq!(store.get("k", None).unwrap().body.len(), 64 * 1024);
+
+    let server = Canned::start(vec![Reply::status(200).body(vec![b'z'; 2000])]);
+    let small = builder(&server).max_body(1000).build().unwrap();
+    let e = small.get("k", None).unwrap_err();
+    assert!(e.to_string().contains("1000-byte cap"), "{e}");
+}
+
+#[test]
+fn slow_answers_time_out_at_the_timeout_or_the_deadline() {
+    let slow = || Reply {
+        delay: Duration::from_secs(3),
+        ..Reply::status(200)
+    };
+    let server = Canned::start(vec![slow(), slow()]);
+    let store = builder(&server)
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let e = store.get("k", None).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport);
+    assert!(e.is_timeout(), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    let store = builder(&server).build().unwrap();
+    let started = Instant::now();
+    let options = PutOptions::new(PutMode::Create)
+        .with_deadline(Some(Instant::now() + Duration::from_millis(200)));
+    let e = store.put("k", b"x", &options).unwrap_err();
+    assert!(e.is_timeout() && e.may_have_landed(), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn a_deadline_already_passed_sends_nothing() {
+    let server = Canned::start(vec![]);
+    let store = store(&server);
+    let past = Some(Instant::now() - Duration::from_millis(5));
+    let e = store.get("k", past).unwrap_err();
+    assert!(e.is_timeout() && e.kind() == StoreErrorKind::Transport);
+    let e = store
+        .delete("k", &DeleteMode::Unconditional, past)
+        .unwrap_err();
+    assert!(e.is_timeout());
+    assert_eq!(server.connections(), 0);
+}
+
+#[test]
+fn a_closed_port_is_a_transport_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let store = HttpStore::builder(common::any_profile())
+        .endpoint(format!("http://127.0.0.1:{port}"))
+        .bucket("b")
+        .region("us-east-1")
+        .credentials(Credentials::new("A", "S"))
+        .build()
+        .unwrap();
+    let e = store.get("k", None).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport);
+}

@@ -1,0 +1,176 @@
+//! Every HTTP profile against moto (behind one global lock), each with its
+//! own addressing and region: the conformance suite, its compare-and-swap
+//! race, and the round trips that depend on a real server.
+#![cfg(feature = "_http")]
+
+mod common;
+
+use bucket_lease_backends::config;
+use bucket_lease_core::conformance;
+use bucket_lease_core::store::{DeleteMode, PutMode, PutOptions, Store, StoreErrorKind, Version};
+use common::Server;
+
+#[test]
+fn every_profile_passes_the_conformance_suite_on_moto() {
+    let Some(stores) = common::profile_stores_on_moto() else {
+        return;
+    };
+    for (name, store) in &stores {
+        let prefix = common::unique_prefix(&format!("conformance-{name}"));
+        let capabilities = conformance::run_all(store, &prefix);
+        // R2's profile does not send conditional deletes; moto honours them.
+        assert_eq!(capabilities.conditional_delete, *name != "r2", "{name}");
+    }
+}
+
+#[test]
+fn etags_metadata_and_absent_keys_round_trip_on_every_profile() {
+    let Some(stores) = common::profile_stores_on_moto() else {
+        return;
+    };
+    for (name, store) in &stores {
+        let prefix = common::unique_prefix(name);
+        let key = format!("{prefix}/odd key+é&=/LEASE");
+        let e = store.get(&key, None).unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::NotFound, "{name}: {e}");
+        assert_eq!((e.method(), e.key()), ("GET", key.as_str()));
+
+        let created = store
+            .put(
+                &key,
+                b"{\"holder\":\"a\"}",
+                &PutOptions::new(PutMode::Create).with_metadata("Owner", "host-7 pid-42"),
+            )
+            .unwrap();
+        let etag = created.etag.clone().expect("an ETag");
+        assert!(etag.starts_with('"'), "{name}: ETag as received: {etag}");
+
+        let object = store.get(&key, None).unwrap();
+        assert_eq!(object.body, b"{\"holder\":\"a\"}");
+        assert_eq!(object.version.etag.as_deref(), Some(etag.as_str()));
+        assert_eq!(
+            object.metadata,
+            vec![("owner".to_string(), "host-7 pid-42".to_string())],
+            "{name}"
+        );
+
+        let e = store
+            .put(&key, b"again", &PutOptions::new(PutMode::Create))
+            .unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::AlreadyExists, "{name}: {e}");
+        assert_eq!(e.code(), Some("PreconditionFailed"));
+
+        let renewed = store
+            .put(
+                &key,
+                b"{\"holder\":\"a\",\"n\":2}",
+                &PutOptions::new(PutMode::Update(object.version.clone())),
+            )
+            .unwrap();
+        assert_ne!(renewed.etag, created.etag);
+        let e = store
+            .put(&key, b"stale", &PutOptions::new(PutMode::Update(created)))
+            .unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Precondition, "{name}: {e}");
+
+        let absent = format!("{prefix}/absent");
+        let e = store
+            .put(
+                &absent,
+                b"x",
+                &PutOptions::new(PutMode::Update(Version::etag("\"made-up\""))),
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Precondition, "{name}: {e}");
+        assert_eq!(
+            store.get(&absent, None).unwrap_err().kind(),
+            StoreErrorKind::NotFound
+        );
+
+        let stale = DeleteMode::IfVersion(Version::etag("\"made-up\""));
+        match store.delete(&key, &stale, None) {
+            Err(e) if *name == "r2" => assert_eq!(e.kind(), StoreErrorKind::NotImplemented),
+            Err(e) => assert_eq!(e.kind(), StoreErrorKind::Precondition, "{name}: {e}"),
+            Ok(()) => panic!("{name}: a stale conditional delete succeeded"),
+        }
+        store.get(&key, None).expect("still there");
+        store
+            .delete(&key, &DeleteMode::Unconditional, None)
+            .unwrap();
+        store
+            .delete(&key, &DeleteMode::Unconditional, None)
+            .expect("deleting an absent key succeeds");
+        assert_eq!(
+            store.get(&key, None).unwrap_err().kind(),
+            StoreErrorKind::NotFound
+        );
+    }
+}
+
+#[test]
+fn compare_and_swap_race_ends_at_the_exact_total() {
+    let Some(store) = common::store(Server::Moto) else {
+        return;
+    };
+    // 4 workers × 10 update-if-ETag increments on one counter, retrying on
+    // refusal: the suite panics unless the counter ends at exactly 40.
+    conformance::compare_and_swap_race(&store, &common::unique_prefix("race"), 4, 10);
+}
+
+#[test]
+fn an_object_over_the_cap_is_refused() {
+    let Some(store) = common::store(Server::Moto) else {
+        return;
+    };
+    let key = format!("{}/big", common::unique_prefix("cap"));
+    let body = vec![b'x'; 100 * 1024];
+    store
+        .put(&key, &body, &PutOptions::new(PutMode::Overwrite))
+        .unwrap();
+    let e = store.get(&key, None).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected);
+    assert!(e.to_string().contains("65536-byte cap"), "{e}");
+    store
+        .delete(&key, &DeleteMode::Unconditional, None)
+        .unwrap();
+}
+
+#[test]
+// The pushes are each behind a profile's feature.
+#[allow(clippy::vec_init_then_push)]
+fn a_url_and_an_injected_environment_open_a_working_store() {
+    let Some(url) = common::server(Server::Moto) else {
+        return;
+    };
+    let env = |name: &str| match name {
+        "AWS_ENDPOINT_URL" => Some(url.clone()),
+        "AWS_ACCESS_KEY_ID" => Some("test-key".into()),
+        "AWS_SECRET_ACCESS_KEY" => Some("test-secret".into()),
+        "AWS_SESSION_TOKEN" => Some("session-token".into()),
+        "AWS_REGION" => Some("us-east-1".into()),
+        "R2_ACCOUNT_ID" => Some("unused-when-an-endpoint-is-set".into()),
+        _ => None,
+    };
+    let bucket = common::bucket();
+    let mut schemes = Vec::new();
+    #[cfg(feature = "s3")]
+    schemes.push("s3");
+    #[cfg(feature = "r2")]
+    schemes.push("r2");
+    #[cfg(feature = "minio")]
+    schemes.push("minio");
+    for scheme in schemes {
+        let prefix = common::unique_prefix(scheme);
+        let (store, got_prefix) =
+            config::open_with_env(&format!("{scheme}://{bucket}/{prefix}/"), env).unwrap();
+        assert_eq!(got_prefix, prefix);
+        let key = format!("{got_prefix}/LEASE");
+        store
+            .put(&key, b"via url", &PutOptions::new(PutMode::Create))
+            .unwrap();
+        assert_eq!(store.get(&key, None).unwrap().body, b"via url");
+        store
+            .delete(&key, &DeleteMode::Unconditional, None)
+            .unwrap();
+    }
+}
