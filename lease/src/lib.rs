@@ -35,6 +35,7 @@ pub mod clock;
 pub mod conformance;
 pub mod error;
 pub mod fence;
+pub mod inspect;
 pub mod keeper;
 pub mod lease;
 pub mod memory;

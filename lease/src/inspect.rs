@@ -1,0 +1,560 @@
+//! Looking at a lease from outside, and breaking one whose holder is dead.
+//!
+//! These are the operator's tools, pure functions over a [`Store`] and a
+//! [`Clock`]; the `bucket-lease inspect` and `bucket-lease break` commands
+//! are thin wrappers around them.
+//!
+//! - [`inspect`] reads `{prefix}/LEASE` once and judges it by the reader's
+//!   wall clock, as a contender would: who holds it, its stamps, its age,
+//!   whether it is fresh or suspect, its epoch and version. It writes
+//!   nothing.
+//! - [`break_lease`] takes a lease away from a holder the operator names,
+//!   with one write conditional on the version just read. It never deletes,
+//!   and never writes blind: if the record names someone else, is absent,
+//!   or changes between the read and the write, nothing is written and the
+//!   error says what was found. The replacement record names
+//!   `broken-by-{new id}`, has a TTL of one second and is stamped one TTL
+//!   in the past, so it is already stale by the breaker's clock: the next
+//!   contender takes it over at once (a contender whose clock runs behind
+//!   waits for the difference), and the old holder's next renewal is refused
+//!   and reports the lease lost ([`LeaseError::Lost`](crate::LeaseError::Lost)).
+//!
+//! Breaking a lease whose holder is still alive lets a new holder start
+//! while the old one may keep writing until its next renewal fails, at most
+//! a third of its TTL later, or until its fence. Break a lease only when its
+//! holder is known to be dead or stuck, and let fenced writes
+//! ([`crate::fence`]) catch the rest.
+
+use crate::clock::Clock;
+use crate::lease::{jittered, read_record, CONFLICT_RETRIES};
+use crate::record::{format_stamp, lease_key, new_instance_id, LeaseRecord};
+use crate::store::{PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version};
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+/// The TTL, in seconds, of the record a break leaves behind.
+pub const BROKEN_TTL_S: u64 = 1;
+
+/// The instance id prefix of the record a break leaves behind; the rest is a
+/// new random instance id.
+pub const BROKEN_BY: &str = "broken-by-";
+
+/// What one read of `{prefix}/LEASE` showed, judged at [`read_at`](Self::read_at).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Inspection {
+    /// The lease object's key.
+    pub key: String,
+    /// The record, or `None` when the object is not a lease record.
+    pub record: Option<LeaseRecord>,
+    /// The version read (ETag, and version id on a versioned bucket).
+    pub version: Version,
+    /// The reader's wall clock when the record was judged.
+    pub read_at: SystemTime,
+    /// How long before `read_at` the record was renewed (negative when it
+    /// is stamped in the future); `None` when there is no parsable stamp.
+    pub age: Option<time::Duration>,
+    /// Whether a contender with this clock would leave the lease alone.
+    pub fresh: bool,
+    /// Whether the record cannot be trusted to expire on time (stamped more
+    /// than its TTL ahead, or an absurd TTL); see [`crate::record`].
+    pub suspect: bool,
+}
+
+impl Inspection {
+    /// The holder's instance id, when the record parses.
+    pub fn holder(&self) -> Option<&str> {
+        self.record.as_ref().map(|r| r.instance_id.as_str())
+    }
+
+    /// How long after `read_at` the record stops being fresh: negative once
+    /// it has expired; `None` when there is no parsable stamp.
+    pub fn expires_in(&self) -> Option<time::Duration> {
+        let record = self.record.as_ref()?;
+        let ttl = time::Duration::seconds(i64::try_from(record.ttl_s).unwrap_or(i64::MAX));
+        Some(ttl - self.age?)
+    }
+
+    /// Whether this record was left behind by [`break_lease`].
+    pub fn is_broken(&self) -> bool {
+        self.holder().is_some_and(|h| h.starts_with(BROKEN_BY))
+    }
+}
+
+/// Read the lease on `prefix` and judge it by `clock`'s wall time.
+///
+/// Returns `None` when there is no lease object: the lease is free.
+///
+/// # Errors
+///
+/// The read's error when the request failed.
+pub fn inspect(
+    store: &dyn Store,
+    prefix: &str,
+    clock: &dyn Clock,
+) -> Result<Option<Inspection>, StoreError> {
+    let key = lease_key(prefix);
+    let Some((record, version)) = read_record(store, &key, None)? else {
+        return Ok(None);
+    };
+    let read_at = clock.wall();
+    let (age, fresh, suspect) = match &record {
+        Some(rec) => (
+            rec.age(read_at),
+            rec.is_fresh(read_at),
+            rec.is_suspect(read_at),
+        ),
+        None => (None, false, false),
+    };
+    Ok(Some(Inspection {
+        key,
+        record,
+        version,
+        read_at,
+        age,
+        fresh,
+        suspect,
+    }))
+}
+
+/// What [`break_lease`] replaced, and with what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Broken {
+    /// The lease object's key.
+    pub key: String,
+    /// The record that was replaced.
+    pub replaced: LeaseRecord,
+    /// The version that was replaced.
+    pub replaced_version: Version,
+    /// Whether the replaced record was still fresh by the breaker's clock.
+    pub was_fresh: bool,
+    /// The record written in its place.
+    pub record: LeaseRecord,
+    /// The version of the record written.
+    pub version: Version,
+}
+
+/// Why [`break_lease`] wrote nothing (or may have written, for a transport
+/// failure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BreakError {
+    /// There is no lease object: nothing to break.
+    Free {
+        /// The lease object's key.
+        key: String,
+    },
+    /// The object is not a lease record; any contender overwrites it.
+    Unreadable {
+        /// The lease object's key.
+        key: String,
+    },
+    /// The record names another holder than the one to break.
+    OtherHolder {
+        /// The lease object's key.
+        key: String,
+        /// Who the record names.
+        holder: String,
+        /// Who was to be broken.
+        expected: String,
+    },
+    /// The record changed between the read and the conditional write (a
+    /// renewal, a release or a takeover): nothing was written.
+    Changed {
+        /// The lease object's key.
+        key: String,
+        /// Who the record names now, when there is one.
+        holder: Option<String>,
+    },
+    /// A request failed. A write that got no answer may have landed:
+    /// inspect the lease to find out.
+    Store(StoreError),
+}
+
+impl BreakError {
+    /// The lease object's key.
+    pub fn key(&self) -> &str {
+        match self {
+            BreakError::Free { key }
+            | BreakError::Unreadable { key }
+            | BreakError::OtherHolder { key, .. }
+            | BreakError::Changed { key, .. } => key,
+            BreakError::Store(e) => e.key(),
+        }
+    }
+}
+
+impl fmt::Display for BreakError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BreakError::Free { key } => {
+                write!(f, "not breaking lease {key}: it is free (no record)")
+            }
+            BreakError::Unreadable { key } => write!(
+                f,
+                "not breaking lease {key}: the object is not a lease record; the next \
+                 contender overwrites it"
+            ),
+            BreakError::OtherHolder {
+                key,
+                holder,
+                expected,
+            } => write!(
+                f,
+                "not breaking lease {key}: it is held by instance {holder}, not {expected}"
+            ),
+            BreakError::Changed {
+                key,
+                holder: Some(holder),
+            } => write!(
+                f,
+                "not breaking lease {key}: it changed while being broken (instance {holder} \
+                 holds it now); inspect it and try again"
+            ),
+            BreakError::Changed { key, holder: None } => write!(
+                f,
+                "not breaking lease {key}: it changed while being broken (it is free now)"
+            ),
+            BreakError::Store(e) => write!(f, "breaking the lease: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BreakError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BreakError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for BreakError {
+    fn from(e: StoreError) -> Self {
+        BreakError::Store(e)
+    }
+}
+
+/// Take the lease on `prefix` away from `holder`: replace its record, only
+/// if it still has the version just read, with one that is already stale.
+/// See the [module docs](self).
+///
+/// # Errors
+///
+/// [`BreakError::Free`] when there is no lease; [`BreakError::Unreadable`]
+/// when the object is not a lease record; [`BreakError::OtherHolder`] when
+/// the record names someone else; [`BreakError::Changed`] when the write was
+/// refused because the record changed; [`BreakError::Store`] when a request
+/// failed (a store that cannot send conditional writes answers
+/// [`StoreErrorKind::NotImplemented`]: a break is never unconditional).
+pub fn break_lease(
+    store: &dyn Store,
+    prefix: &str,
+    holder: &str,
+    clock: &dyn Clock,
+) -> Result<Broken, BreakError> {
+    let key = lease_key(prefix);
+    let (replaced, replaced_version) = match read_record(store, &key, None)? {
+        None => return Err(BreakError::Free { key }),
+        Some((None, _)) => return Err(BreakError::Unreadable { key }),
+        Some((Some(rec), version)) => (rec, version),
+    };
+    if replaced.instance_id != holder {
+        return Err(BreakError::OtherHolder {
+            key,
+            holder: replaced.instance_id,
+            expected: holder.to_string(),
+        });
+    }
+    let now = clock.wall();
+    let was_fresh = replaced.is_fresh(now);
+    let record = LeaseRecord {
+        instance_id: format!("{BROKEN_BY}{}", new_instance_id()),
+        acquired_at: format_stamp(now),
+        // One TTL in the past: stale the moment it lands.
+        renewed_at: format_stamp(now - Duration::from_secs(BROKEN_TTL_S)),
+        ttl_s: BROKEN_TTL_S,
+        epoch: replaced.epoch + 1,
+    };
+    let body = record.to_bytes();
+    let options = PutOptions::new(PutMode::Update(replaced_version.clone()));
+    let mut conflicts = 0;
+    let version = loop {
+        match store.put(&key, &body, &options) {
+            Ok(version) => break version,
+            Err(e) if e.kind() == StoreErrorKind::Conflict && conflicts < CONFLICT_RETRIES => {
+                conflicts += 1;
+                clock.sleep(jittered(
+                    Duration::from_millis(25) * 2u32.pow(conflicts - 1),
+                ));
+            }
+            Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
+                let holder = read_record(store, &key, None)
+                    .ok()
+                    .flatten()
+                    .and_then(|(rec, _)| rec)
+                    .map(|rec| rec.instance_id);
+                return Err(BreakError::Changed { key, holder });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    log::warn!(
+        "{key}: broke the lease of {} (epoch {}, renewed_at {}, {}); replaced it with {} \
+         (epoch {}, already expired)",
+        replaced.instance_id,
+        replaced.epoch,
+        replaced.renewed_at,
+        if was_fresh { "still fresh" } else { "stale" },
+        record.instance_id,
+        record.epoch
+    );
+    Ok(Broken {
+        key,
+        replaced,
+        replaced_version,
+        was_fresh,
+        record,
+        version,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TestClock;
+    use crate::error::LeaseError;
+    use crate::lease::{Contender, LeaseOptions};
+    use crate::memory::{MemoryStore, Misbehaviour};
+    use std::sync::Arc;
+
+    struct World {
+        store: Arc<MemoryStore>,
+        clock: TestClock,
+    }
+
+    impl World {
+        fn new() -> Self {
+            World {
+                store: Arc::new(MemoryStore::new()),
+                clock: TestClock::new(),
+            }
+        }
+
+        fn contender(&self, ttl_s: u64) -> Contender {
+            let options = LeaseOptions::new(ttl_s).clock(Arc::new(self.clock.clone()));
+            Contender::new(self.store.clone(), "jobs/a", options)
+        }
+
+        fn inspect(&self) -> Option<Inspection> {
+            inspect(&*self.store, "jobs/a", &self.clock).expect("the read succeeds")
+        }
+
+        fn break_lease(&self, holder: &str) -> Result<Broken, BreakError> {
+            break_lease(&*self.store, "jobs/a", holder, &self.clock)
+        }
+    }
+
+    #[test]
+    fn a_missing_lease_inspects_as_free() {
+        let w = World::new();
+        assert_eq!(w.inspect(), None);
+    }
+
+    #[test]
+    fn inspect_reports_holder_age_freshness_and_version() {
+        let w = World::new();
+        let lease = w.contender(30).try_acquire().unwrap();
+        w.clock.advance(Duration::from_secs(10));
+        let seen = w.inspect().expect("a lease is there");
+        assert_eq!(seen.key, "jobs/a/LEASE");
+        assert_eq!(seen.holder(), Some(lease.instance_id()));
+        assert_eq!(seen.record.as_ref().unwrap().epoch, 1);
+        assert_eq!(seen.version, lease.version());
+        assert_eq!(seen.read_at, w.clock.wall());
+        assert_eq!(seen.age, Some(time::Duration::seconds(10)));
+        assert_eq!(seen.expires_in(), Some(time::Duration::seconds(20)));
+        assert!(seen.fresh && !seen.suspect && !seen.is_broken());
+
+        w.clock.advance(Duration::from_secs(25));
+        let seen = w.inspect().unwrap();
+        assert!(!seen.fresh, "35 s after a renewal with a TTL of 30 s");
+        assert_eq!(seen.expires_in(), Some(time::Duration::seconds(-5)));
+    }
+
+    #[test]
+    fn inspect_flags_suspect_and_unreadable_records() {
+        let w = World::new();
+        let ahead = w.clock.wall() + Duration::from_secs(120);
+        let record = LeaseRecord {
+            instance_id: "future".into(),
+            acquired_at: format_stamp(ahead),
+            renewed_at: format_stamp(ahead),
+            ttl_s: 30,
+            epoch: 2,
+        };
+        w.store.insert("jobs/a/LEASE", &record.to_bytes());
+        let seen = w.inspect().unwrap();
+        assert!(seen.fresh && seen.suspect);
+        assert_eq!(seen.age, Some(time::Duration::seconds(-120)));
+
+        w.store.insert("jobs/a/LEASE", b"not a record");
+        let seen = w.inspect().unwrap();
+        assert_eq!((seen.holder(), seen.age, seen.fresh), (None, None, false));
+        assert_eq!(seen.expires_in(), None);
+    }
+
+    #[test]
+    fn a_broken_lease_is_lost_to_its_holder_and_taken_at_once() {
+        let w = World::new();
+        let old = w.contender(30).try_acquire().unwrap();
+        let before = old.version();
+        let broken = w.break_lease(old.instance_id()).expect("the break lands");
+        assert_eq!(broken.key, "jobs/a/LEASE");
+        assert_eq!(broken.replaced.instance_id, old.instance_id());
+        assert_eq!(broken.replaced_version, before);
+        assert!(broken.was_fresh);
+        assert!(broken.record.instance_id.starts_with(BROKEN_BY));
+        assert_eq!(
+            (broken.record.ttl_s, broken.record.epoch),
+            (BROKEN_TTL_S, 2)
+        );
+
+        let seen = w.inspect().unwrap();
+        assert!(seen.is_broken() && !seen.fresh, "already expired");
+        assert_eq!(seen.version, broken.version);
+
+        // The old holder's next renewal finds the record replaced.
+        match old.renew() {
+            Err(LeaseError::Lost { holder, .. }) => {
+                assert_eq!(holder.as_deref(), Some(broken.record.instance_id.as_str()));
+            }
+            other => panic!("expected Lost, got {other:?}"),
+        }
+        assert!(!old.may_write());
+
+        // A new contender takes it at once, one epoch on.
+        let new = w.contender(30).try_acquire().expect("taken at once");
+        assert_eq!(new.epoch(), 3);
+        assert_eq!(w.inspect().unwrap().holder(), Some(new.instance_id()));
+    }
+
+    #[test]
+    fn a_stale_holder_is_broken_too() {
+        let w = World::new();
+        let old = w.contender(5).try_acquire().unwrap();
+        w.clock.advance(Duration::from_secs(60));
+        let broken = w.break_lease(old.instance_id()).unwrap();
+        assert!(!broken.was_fresh);
+    }
+
+    #[test]
+    fn breaking_refuses_another_holder_a_free_lease_and_garbage() {
+        let w = World::new();
+        assert_eq!(
+            w.break_lease("dead"),
+            Err(BreakError::Free {
+                key: "jobs/a/LEASE".into()
+            })
+        );
+        let lease = w.contender(30).try_acquire().unwrap();
+        let puts = w.store.puts();
+        match w.break_lease("dead") {
+            Err(e @ BreakError::OtherHolder { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains(lease.instance_id()) && text.contains("dead"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected OtherHolder, got {other:?}"),
+        }
+        assert_eq!(w.store.puts(), puts, "a refused break writes nothing");
+        lease.renew().expect("the holder is untouched");
+
+        w.store.insert("jobs/a/LEASE", b"{}");
+        assert!(matches!(
+            w.break_lease("dead"),
+            Err(BreakError::Unreadable { .. })
+        ));
+    }
+
+    /// A store that lets the holder renew between the break's read and its
+    /// write.
+    #[derive(Debug)]
+    struct RenewsMeanwhile {
+        inner: Arc<MemoryStore>,
+        renew: std::sync::Mutex<Option<crate::lease::Lease>>,
+    }
+
+    impl Store for RenewsMeanwhile {
+        fn get(
+            &self,
+            key: &str,
+            deadline: Option<std::time::Instant>,
+        ) -> Result<crate::store::Object, StoreError> {
+            self.inner.get(key, deadline)
+        }
+
+        fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+            if let Some(lease) = self.renew.lock().unwrap().take() {
+                lease.renew().expect("the holder renews");
+            }
+            self.inner.put(key, body, options)
+        }
+
+        fn delete(
+            &self,
+            key: &str,
+            mode: &crate::store::DeleteMode,
+            deadline: Option<std::time::Instant>,
+        ) -> Result<(), StoreError> {
+            self.inner.delete(key, mode, deadline)
+        }
+    }
+
+    #[test]
+    fn a_record_that_changes_meanwhile_is_not_replaced() {
+        let w = World::new();
+        let lease = w.contender(30).try_acquire().unwrap();
+        let id = lease.instance_id().to_string();
+        let store = RenewsMeanwhile {
+            inner: w.store.clone(),
+            renew: std::sync::Mutex::new(Some(lease)),
+        };
+        match break_lease(&store, "jobs/a", &id, &w.clock) {
+            Err(e @ BreakError::Changed { .. }) => {
+                assert_eq!(
+                    e,
+                    BreakError::Changed {
+                        key: "jobs/a/LEASE".into(),
+                        holder: Some(id.clone())
+                    }
+                );
+                assert!(e.to_string().contains("changed while being broken"));
+            }
+            other => panic!("expected Changed, got {other:?}"),
+        }
+        assert_eq!(w.inspect().unwrap().holder(), Some(id.as_str()));
+    }
+
+    #[test]
+    fn conflicts_are_retried_and_missing_conditions_refuse() {
+        let w = World::new();
+        let lease = w.contender(30).try_acquire().unwrap();
+        w.store.conflict_next_writes(2);
+        w.break_lease(lease.instance_id())
+            .expect("two conflicts are absorbed");
+
+        let w = World::new();
+        let lease = w.contender(30).try_acquire().unwrap();
+        w.store.set(Misbehaviour::NoConditions);
+        match w.break_lease(lease.instance_id()) {
+            Err(BreakError::Store(e)) => assert_eq!(e.kind(), StoreErrorKind::NotImplemented),
+            other => panic!("expected a store error, got {other:?}"),
+        }
+        w.store.clear(Misbehaviour::NoConditions);
+        assert_eq!(w.inspect().unwrap().holder(), Some(lease.instance_id()));
+    }
+}
