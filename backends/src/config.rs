@@ -454,6 +454,33 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "fs")]
+    #[test]
+    fn file_urls_open_the_directory_store() {
+        use bucket_lease_core::store::{PutMode, PutOptions};
+        let dir = std::env::temp_dir().join(format!(
+            "bucket-lease-config-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        let dir = dir.to_str().unwrap().replace([' ', ':'], "-");
+        let (store, prefix) = open_with_env(&format!("file://{dir}/jobs"), |_| None).unwrap();
+        assert_eq!(prefix, "jobs");
+        store
+            .put("jobs/LEASE", b"x", &PutOptions::new(PutMode::Create))
+            .unwrap();
+        assert_eq!(store.get("jobs/LEASE", None).unwrap().body, b"x");
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let file = std::env::temp_dir().join(format!("bucket-lease-config-{}", std::process::id()));
+        std::fs::write(&file, b"not a directory").unwrap();
+        let url = format!("file://{}/p", file.to_str().unwrap());
+        let e = open_with_env(&url, |_| None).err().unwrap();
+        assert!(matches!(e, ConfigError::Open(_)), "{e}");
+        assert!(e.to_string().starts_with("opening the store: "), "{e}");
+        let _ = std::fs::remove_file(&file);
+    }
+
     #[cfg(feature = "_http")]
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |name| {

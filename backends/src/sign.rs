@@ -18,7 +18,10 @@ use ureq::http;
 /// An access key, its secret and an optional session token.
 ///
 /// `Debug` shows the access key id only: the secret and the session token
-/// never appear in `Debug` output, logs or panics.
+/// never appear in `Debug` output, logs or panics. (`aws-sigv4` emits the
+/// canonical request, which includes `x-amz-security-token`, as a `tracing`
+/// TRACE event: an application that installs a `tracing` subscriber at
+/// TRACE for `aws_sigv4` would see a session token there.)
 #[derive(Clone)]
 pub struct Credentials {
     inner: aws_credential_types::Credentials,
