@@ -423,16 +423,15 @@ impl HttpStore {
         let fail = |message: String| {
             StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(message)
         };
-        let method = match op.method() {
-            "GET" => Method::GET,
-            "PUT" => Method::PUT,
-            _ => Method::DELETE,
-        };
-        let mut builder = http::Request::builder().method(method).uri(self.url(key));
-        if op.method() == "PUT" {
+        let mut builder = http::Request::builder().uri(self.url(key));
+        builder = match op {
+            Op::Get => builder.method(Method::GET),
+            Op::Delete | Op::DeleteIfMatch => builder.method(Method::DELETE),
             // moto stores a form-urlencoded body as empty; say what it is.
-            builder = builder.header("content-type", "application/octet-stream");
-        }
+            Op::Create | Op::Update | Op::Overwrite => builder
+                .method(Method::PUT)
+                .header("content-type", "application/octet-stream"),
+        };
         match (op, condition) {
             (Op::Create, _) => builder = builder.header("if-none-match", "*"),
             (Op::Update | Op::DeleteIfMatch, Some(version)) => {
@@ -531,7 +530,7 @@ impl HttpStore {
         };
         Ok(Answer {
             status,
-            headers: response.headers().clone(),
+            headers: response.into_parts().0.headers,
             body,
         })
     }
