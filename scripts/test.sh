@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: start the local S3-compatible servers
+# (installing them on first use), run every test with those servers
+# required, run each backend feature on its own, stop the servers.
+#
+# usage: bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/test-servers.sh start
+trap 'bash scripts/test-servers.sh stop' EXIT
+set -a
+# shellcheck disable=SC1091
+. .ci/tmp/servers.env
+set +a
+export BUCKET_LEASE_REQUIRE_SERVERS=1
+
+cargo test --workspace --all-features
+for feature in s3 r2 minio fs; do
+  echo "== bucket-lease-backends with only the $feature feature"
+  cargo test -p bucket-lease-backends --no-default-features --features "$feature"
+done

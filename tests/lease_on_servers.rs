@@ -1,0 +1,288 @@
+//! The whole lease through each HTTP profile, against real S3-compatible
+//! servers on 127.0.0.1 started by `scripts/test-servers.sh`:
+//!
+//! - moto (conformant): the life cycle on every profile, the renewal thread,
+//!   fenced writes with their epoch, and a write abandoned at the write
+//!   deadline behind a proxy that delays requests;
+//! - s3rver (ignores both conditions) and localbucket (ignores `If-Match`):
+//!   the probe fails closed, naming the header, and leaves nothing behind;
+//!   best-effort mode still works on s3rver.
+//!
+//! Without the servers' variables each test prints a note and passes,
+//! unless `BUCKET_LEASE_REQUIRE_SERVERS=1`.
+#![cfg(any(feature = "s3", feature = "r2", feature = "minio"))]
+
+#[path = "../backends/tests/common/mod.rs"]
+mod common;
+
+use bucket_lease::fence::EPOCH_METADATA;
+use bucket_lease::{
+    Contender, Event, Exclusion, FencedWriter, IgnoredCondition, Keeper, KeeperOptions, Lease,
+    LeaseError, LeaseOptions, Released, Store, StoreErrorKind, WriteError,
+};
+use common::Server;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn held_by(result: Result<Lease, LeaseError>) -> String {
+    match result {
+        Err(LeaseError::Held { holder, .. }) => holder,
+        other => panic!("expected Held, got {other:?}"),
+    }
+}
+
+fn absent(store: &dyn Store, key: &str) -> bool {
+    matches!(store.get(key, None), Err(e) if e.kind() == StoreErrorKind::NotFound)
+}
+
+#[test]
+fn the_life_cycle_on_every_profile() {
+    let Some(stores) = common::profile_stores_on_moto() else {
+        return;
+    };
+    for (profile, store) in stores {
+        let store: Arc<dyn Store> = Arc::new(store);
+        let prefix = common::unique_prefix("life-cycle");
+        let lease = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(30))
+            .unwrap_or_else(|e| panic!("{profile}: {e}"));
+        assert_eq!(lease.exclusion(), Exclusion::Conditional, "{profile}");
+        assert_eq!(
+            held_by(Lease::acquire(
+                store.clone(),
+                &prefix,
+                LeaseOptions::new(30)
+            )),
+            lease.instance_id(),
+            "{profile}"
+        );
+        for _ in 0..20 {
+            lease.renew().unwrap_or_else(|e| panic!("{profile}: {e}"));
+        }
+        assert_eq!(lease.release().unwrap(), Released::Deleted, "{profile}");
+        assert!(absent(&*store, lease.key()), "{profile}");
+
+        // A holder that stops renewing is taken over once its TTL is out.
+        let old = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(1)).unwrap();
+        let mut next = Contender::new(store.clone(), &prefix, LeaseOptions::new(1));
+        held_by(next.try_acquire());
+        std::thread::sleep(Duration::from_millis(1100));
+        let new = next
+            .try_acquire()
+            .unwrap_or_else(|e| panic!("{profile}: {e}"));
+        assert_eq!(new.epoch(), old.epoch() + 1, "{profile}");
+        assert_eq!(
+            old.renew().unwrap_err(),
+            LeaseError::Lost {
+                key: old.key().into(),
+                holder: Some(new.instance_id().into())
+            },
+            "{profile}"
+        );
+        assert_eq!(
+            old.release().unwrap(),
+            Released::LeftAlone {
+                holder: Some(new.instance_id().into())
+            }
+        );
+        assert_eq!(new.release().unwrap(), Released::Deleted, "{profile}");
+    }
+}
+
+#[test]
+fn a_server_that_ignores_both_conditions_fails_the_probe_on_if_none_match() {
+    let Some(store) = common::store(Server::S3rver) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(store);
+    let prefix = common::unique_prefix("s3rver");
+    let err = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(30)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LeaseError::ConditionsIgnored {
+                condition: IgnoredCondition::IfNoneMatch,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("If-None-Match"), "{err}");
+    assert!(
+        absent(&*store, &format!("{prefix}/LEASE")),
+        "our record was removed"
+    );
+
+    // Asked for, best-effort works on it: one holder, the other kept out.
+    let options = || LeaseOptions::new(30).best_effort(true);
+    let lease = Lease::acquire(store.clone(), &prefix, options()).unwrap();
+    assert_eq!(lease.exclusion(), Exclusion::BestEffort);
+    assert_eq!(
+        held_by(Lease::acquire(store.clone(), &prefix, options())),
+        lease.instance_id()
+    );
+    lease.renew().unwrap();
+    assert_eq!(lease.release().unwrap(), Released::Deleted);
+}
+
+#[test]
+fn a_server_that_ignores_if_match_fails_the_probe_on_if_match() {
+    let Some(store) = common::store(Server::LocalBucket) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(store);
+    let prefix = common::unique_prefix("localbucket");
+    let err = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(30)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LeaseError::ConditionsIgnored {
+                condition: IgnoredCondition::IfMatch,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("If-Match"), "{err}");
+    assert!(
+        absent(&*store, &format!("{prefix}/LEASE")),
+        "our record was removed"
+    );
+}
+
+#[test]
+fn the_keeper_renews_against_a_real_server_and_releases_on_stop() {
+    let Some(store) = common::store(Server::Moto) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(store);
+    let prefix = common::unique_prefix("keeper");
+    let lease = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(3)).unwrap();
+    let key = lease.key().to_string();
+    let keeper = Keeper::spawn(lease, KeeperOptions::new()).unwrap();
+    for _ in 0..2 {
+        match keeper
+            .events()
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap()
+        {
+            Event::Renewed { latency } => assert!(latency < Duration::from_secs(2)),
+            other => panic!("expected a renewal, got {other:?}"),
+        }
+    }
+    assert!(keeper.may_write());
+    assert_eq!(keeper.stop().unwrap(), Released::Deleted);
+    assert!(absent(&*store, &key));
+}
+
+#[test]
+fn fenced_writes_carry_the_epoch_and_refuse_a_second_writer() {
+    let Some(store) = common::store(Server::Moto) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(store);
+    let prefix = common::unique_prefix("fenced");
+    let lease = Arc::new(Lease::acquire(store.clone(), &prefix, LeaseOptions::new(30)).unwrap());
+    let writer = FencedWriter::new(lease.clone());
+    let segment = format!("{prefix}/seg-1");
+    writer.put_new(&segment, b"data").unwrap();
+    let object = store.get(&segment, None).unwrap();
+    assert!(
+        object
+            .metadata
+            .contains(&(EPOCH_METADATA.to_string(), "1".to_string())),
+        "{:?}",
+        object.metadata
+    );
+    let latest = format!("{prefix}/LATEST");
+    writer.put_pointer(&latest, b"1").unwrap();
+    writer.put_pointer(&latest, b"2").unwrap();
+    store
+        .put(
+            &latest,
+            b"theirs",
+            &bucket_lease::PutOptions::new(bucket_lease::PutMode::Overwrite),
+        )
+        .unwrap();
+    assert!(matches!(
+        writer.put_pointer(&latest, b"3"),
+        Err(WriteError::Superseded(_))
+    ));
+    assert!(lease.is_lost());
+}
+
+/// A TCP proxy on 127.0.0.1 that holds every chunk a client sends for
+/// `delay_ms` before passing it on to `upstream`.
+fn delaying_proxy(upstream: &str, delay_ms: Arc<AtomicU64>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    std::thread::spawn(move || {
+        for client in listener.incoming().take(16) {
+            let Ok(client) = client else { continue };
+            let (upstream, delay_ms) = (upstream.clone(), delay_ms.clone());
+            std::thread::spawn(move || {
+                let server = TcpStream::connect(upstream).unwrap();
+                let (mut from_client, mut to_server) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = from_client.read(&mut buf) {
+                        std::thread::sleep(Duration::from_millis(delay_ms.load(Ordering::SeqCst)));
+                        if to_server.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let (mut from_server, mut to_client) = (server, client);
+                let _ = std::io::copy(&mut from_server, &mut to_client);
+            });
+        }
+    });
+    format!("http://{address}")
+}
+
+#[test]
+fn a_slow_upload_is_abandoned_at_the_write_deadline() {
+    let Some(moto) = common::server(Server::Moto) else {
+        return;
+    };
+    let delay_ms = Arc::new(AtomicU64::new(0));
+    let proxy = delaying_proxy(&moto, delay_ms.clone());
+    let store: Arc<dyn Store> = Arc::new(
+        common::builder(Server::Moto)
+            .unwrap()
+            .endpoint(proxy)
+            .build()
+            .unwrap(),
+    );
+    let prefix = common::unique_prefix("slow");
+    // A 3 s TTL: the holder may write for 2 s after the acquire.
+    let lease = Arc::new(Lease::acquire(store.clone(), &prefix, LeaseOptions::new(3)).unwrap());
+    let deadline = lease.write_deadline().unwrap();
+    let writer = FencedWriter::new(lease.clone());
+    delay_ms.store(5_000, Ordering::SeqCst);
+    let started = Instant::now();
+    let err = writer
+        .put_new(&format!("{prefix}/slow"), b"late")
+        .unwrap_err();
+    let gave_up = Instant::now();
+    match &err {
+        WriteError::Store(e) => assert!(e.is_timeout() && e.may_have_landed(), "{e}"),
+        other => panic!("expected a timed-out store error, got {other}"),
+    }
+    assert!(gave_up >= deadline, "abandoned before the deadline");
+    assert!(
+        gave_up < deadline + Duration::from_millis(700),
+        "abandoned {:?} after the deadline (started {:?} before it)",
+        gave_up - deadline,
+        deadline.saturating_duration_since(started)
+    );
+    assert!(!lease.may_write());
+    assert!(matches!(
+        writer.put_new(&format!("{prefix}/later"), b"x"),
+        Err(WriteError::Fenced { .. })
+    ));
+}
