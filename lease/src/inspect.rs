@@ -75,6 +75,16 @@ impl Inspection {
         Some(ttl - self.age?)
     }
 
+    /// [`age`](Self::age) in seconds.
+    pub fn age_s(&self) -> Option<f64> {
+        self.age.map(|age| age.as_seconds_f64())
+    }
+
+    /// [`expires_in`](Self::expires_in) in seconds.
+    pub fn expires_in_s(&self) -> Option<f64> {
+        self.expires_in().map(|left| left.as_seconds_f64())
+    }
+
     /// Whether this record was left behind by [`break_lease`].
     pub fn is_broken(&self) -> bool {
         self.holder().is_some_and(|h| h.starts_with(BROKEN_BY))
@@ -300,7 +310,7 @@ pub fn break_lease(
             Err(e) => return Err(e.into()),
         }
     };
-    log::warn!(
+    log::info!(
         "{key}: broke the lease of {} (epoch {}, renewed_at {}, {}); replaced it with {} \
          (epoch {}, already expired)",
         replaced.instance_id,
@@ -375,6 +385,10 @@ mod tests {
         assert_eq!(seen.read_at, w.clock.wall());
         assert_eq!(seen.age, Some(time::Duration::seconds(10)));
         assert_eq!(seen.expires_in(), Some(time::Duration::seconds(20)));
+        assert_eq!(
+            (seen.age_s(), seen.expires_in_s()),
+            (Some(10.0), Some(20.0))
+        );
         assert!(seen.fresh && !seen.suspect && !seen.is_broken());
 
         w.clock.advance(Duration::from_secs(25));
