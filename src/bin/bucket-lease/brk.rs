@@ -1,0 +1,179 @@
+//! `bucket-lease break URL --holder ID [--json]`: take the lease away from
+//! a holder the operator names, because it is known to be dead or stuck.
+//!
+//! What it promises:
+//!
+//! - It writes only over the exact version it read, and only when that
+//!   version names `ID` ([`bucket_lease::inspect::break_lease`]); it never
+//!   deletes. The record left behind names `broken-by-{new id}` and is
+//!   already expired: the next `run` takes the lease at once, and `ID`'s
+//!   next renewal fails, so a `bucket-lease run` holding it stops its
+//!   command and exits 76.
+//! - It says what it replaced (holder, stamps, epoch, whether it was still
+//!   fresh) and with what. Exit 0.
+//! - It refuses, writing nothing, when the lease is free, is not a lease
+//!   record, or names another holder (it says who): exit 1. When the
+//!   record changed between the read and the write (the holder renewed,
+//!   released, or someone took over) it says so: exit 75. A failed request
+//!   exits 69 (a write with no answer may have landed: inspect to see).
+
+use crate::{exit, open_store, require_url, set_url, Failure, Parser, Token};
+use bucket_lease::inspect::{break_lease, BreakError, Broken};
+use bucket_lease::SystemClock;
+use serde_json::json;
+
+/// `bucket-lease break --help`.
+pub const HELP: &str = "\
+bucket-lease break: take the lease on URL's prefix away from a holder known to be dead.
+
+Usage: bucket-lease break --holder ID [OPTIONS] URL
+
+Replaces the record naming ID, with a write conditional on the version just
+read (never a delete), by one that is already expired: the next contender
+takes the lease at once, and ID's next renewal fails (a `bucket-lease run`
+holding it stops its command and exits 76). Refuses when the lease is free
+or names another holder (exit 1), and when it changed meanwhile (exit 75).
+A holder that is still alive may keep writing until its next renewal fails:
+break only a holder you know is dead or stuck. `bucket-lease inspect URL`
+shows the holder's id.
+
+Options:
+  --holder ID     the instance id the lease must name (required)
+  --json          one JSON object on stdout
+  -v, -q          more or less on stderr
+  -h, --help      this help
+";
+
+/// Parse and run `break`.
+///
+/// # Errors
+///
+/// A usage, configuration, refusal or store failure.
+pub fn main(mut p: Parser) -> Result<u8, Failure> {
+    let (mut url, mut holder, mut json) = (None, None, false);
+    while let Some(tok) = p.token()? {
+        if p.common(&tok)? {
+            continue;
+        }
+        if p.wants_help(&tok) {
+            return Ok(crate::print_help(HELP));
+        }
+        match tok {
+            Token::Long(ref name, _) if name == "json" => {
+                p.flag(&tok)?;
+                json = true;
+            }
+            Token::Long(ref name, _) if name == "holder" => {
+                let id = p.value(&tok)?;
+                if id.is_empty() {
+                    return Err(Failure::usage(p.command, "--holder: the id is empty"));
+                }
+                holder = Some(id);
+            }
+            Token::Word(word) => set_url(p.command, &mut url, word)?,
+            other => return Err(p.unexpected(&other)),
+        }
+    }
+    let url = require_url(p.command, url)?;
+    let Some(holder) = holder else {
+        return Err(Failure::usage(
+            p.command,
+            "missing --holder ID (the instance id `bucket-lease inspect` shows)",
+        ));
+    };
+    p.init_logging();
+    let (store, prefix) = open_store(&url)?;
+    match break_lease(&*store, &prefix, &holder, &SystemClock) {
+        Ok(broken) => {
+            if json {
+                println!("{}", to_json(&url, &broken));
+            } else {
+                print_human(&url, &broken);
+            }
+            Ok(exit::OK)
+        }
+        Err(e) => {
+            let code = match &e {
+                BreakError::Changed { .. } => exit::HELD,
+                BreakError::Store(_) => exit::STORE,
+                _ => exit::REFUSED,
+            };
+            if json {
+                println!("{}", refusal_json(&url, &e));
+            }
+            Err(Failure::new(code, format!("break: {e}")))
+        }
+    }
+}
+
+fn to_json(url: &str, b: &Broken) -> serde_json::Value {
+    json!({
+        "url": url,
+        "key": b.key,
+        "broken": true,
+        "replaced": {
+            "holder": b.replaced.instance_id,
+            "acquired_at": b.replaced.acquired_at,
+            "renewed_at": b.replaced.renewed_at,
+            "ttl_s": b.replaced.ttl_s,
+            "epoch": b.replaced.epoch,
+            "fresh": b.was_fresh,
+            "etag": b.replaced_version.etag,
+            "version_id": b.replaced_version.version_id,
+        },
+        "record": {
+            "holder": b.record.instance_id,
+            "acquired_at": b.record.acquired_at,
+            "renewed_at": b.record.renewed_at,
+            "ttl_s": b.record.ttl_s,
+            "epoch": b.record.epoch,
+            "etag": b.version.etag,
+            "version_id": b.version.version_id,
+        },
+    })
+}
+
+fn refusal_json(url: &str, e: &BreakError) -> serde_json::Value {
+    let (reason, holder) = match e {
+        BreakError::Free { .. } => ("free", None),
+        BreakError::Unreadable { .. } => ("unreadable", None),
+        BreakError::OtherHolder { holder, .. } => ("other-holder", Some(holder.clone())),
+        BreakError::Changed { holder, .. } => ("changed", holder.clone()),
+        _ => ("store-error", None),
+    };
+    json!({
+        "url": url,
+        "key": e.key(),
+        "broken": false,
+        "reason": reason,
+        "holder": holder,
+        "error": e.to_string(),
+    })
+}
+
+fn print_human(url: &str, b: &Broken) {
+    println!("broke lease {url} ({})", b.key);
+    println!(
+        "  replaced  instance {} (epoch {}, acquired_at {}, renewed_at {}, ttl_s {}; {} by this \
+         machine's clock; etag {})",
+        b.replaced.instance_id,
+        b.replaced.epoch,
+        b.replaced.acquired_at,
+        b.replaced.renewed_at,
+        b.replaced.ttl_s,
+        if b.was_fresh {
+            "still fresh"
+        } else {
+            "already stale"
+        },
+        b.replaced_version.etag.as_deref().unwrap_or("(none)"),
+    );
+    println!(
+        "  with      {} (epoch {}, ttl_s {}, already expired)",
+        b.record.instance_id, b.record.epoch, b.record.ttl_s
+    );
+    println!(
+        "the next contender takes the lease at once; instance {}'s next renewal fails",
+        b.replaced.instance_id
+    );
+}

@@ -1,0 +1,173 @@
+//! `bucket-lease inspect URL [--json]`: who holds the lease, and whether a
+//! contender on this machine would leave it alone.
+//!
+//! What it promises:
+//!
+//! - One read of `{prefix}/LEASE`; nothing is written.
+//! - Age and freshness are judged by this machine's wall clock against the
+//!   TTL the holder wrote, exactly as a contender here would judge them.
+//! - A missing lease is not an error: it prints that the lease is free and
+//!   exits 0. Every successful read exits 0, free or held; a failed request
+//!   exits 69, an unusable URL or environment 78.
+//! - `--json` prints one object on stdout: `url`, `key`, `state` (`free`,
+//!   `held`, `expired` or `unreadable`), and for a record `holder`,
+//!   `acquired_at`, `renewed_at`, `ttl_s`, `epoch`, `age_s`,
+//!   `expires_in_s`, `fresh`, `suspect`, `broken`, `etag`, `version_id`,
+//!   `read_at`.
+
+use crate::{exit, human_secs, open_store, require_url, set_url, Failure, Parser, Token};
+use bucket_lease::inspect::{inspect, Inspection};
+use bucket_lease::record::format_stamp;
+use bucket_lease::SystemClock;
+use serde_json::{json, Value};
+
+/// `bucket-lease inspect --help`.
+pub const HELP: &str = "\
+bucket-lease inspect: show who holds the lease on URL's prefix.
+
+Usage: bucket-lease inspect [OPTIONS] URL
+
+Prints the holder's instance id, when it took and last renewed the lease,
+its age and freshness by this machine's clock, whether the record is
+suspect (stamped far in the future or with an absurd TTL), its epoch and
+ETag. Writes nothing. A missing lease prints that it is free and exits 0.
+
+Options:
+  --json          one JSON object on stdout (state: free, held, expired or unreadable)
+  -v, -q          more or less on stderr
+  -h, --help      this help
+";
+
+/// Parse and run `inspect`.
+///
+/// # Errors
+///
+/// A usage, configuration or store failure.
+pub fn main(mut p: Parser) -> Result<u8, Failure> {
+    let (mut url, mut json) = (None, false);
+    while let Some(tok) = p.token()? {
+        if p.common(&tok)? {
+            continue;
+        }
+        if p.wants_help(&tok) {
+            return Ok(crate::print_help(HELP));
+        }
+        match tok {
+            Token::Long(ref name, _) if name == "json" => {
+                p.flag(&tok)?;
+                json = true;
+            }
+            Token::Word(word) => set_url(p.command, &mut url, word)?,
+            other => return Err(p.unexpected(&other)),
+        }
+    }
+    let url = require_url(p.command, url)?;
+    p.init_logging();
+    let (store, prefix) = open_store(&url)?;
+    let seen = inspect(&*store, &prefix, &SystemClock)
+        .map_err(|e| Failure::new(exit::STORE, format!("inspect: reading the lease: {e}")))?;
+    let key = bucket_lease::lease_key(&prefix);
+    if json {
+        println!("{}", to_json(&url, &key, seen.as_ref()));
+    } else {
+        print_human(&url, &key, seen.as_ref());
+    }
+    Ok(exit::OK)
+}
+
+fn state(seen: Option<&Inspection>) -> &'static str {
+    match seen {
+        None => "free",
+        Some(s) if s.record.is_none() => "unreadable",
+        Some(s) if s.fresh => "held",
+        Some(_) => "expired",
+    }
+}
+
+fn millis(s: Option<f64>) -> Option<f64> {
+    s.map(|s| (s * 1000.0).round() / 1000.0)
+}
+
+/// The `--json` object.
+pub fn to_json(url: &str, key: &str, seen: Option<&Inspection>) -> Value {
+    let mut out = json!({ "url": url, "key": key, "state": state(seen) });
+    let Some(s) = seen else { return out };
+    let fields = json!({
+        "holder": s.holder(),
+        "acquired_at": s.record.as_ref().map(|r| r.acquired_at.clone()),
+        "renewed_at": s.record.as_ref().map(|r| r.renewed_at.clone()),
+        "ttl_s": s.record.as_ref().map(|r| r.ttl_s),
+        "epoch": s.record.as_ref().map(|r| r.epoch),
+        "age_s": millis(s.age_s()),
+        "expires_in_s": millis(s.expires_in_s()),
+        "fresh": s.fresh,
+        "suspect": s.suspect,
+        "broken": s.is_broken(),
+        "etag": s.version.etag,
+        "version_id": s.version.version_id,
+        "read_at": format_stamp(s.read_at),
+    });
+    if let (Value::Object(out), Value::Object(fields)) = (&mut out, fields) {
+        out.extend(fields);
+    }
+    out
+}
+
+fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
+    let Some(s) = seen else {
+        println!("lease {url} ({key}) is free: there is no lease record");
+        return;
+    };
+    let Some(record) = &s.record else {
+        println!(
+            "lease {url} ({key}): the object is not a lease record; the next contender \
+             overwrites it"
+        );
+        print_version(s);
+        return;
+    };
+    let verdict = match (s.fresh, s.is_broken()) {
+        (_, true) => "broken (free for the next contender)",
+        (true, _) => "held",
+        (false, _) => "expired (free for the next contender)",
+    };
+    println!("lease {url} ({key}) is {verdict}");
+    println!("  holder       {}", record.instance_id);
+    println!("  acquired_at  {}", record.acquired_at);
+    let age = match s.age_s() {
+        Some(age) if age < 0.0 => {
+            format!("{} in the future by this machine's clock", human_secs(-age))
+        }
+        Some(age) => format!("{} ago by this machine's clock", human_secs(age)),
+        None => "does not parse: the record counts as expired".to_string(),
+    };
+    println!("  renewed_at   {} ({age})", record.renewed_at);
+    println!("  ttl_s        {}", record.ttl_s);
+    let freshness = match s.expires_in_s() {
+        Some(left) if s.fresh => format!("fresh: expires in {}", human_secs(left)),
+        Some(left) => format!("expired {} ago", human_secs(-left)),
+        None => "expired".to_string(),
+    };
+    println!("  state        {freshness}");
+    println!(
+        "  suspect      {}",
+        if s.suspect {
+            "yes: stamped more than its TTL ahead or with an absurd TTL; a contender takes it \
+             over once it has sat unchanged for one of the contender's TTLs"
+        } else {
+            "no"
+        }
+    );
+    println!("  epoch        {}", record.epoch);
+    print_version(s);
+}
+
+fn print_version(s: &Inspection) {
+    println!(
+        "  etag         {}",
+        s.version.etag.as_deref().unwrap_or("(none)")
+    );
+    if let Some(id) = &s.version.version_id {
+        println!("  version_id   {id}");
+    }
+}

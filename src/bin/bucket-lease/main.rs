@@ -1,0 +1,546 @@
+//! `bucket-lease`: take, look at, break and measure a lease on a prefix of
+//! an S3-compatible bucket from the shell.
+//!
+//! This file parses the command line (by hand: every error names the bad
+//! argument and exits [`exit::USAGE`]), opens the store the URL names, and
+//! hands over to one module per command: [`run`], [`inspect`], [`brk`]
+//! (`break`) and [`bench`]. [`log`] prints the library's warnings on
+//! stderr.
+//!
+//! # Exit codes
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success (`run`: the command succeeded; `inspect`: the lease was read, free or held) |
+//! | 1–63, 128+N | `run`: the command's own status; 128+N when signal N killed it |
+//! | 1 | `break` refused: the lease is free, names another holder, or is not a lease record |
+//! | 64 | usage: a bad or missing argument |
+//! | 69 | a store request failed, or the store ignores conditional writes |
+//! | 75 | `run`: the lease is held by another instance (after `--wait`, if given); `break`: the lease changed meanwhile |
+//! | 76 | `run`: the lease was lost or fenced while the command ran; the command was stopped |
+//! | 78 | configuration: the URL, the environment or the store's settings cannot be used |
+//! | 126, 127 | `run`: the command could not be executed, or was not found |
+//! | 130, 143 | `run`: interrupted by SIGINT or SIGTERM, the command stopped by a signal |
+#![forbid(unsafe_code)]
+
+mod bench;
+mod brk;
+mod inspect;
+mod log;
+mod run;
+
+use bucket_lease::backends::config::{self, ConfigError};
+use bucket_lease::Store;
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::fmt;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// The exit codes of every command; see the [crate docs](crate).
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// `break` refused: nothing to break, or another holder.
+    pub const REFUSED: u8 = 1;
+    /// A bad or missing argument (sysexits `EX_USAGE`).
+    pub const USAGE: u8 = 64;
+    /// A store request failed, or the store ignores conditions
+    /// (`EX_UNAVAILABLE`).
+    pub const STORE: u8 = 69;
+    /// The lease is held by another instance (`EX_TEMPFAIL`, as `flock -n`
+    /// can be told to exit).
+    pub const HELD: u8 = 75;
+    /// The lease was lost or fenced while the command ran (`EX_PROTOCOL`).
+    pub const LOST: u8 = 76;
+    /// The configuration cannot be used (`EX_CONFIG`).
+    pub const CONFIG: u8 = 78;
+    /// The command was found but could not be executed (as shells do).
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// The command was not found (as shells do).
+    pub const NOT_FOUND: u8 = 127;
+}
+
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0        success; `inspect`: the lease was read (free or held)
+  N        `run`: the command's own exit status; 128+N when signal N killed it
+  1        `break` refused: the lease is free, names another holder, or is no lease record
+  64       usage: a bad or missing argument
+  69       a store request failed, or the store ignores conditional writes
+  75       `run`: held by another instance (after --wait); `break`: it changed meanwhile
+  76       `run`: the lease was lost or fenced while the command ran; it was stopped
+  78       configuration: the URL or the environment cannot make a store
+  126/127  `run`: the command could not be executed / was not found
+  130/143  `run`: interrupted by SIGINT / SIGTERM (unless the command exited by itself)";
+
+const URL_HELP: &str = "\
+URL names the store and the prefix the lease is on ({prefix}/LEASE):
+  s3://bucket/prefix      AWS S3: AWS_REGION (or AWS_DEFAULT_REGION); AWS_ENDPOINT_URL[_S3]
+                          points it at another S3-compatible endpoint
+  r2://bucket/prefix      Cloudflare R2: R2_ACCOUNT_ID [R2_JURISDICTION], or AWS_ENDPOINT_URL
+  minio://bucket/prefix   MinIO: AWS_ENDPOINT_URL (required), AWS_REGION
+  file:///dir/prefix      the directory /dir used as a bucket (one machine only)
+Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN.
+Logging: -v (info), -vv (debug), -q (errors only), or BUCKET_LEASE_LOG=error|warn|info|debug|trace|off.";
+
+const MAIN_HELP: &str = "\
+bucket-lease: one process at a time holds a lease on a prefix of an S3-compatible bucket.
+
+Usage:
+  bucket-lease run [OPTIONS] URL [--] COMMAND [ARG...]
+  bucket-lease inspect [--json] URL
+  bucket-lease break --holder ID [--json] URL
+  bucket-lease bench [--iters N] [--json] URL
+  bucket-lease help [COMMAND]
+
+Commands:
+  run       take the lease, run COMMAND while keeping it, release it when COMMAND exits
+  inspect   show who holds the lease, how old it is and whether it is fresh
+  break     take the lease away from a named (dead) holder, with a conditional write
+  bench     measure acquire, renew and release latency against a scratch prefix
+
+Options:
+  -h, --help      this help; `bucket-lease COMMAND --help` for a command's
+  -V, --version   the version and the stores built in
+  -v, --verbose   say more on stderr (repeat for more)
+  -q, --quiet     only errors on stderr
+";
+
+fn main() -> ExitCode {
+    let args: VecDeque<OsString> = std::env::args_os().skip(1).collect();
+    let code = match dispatch(Parser::new("", args)) {
+        Ok(code) => code,
+        Err(failure) => {
+            failure.print();
+            failure.code
+        }
+    };
+    ExitCode::from(code)
+}
+
+fn dispatch(mut p: Parser) -> Result<u8, Failure> {
+    loop {
+        match p.token()? {
+            None => {
+                return Err(Failure::usage(
+                    "",
+                    "no command given (run, inspect, break or bench)",
+                ));
+            }
+            Some(Token::Word(word)) => {
+                let word = word.to_string_lossy().into_owned();
+                let command: &'static str = match word.as_str() {
+                    "run" => "run",
+                    "inspect" => "inspect",
+                    "break" => "break",
+                    "bench" => "bench",
+                    "help" => return help_for(&mut p),
+                    other => {
+                        return Err(Failure::usage(
+                            "",
+                            format!("unknown command {other:?} (run, inspect, break or bench)"),
+                        ))
+                    }
+                };
+                p.command = command;
+                return match command {
+                    "run" => run::main(p),
+                    "inspect" => inspect::main(p),
+                    "break" => brk::main(p),
+                    _ => bench::main(p),
+                };
+            }
+            Some(Token::Long(name, _)) if name == "version" => return Ok(print_version()),
+            Some(Token::Short('V')) => return Ok(print_version()),
+            Some(tok) => {
+                if p.common(&tok)? {
+                    continue;
+                }
+                if p.wants_help(&tok) {
+                    return Ok(print_help(MAIN_HELP));
+                }
+                return Err(p.unexpected(&tok));
+            }
+        }
+    }
+}
+
+fn help_for(p: &mut Parser) -> Result<u8, Failure> {
+    let text = match p.token()? {
+        None => MAIN_HELP,
+        Some(Token::Word(w)) => match w.to_string_lossy().as_ref() {
+            "run" => run::HELP,
+            "inspect" => inspect::HELP,
+            "break" => brk::HELP,
+            "bench" => bench::HELP,
+            other => {
+                return Err(Failure::usage(
+                    "",
+                    format!("help: unknown command {other:?} (run, inspect, break or bench)"),
+                ))
+            }
+        },
+        Some(tok) => return Err(p.unexpected(&tok)),
+    };
+    Ok(print_help(text))
+}
+
+fn print_help(text: &str) -> u8 {
+    println!("{text}\n{URL_HELP}\n\n{EXIT_CODES_HELP}");
+    exit::OK
+}
+
+fn print_version() -> u8 {
+    let features: Vec<&str> = [
+        ("fs", cfg!(feature = "fs")),
+        ("s3", cfg!(feature = "s3")),
+        ("r2", cfg!(feature = "r2")),
+        ("minio", cfg!(feature = "minio")),
+    ]
+    .iter()
+    .filter(|(_, on)| *on)
+    .map(|(name, _)| *name)
+    .collect();
+    println!(
+        "bucket-lease {} (stores: {})",
+        env!("CARGO_PKG_VERSION"),
+        features.join(", ")
+    );
+    exit::OK
+}
+
+/// Why a command ended early: the exit code and what to say on stderr.
+#[derive(Debug)]
+pub struct Failure {
+    /// The process's exit code.
+    pub code: u8,
+    /// What went wrong, printed after `bucket-lease: `.
+    pub message: String,
+    /// For usage errors: the command whose `--help` to point at.
+    usage_of: Option<&'static str>,
+}
+
+impl Failure {
+    /// A failure with exit code `code`.
+    pub fn new(code: u8, message: impl fmt::Display) -> Self {
+        Failure {
+            code,
+            message: message.to_string(),
+            usage_of: None,
+        }
+    }
+
+    /// A usage error in `command` (empty for the top level).
+    pub fn usage(command: &'static str, message: impl fmt::Display) -> Self {
+        let message = if command.is_empty() {
+            message.to_string()
+        } else {
+            format!("{command}: {message}")
+        };
+        Failure {
+            code: exit::USAGE,
+            message,
+            usage_of: Some(command),
+        }
+    }
+
+    fn print(&self) {
+        eprintln!("bucket-lease: {}", self.message);
+        match self.usage_of {
+            Some("") => eprintln!("try `bucket-lease --help`"),
+            Some(command) => eprintln!("try `bucket-lease {command} --help`"),
+            None => {}
+        }
+    }
+}
+
+/// One piece of the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token {
+    /// `--name` or `--name=value`.
+    Long(String, Option<String>),
+    /// One letter of `-x` or `-xyz`.
+    Short(char),
+    /// Anything else: a positional argument.
+    Word(OsString),
+    /// `--`: everything after it is positional.
+    Dashes,
+}
+
+/// A hand-written command-line reader: long options with `=` or a separate
+/// value, bundled short flags, `--`, and the options every command shares
+/// (`-v`, `-q`, `-h`).
+#[derive(Debug)]
+pub struct Parser {
+    /// The command being parsed, for error messages (empty at the top).
+    pub command: &'static str,
+    args: VecDeque<OsString>,
+    shorts: VecDeque<char>,
+    /// How many `-v` were given.
+    pub verbose: u8,
+    /// Whether `-q` was given.
+    pub quiet: bool,
+}
+
+impl Parser {
+    fn new(command: &'static str, args: VecDeque<OsString>) -> Self {
+        Parser {
+            command,
+            args,
+            shorts: VecDeque::new(),
+            verbose: 0,
+            quiet: false,
+        }
+    }
+
+    /// The next token, or `None` at the end.
+    ///
+    /// # Errors
+    ///
+    /// A usage failure for an option that is not UTF-8.
+    pub fn token(&mut self) -> Result<Option<Token>, Failure> {
+        if let Some(c) = self.shorts.pop_front() {
+            return Ok(Some(Token::Short(c)));
+        }
+        let Some(arg) = self.args.pop_front() else {
+            return Ok(None);
+        };
+        let bytes = arg.as_encoded_bytes();
+        if bytes == b"--" {
+            return Ok(Some(Token::Dashes));
+        }
+        if bytes.len() < 2 || bytes[0] != b'-' {
+            return Ok(Some(Token::Word(arg)));
+        }
+        let Some(text) = arg.to_str() else {
+            return Err(Failure::usage(
+                self.command,
+                format!("option {arg:?} is not valid UTF-8"),
+            ));
+        };
+        if let Some(long) = text.strip_prefix("--") {
+            return Ok(Some(match long.split_once('=') {
+                Some((name, value)) => Token::Long(name.to_string(), Some(value.to_string())),
+                None => Token::Long(long.to_string(), None),
+            }));
+        }
+        let mut letters = text[1..].chars();
+        let first = letters.next().unwrap_or('-');
+        self.shorts.extend(letters);
+        Ok(Some(Token::Short(first)))
+    }
+
+    /// The value of the option `tok`: its `=value`, or the next argument.
+    ///
+    /// # Errors
+    ///
+    /// A usage failure naming the option when the value is missing, or for
+    /// a short option bundled with others.
+    pub fn value(&mut self, tok: &Token) -> Result<String, Failure> {
+        let name = describe(tok);
+        if let Token::Long(_, Some(value)) = tok {
+            return Ok(value.clone());
+        }
+        if !self.shorts.is_empty() {
+            return Err(Failure::usage(
+                self.command,
+                format!("{name} takes a value; give it separately"),
+            ));
+        }
+        match self.args.pop_front() {
+            Some(value) => value.into_string().map_err(|value| {
+                Failure::usage(
+                    self.command,
+                    format!("{name}: {value:?} is not valid UTF-8"),
+                )
+            }),
+            None => Err(Failure::usage(
+                self.command,
+                format!("{name} needs a value"),
+            )),
+        }
+    }
+
+    /// Everything not read yet, as given.
+    pub fn rest(&mut self) -> Vec<OsString> {
+        self.args.drain(..).collect()
+    }
+
+    /// Handle an option every command shares (`-v`, `-q`); true when `tok`
+    /// was one.
+    ///
+    /// # Errors
+    ///
+    /// A usage failure when `tok` has a value it does not take.
+    pub fn common(&mut self, tok: &Token) -> Result<bool, Failure> {
+        let flag = match tok {
+            Token::Short('v') => "verbose",
+            Token::Short('q') => "quiet",
+            Token::Long(name, value) if name == "verbose" || name == "quiet" => {
+                if value.is_some() {
+                    return Err(Failure::usage(
+                        self.command,
+                        format!("--{name} takes no value"),
+                    ));
+                }
+                name.as_str()
+            }
+            _ => return Ok(false),
+        };
+        if flag == "verbose" {
+            self.verbose = self.verbose.saturating_add(1);
+        } else {
+            self.quiet = true;
+        }
+        Ok(true)
+    }
+
+    /// Whether `tok` asks for help.
+    pub fn wants_help(&self, tok: &Token) -> bool {
+        matches!(tok, Token::Short('h')) || matches!(tok, Token::Long(name, None) if name == "help")
+    }
+
+    /// A flag that takes no value: a usage failure when `tok` carries one.
+    ///
+    /// # Errors
+    ///
+    /// As said.
+    pub fn flag(&self, tok: &Token) -> Result<(), Failure> {
+        match tok {
+            Token::Long(name, Some(_)) => Err(Failure::usage(
+                self.command,
+                format!("--{name} takes no value"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The usage failure for a token the command does not take.
+    pub fn unexpected(&self, tok: &Token) -> Failure {
+        let what = match tok {
+            Token::Word(w) => format!("unexpected argument {w:?}"),
+            Token::Dashes => "unexpected `--`".to_string(),
+            other => format!("unknown option {}", describe(other)),
+        };
+        Failure::usage(self.command, what)
+    }
+
+    /// Turn on logging at the level asked for.
+    pub fn init_logging(&self) {
+        log::init(self.verbose, self.quiet);
+    }
+}
+
+/// How an option token was written, for messages.
+pub fn describe(tok: &Token) -> String {
+    match tok {
+        Token::Long(name, _) => format!("--{name}"),
+        Token::Short(c) => format!("-{c}"),
+        Token::Word(w) => format!("{w:?}"),
+        Token::Dashes => "--".to_string(),
+    }
+}
+
+/// Parse a whole number of seconds for `option`.
+///
+/// # Errors
+///
+/// A usage failure naming the option and the value.
+pub fn parse_whole_seconds(
+    command: &'static str,
+    option: &str,
+    value: &str,
+) -> Result<u64, Failure> {
+    match value.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(Failure::usage(
+            command,
+            format!("{option}: expected a whole number of seconds above 0, got {value:?}"),
+        )),
+    }
+}
+
+/// Parse a duration in seconds (decimals allowed, 0 allowed) for `option`.
+///
+/// # Errors
+///
+/// A usage failure naming the option and the value.
+pub fn parse_seconds(
+    command: &'static str,
+    option: &str,
+    value: &str,
+) -> Result<std::time::Duration, Failure> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| {
+            Failure::usage(
+                command,
+                format!("{option}: expected a number of seconds, got {value:?}"),
+            )
+        })
+}
+
+/// The URL argument, once: a usage failure for a second one.
+///
+/// # Errors
+///
+/// As said.
+pub fn set_url(
+    command: &'static str,
+    url: &mut Option<String>,
+    word: OsString,
+) -> Result<(), Failure> {
+    if let Some(first) = url {
+        return Err(Failure::usage(
+            command,
+            format!("unexpected argument {word:?} (the URL is already {first:?})"),
+        ));
+    }
+    match word.into_string() {
+        Ok(s) => {
+            *url = Some(s);
+            Ok(())
+        }
+        Err(word) => Err(Failure::usage(
+            command,
+            format!("URL {word:?} is not valid UTF-8"),
+        )),
+    }
+}
+
+/// The URL, or a usage failure saying it is missing.
+///
+/// # Errors
+///
+/// As said.
+pub fn require_url(command: &'static str, url: Option<String>) -> Result<String, Failure> {
+    url.ok_or_else(|| Failure::usage(command, "missing URL (such as s3://bucket/prefix)"))
+}
+
+/// Open the store `url` names, from the process environment.
+///
+/// # Errors
+///
+/// A configuration failure ([`exit::CONFIG`]) saying what to set.
+pub fn open_store(url: &str) -> Result<(Arc<dyn Store>, String), Failure> {
+    config::open(url).map_err(|e: ConfigError| Failure::new(exit::CONFIG, e))
+}
+
+/// A number of seconds for people: `850 ms`, `3.2 s`, `4 min 5 s`.
+pub fn human_secs(seconds: f64) -> String {
+    let a = seconds.abs();
+    let sign = if seconds < 0.0 { "-" } else { "" };
+    if a < 1.0 {
+        format!("{sign}{:.0} ms", a * 1000.0)
+    } else if a < 120.0 {
+        format!("{sign}{a:.1} s")
+    } else if a < 7200.0 {
+        format!("{sign}{} min {} s", (a / 60.0) as u64, (a % 60.0) as u64)
+    } else {
+        format!("{sign}{:.1} h", a / 3600.0)
+    }
+}
