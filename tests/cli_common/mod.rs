@@ -1,0 +1,526 @@
+//! End-to-end scenarios for the `bucket-lease` command, run by `cli_fs.rs`
+//! (on `file://` temporary directories) and `cli_moto.rs` (on moto, started
+//! by `scripts/test-servers.sh`). Each scenario drives the built binary as a
+//! user would, on a prefix of its own, with TTLs of one to three seconds.
+#![allow(dead_code)]
+
+use rustix::process::{kill_process, test_kill_process, Pid, Signal};
+use serde_json::Value;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The exit codes the command documents.
+pub const HELD: i32 = 75;
+/// The lease was lost while the command ran.
+pub const LOST: i32 = 76;
+/// `break` refused.
+pub const REFUSED: i32 = 1;
+
+/// Where the scenarios run: a store URL base and the environment it needs.
+pub struct Target {
+    base: String,
+    env: Vec<(&'static str, String)>,
+    /// Scratch directory for marker files (and, for `file://`, the bucket).
+    scratch: PathBuf,
+}
+
+fn unique() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{}-{:x}", std::process::id(), nanos)
+}
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bucket-lease-cli-{name}-{}", unique()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+impl Target {
+    /// A `file://` bucket in a fresh temporary directory.
+    pub fn fs(test: &str) -> Target {
+        let scratch = scratch_dir(test);
+        let bucket = scratch.join("bucket");
+        std::fs::create_dir_all(&bucket).unwrap();
+        Target {
+            base: format!("file://{}", bucket.display()),
+            env: Vec::new(),
+            scratch,
+        }
+    }
+
+    /// moto, through an `s3://` URL and `AWS_ENDPOINT_URL`; `None` (with a
+    /// note) when the servers script has not been run, unless
+    /// `BUCKET_LEASE_REQUIRE_SERVERS=1`.
+    pub fn moto(test: &str) -> Option<Target> {
+        let url = match std::env::var("BUCKET_LEASE_TEST_MOTO_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                let note = "BUCKET_LEASE_TEST_MOTO_URL is not set: run scripts/test-servers.sh \
+                            start and source .ci/tmp/servers.env";
+                assert!(
+                    std::env::var("BUCKET_LEASE_REQUIRE_SERVERS").as_deref() != Ok("1"),
+                    "{note}"
+                );
+                eprintln!("note: skipping {test}: {note}");
+                return None;
+            }
+        };
+        let bucket = std::env::var("BUCKET_LEASE_TEST_BUCKET")
+            .unwrap_or_else(|_| "bucket-lease-test".to_string());
+        Some(Target {
+            base: format!("s3://{bucket}/cli-{test}-{}", unique()),
+            env: vec![
+                ("AWS_ENDPOINT_URL", url),
+                ("AWS_ACCESS_KEY_ID", "test-key".into()),
+                ("AWS_SECRET_ACCESS_KEY", "test-secret".into()),
+                ("AWS_REGION", "us-east-1".into()),
+            ],
+            scratch: scratch_dir(test),
+        })
+    }
+
+    /// The URL of the lease `name` of this target.
+    pub fn url(&self, name: &str) -> String {
+        format!("{}/{name}", self.base)
+    }
+
+    /// A path in the scratch directory, for marker files.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.scratch.join(name)
+    }
+
+    /// `bucket-lease ARGS` with this target's environment, and none of the
+    /// caller's settings that would change its behaviour.
+    pub fn command<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bucket-lease"));
+        for var in [
+            "AWS_ENDPOINT_URL",
+            "AWS_ENDPOINT_URL_S3",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "BUCKET_LEASE_CONDITIONAL",
+            "BUCKET_LEASE_LOG",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)))
+            .args(args)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Run `bucket-lease ARGS` to the end.
+    pub fn run<I, S>(&self, args: I) -> Done
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Done::from(self.command(args).output().expect("the binary runs"))
+    }
+
+    /// Start `bucket-lease ARGS` in the background, output captured.
+    pub fn spawn<I, S>(&self, args: I) -> Child
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts")
+    }
+
+    /// Start `bucket-lease run --ttl TTL URL -- sh -c SCRIPT`; the script
+    /// sees `$DIR`, the scratch directory.
+    pub fn spawn_holder(&self, url: &str, ttl_s: u64, script: &str) -> Child {
+        let ttl = ttl_s.to_string();
+        let mut cmd = self.command([
+            "run", "--ttl", &ttl, "--grace", "2", url, "--", "sh", "-c", script,
+        ]);
+        cmd.env("DIR", &self.scratch)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn().expect("the binary starts")
+    }
+
+    /// `inspect --json URL`, parsed.
+    pub fn inspect(&self, url: &str) -> Value {
+        let done = self.run(["inspect", "--json", url]);
+        assert_eq!(done.code, Some(0), "inspect failed: {done:?}");
+        serde_json::from_str(&done.stdout).expect("inspect --json prints JSON")
+    }
+
+    /// The holder `inspect` names, if any.
+    pub fn holder(&self, url: &str) -> Option<String> {
+        self.inspect(url)["holder"].as_str().map(str::to_string)
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// A finished run of the binary.
+#[derive(Debug)]
+pub struct Done {
+    /// Its exit code (`None` when a signal killed it).
+    pub code: Option<i32>,
+    /// Its stdout.
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+impl From<Output> for Done {
+    fn from(o: Output) -> Self {
+        Done {
+            code: o.status.code(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+/// Wait for `child` to exit within `limit`; kill it and fail otherwise.
+pub fn finish(child: Child, limit: Duration) -> Done {
+    let mut child = child;
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return Done::from(child.wait_with_output().expect("its output"));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let done = Done::from(child.wait_with_output().expect("its output"));
+            panic!("the process did not exit within {limit:?}: {done:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait until `path` exists and holds a line; its contents.
+pub fn wait_for_file(path: &Path, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if text.ends_with('\n') {
+                return text.trim().to_string();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} did not appear within {limit:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Send `signal` to `child`.
+pub fn signal(child: &Child, signal: Signal) {
+    kill_process(Pid::from_child(child), signal).expect("the signal is sent");
+}
+
+/// Whether the process `pid` still exists.
+pub fn alive(pid: &str) -> bool {
+    let pid = pid.parse::<i32>().expect("a pid");
+    test_kill_process(Pid::from_raw(pid).expect("a positive pid")).is_ok()
+}
+
+/// Kill the process `pid` if it still exists (cleanup of orphans).
+pub fn kill_pid(pid: &str) {
+    if let Some(pid) = pid.parse::<i32>().ok().and_then(Pid::from_raw) {
+        let _ = kill_process(pid, Signal::KILL);
+    }
+}
+
+/// The exit code of `status`, or 128+signal.
+pub fn code_of(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// A script that records its pid in `$DIR/NAME` and then becomes `sleep 30`.
+pub fn pid_then_sleep(name: &str) -> String {
+    format!(
+        "echo $$ > \"$DIR/{name}.tmp\" && mv \"$DIR/{name}.tmp\" \"$DIR/{name}\" && exec sleep 30"
+    )
+}
+
+// ---------------------------------------------------------------- scenarios
+
+/// A second `run` without `--wait` is refused as held (75); one with
+/// `--wait` gets the lease once the first has finished and released it.
+pub fn second_run_is_held_then_waits(t: &Target) {
+    let url = t.url("two-runs");
+    let first = t.spawn_holder(
+        &url,
+        2,
+        "echo $$ > \"$DIR/first\"; sleep 1.5; touch \"$DIR/first-done\"",
+    );
+    wait_for_file(&t.path("first"), Duration::from_secs(10));
+    let holder = t.holder(&url).expect("the first run holds the lease");
+
+    let refused = t.run(["run", url.as_str(), "--", "true"]);
+    assert_eq!(refused.code, Some(HELD), "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("held by instance {holder}")),
+        "{refused:?}"
+    );
+
+    let started = Instant::now();
+    let waited = t.run([
+        "run",
+        "--wait",
+        "15",
+        url.as_str(),
+        "--",
+        "sh",
+        "-c",
+        &format!("test -e '{}'", t.path("first-done").display()),
+    ]);
+    assert_eq!(
+        waited.code,
+        Some(0),
+        "the waiting run starts only after the first finished: {waited:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let first = finish(first, Duration::from_secs(10));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    assert_eq!(t.inspect(&url)["state"], "free");
+}
+
+/// A holder killed with SIGKILL (no release) keeps others out until its TTL
+/// runs out, and is then taken over.
+pub fn killed_holder_is_taken_over_after_the_ttl(t: &Target) {
+    let url = t.url("sigkill");
+    let mut holder = t.spawn_holder(&url, 2, &pid_then_sleep("pid"));
+    let pid = wait_for_file(&t.path("pid"), Duration::from_secs(10));
+    let id = t.holder(&url).expect("held");
+    holder.kill().expect("SIGKILL");
+    let killed_at = Instant::now();
+    let _ = holder.wait();
+    // Nothing stops the orphaned command of a SIGKILLed run: clean it up.
+    kill_pid(&pid);
+
+    let refused = t.run(["run", url.as_str(), "--", "true"]);
+    assert_eq!(refused.code, Some(HELD), "still fresh: {refused:?}");
+    assert_eq!(t.holder(&url).as_deref(), Some(id.as_str()));
+
+    let taken = t.run([
+        "run",
+        "--wait",
+        "10",
+        url.as_str(),
+        "--",
+        "sh",
+        "-c",
+        "echo $BUCKET_LEASE_EPOCH",
+    ]);
+    assert_eq!(taken.code, Some(0), "{taken:?}");
+    assert_eq!(taken.stdout.trim(), "2", "a takeover is the next epoch");
+    let after = killed_at.elapsed();
+    assert!(
+        after < Duration::from_secs(6),
+        "taken over {after:?} after the kill, TTL 2 s"
+    );
+    assert_eq!(t.inspect(&url)["state"], "free");
+}
+
+/// `inspect` in human and JSON form, free and held.
+pub fn inspect_shows_free_and_held(t: &Target) {
+    let url = t.url("inspect");
+    let free = t.run(["inspect", url.as_str()]);
+    assert_eq!(free.code, Some(0), "{free:?}");
+    assert!(free.stdout.contains("is free"), "{free:?}");
+    let json = t.inspect(&url);
+    assert_eq!(json["state"], "free");
+    assert!(json["key"].as_str().unwrap().ends_with("inspect/LEASE"));
+
+    let holder = t.spawn_holder(&url, 3, &pid_then_sleep("pid"));
+    let pid = wait_for_file(&t.path("pid"), Duration::from_secs(10));
+    let json = t.inspect(&url);
+    let id = json["holder"].as_str().expect("a holder").to_string();
+    assert_eq!(id.len(), 32, "{json}");
+    assert_eq!(json["state"], "held");
+    assert_eq!(json["fresh"], true);
+    assert_eq!(json["suspect"], false);
+    assert_eq!(json["broken"], false);
+    assert_eq!(json["ttl_s"], 3);
+    assert_eq!(json["epoch"], 1);
+    assert!(
+        json["etag"].as_str().is_some_and(|e| !e.is_empty()),
+        "{json}"
+    );
+    let age = json["age_s"].as_f64().expect("age_s");
+    assert!((-1.0..3.0).contains(&age), "{json}");
+    let left = json["expires_in_s"].as_f64().expect("expires_in_s");
+    assert!((0.0..=4.0).contains(&left), "{json}");
+    for field in ["acquired_at", "renewed_at", "read_at"] {
+        assert!(
+            json[field].as_str().is_some_and(|s| s.ends_with('Z')),
+            "{json}"
+        );
+    }
+
+    let human = t.run(["inspect", url.as_str()]);
+    assert_eq!(human.code, Some(0));
+    for needle in [
+        "is held",
+        &format!("holder       {id}"),
+        "fresh: expires in",
+        "suspect      no",
+        "epoch        1",
+        "etag",
+        "by this machine's clock",
+    ] {
+        assert!(
+            human.stdout.contains(needle),
+            "{needle:?} in {}",
+            human.stdout
+        );
+    }
+    signal(&holder, Signal::TERM);
+    let done = finish(holder, Duration::from_secs(10));
+    assert_eq!(done.code, Some(143), "{done:?}");
+    assert!(!alive(&pid));
+    assert_eq!(t.inspect(&url)["state"], "free");
+}
+
+/// `break` refuses a wrong id and a free lease, breaks the named holder; the
+/// running holder loses the lease, stops its command and exits 76; the next
+/// contender takes it at once.
+pub fn break_stops_the_running_holder(t: &Target) {
+    let url = t.url("break-running");
+    let free = t.run(["break", "--holder", "nobody", url.as_str()]);
+    assert_eq!(free.code, Some(REFUSED), "{free:?}");
+    assert!(free.stderr.contains("free"), "{free:?}");
+
+    let holder = t.spawn_holder(&url, 3, &pid_then_sleep("pid"));
+    let pid = wait_for_file(&t.path("pid"), Duration::from_secs(10));
+    let id = t.holder(&url).expect("held");
+
+    let wrong = t.run(["break", "--holder", "nobody", url.as_str()]);
+    assert_eq!(wrong.code, Some(REFUSED), "{wrong:?}");
+    assert!(
+        wrong.stderr.contains(&format!("held by instance {id}")),
+        "{wrong:?}"
+    );
+    assert_eq!(t.holder(&url).as_deref(), Some(id.as_str()), "untouched");
+
+    let broke = t.run(["break", "--holder", id.as_str(), url.as_str()]);
+    assert_eq!(broke.code, Some(0), "{broke:?}");
+    assert!(broke.stdout.contains(&id), "{broke:?}");
+    assert!(broke.stdout.contains("broken-by-"), "{broke:?}");
+    assert!(broke.stdout.contains("still fresh"), "{broke:?}");
+
+    let done = finish(holder, Duration::from_secs(10));
+    assert_eq!(done.code, Some(LOST), "{done:?}");
+    assert!(done.stderr.contains("lost"), "{done:?}");
+    assert!(!alive(&pid), "the command was stopped");
+
+    let next = t.run([
+        "run",
+        url.as_str(),
+        "--",
+        "sh",
+        "-c",
+        "echo $BUCKET_LEASE_EPOCH",
+    ]);
+    assert_eq!(next.code, Some(0), "taken at once: {next:?}");
+    assert_eq!(next.stdout.trim(), "3", "1 for the holder, 2 for the break");
+}
+
+/// A stale holder (SIGKILLed, TTL run out) is broken; breaking it again is
+/// refused, naming the breaker's record.
+pub fn break_a_stale_holder(t: &Target) {
+    let url = t.url("break-stale");
+    let mut holder = t.spawn_holder(&url, 1, &pid_then_sleep("pid"));
+    let pid = wait_for_file(&t.path("pid"), Duration::from_secs(10));
+    let id = t.holder(&url).expect("held");
+    holder.kill().expect("SIGKILL");
+    let _ = holder.wait();
+    kill_pid(&pid);
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(t.inspect(&url)["state"], "expired");
+
+    let broke = t.run(["break", "--json", "--holder", id.as_str(), url.as_str()]);
+    assert_eq!(broke.code, Some(0), "{broke:?}");
+    let json: Value = serde_json::from_str(&broke.stdout).expect("JSON");
+    assert_eq!(json["broken"], true);
+    assert_eq!(json["replaced"]["holder"], id.as_str());
+    assert_eq!(json["replaced"]["fresh"], false);
+    assert_eq!(json["record"]["ttl_s"], 1);
+    assert_eq!(json["record"]["epoch"], 2);
+    let breaker = json["record"]["holder"].as_str().unwrap().to_string();
+    assert!(breaker.starts_with("broken-by-"));
+    assert_eq!(t.inspect(&url)["broken"], true);
+
+    let again = t.run(["break", "--holder", id.as_str(), url.as_str()]);
+    assert_eq!(again.code, Some(REFUSED), "{again:?}");
+    assert!(again.stderr.contains(&breaker), "{again:?}");
+}
+
+/// SIGINT to `run` stops the command, releases the lease and exits 130.
+pub fn sigint_releases_and_stops_the_command(t: &Target) {
+    let url = t.url("sigint");
+    let holder = t.spawn_holder(&url, 3, &pid_then_sleep("pid"));
+    let pid = wait_for_file(&t.path("pid"), Duration::from_secs(10));
+    assert_eq!(t.inspect(&url)["state"], "held");
+    signal(&holder, Signal::INT);
+    let done = finish(holder, Duration::from_secs(10));
+    assert_eq!(done.code, Some(130), "{done:?}");
+    assert!(!alive(&pid), "the command was stopped");
+    assert_eq!(t.inspect(&url)["state"], "free", "released: {done:?}");
+}
+
+/// The command's exit status is `run`'s; 128+N for a signal; 127 for a
+/// command that does not exist. The lease is released every time.
+pub fn the_command_status_is_propagated(t: &Target) {
+    let url = t.url("status");
+    let seven = t.run(["run", url.as_str(), "--", "sh", "-c", "exit 7"]);
+    assert_eq!(seven.code, Some(7), "{seven:?}");
+    let term = t.run(["run", url.as_str(), "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(term.code, Some(143), "{term:?}");
+    let missing = t.run(["run", url.as_str(), "--", "/nonexistent/command"]);
+    assert_eq!(missing.code, Some(127), "{missing:?}");
+    assert!(
+        missing.stderr.contains("/nonexistent/command"),
+        "{missing:?}"
+    );
+    let env = t.run([
+        "run",
+        "--ttl",
+        "2",
+        url.as_str(),
+        "sh",
+        "-c",
+        "echo $BUCKET_LEASE_TTL_S $BUCKET_LEASE_EXCLUSION $BUCKET_LEASE_KEY",
+    ]);
+    assert_eq!(env.code, Some(0), "{env:?}");
+    assert!(
+        env.stdout.trim().starts_with("2 conditional ")
+            && env.stdout.trim().ends_with("status/LEASE"),
+        "{env:?}"
+    );
+    assert_eq!(t.inspect(&url)["state"], "free");
+}

@@ -1,0 +1,197 @@
+//! The `bucket-lease` command end to end on `file://` directories: no
+//! server needed. The scenarios live in `cli_common`; the argument and
+//! configuration errors are checked here once.
+
+mod cli_common;
+
+use cli_common::Target;
+
+#[test]
+fn second_run_is_held_then_waits() {
+    cli_common::second_run_is_held_then_waits(&Target::fs("two-runs"));
+}
+
+#[test]
+fn killed_holder_is_taken_over_after_the_ttl() {
+    cli_common::killed_holder_is_taken_over_after_the_ttl(&Target::fs("sigkill"));
+}
+
+#[test]
+fn inspect_shows_free_and_held() {
+    cli_common::inspect_shows_free_and_held(&Target::fs("inspect"));
+}
+
+#[test]
+fn break_stops_the_running_holder() {
+    cli_common::break_stops_the_running_holder(&Target::fs("break-running"));
+}
+
+#[test]
+fn break_a_stale_holder() {
+    cli_common::break_a_stale_holder(&Target::fs("break-stale"));
+}
+
+#[test]
+fn sigint_releases_and_stops_the_command() {
+    cli_common::sigint_releases_and_stops_the_command(&Target::fs("sigint"));
+}
+
+#[test]
+fn the_command_status_is_propagated() {
+    cli_common::the_command_status_is_propagated(&Target::fs("status"));
+}
+
+#[test]
+fn bad_arguments_exit_64_naming_the_argument() {
+    let t = Target::fs("usage");
+    let url = t.url("usage");
+    for (args, needle) in [
+        (vec![], "no command given"),
+        (vec!["frobnicate"], "unknown command \"frobnicate\""),
+        (vec!["run", url.as_str()], "missing COMMAND"),
+        (vec!["run", "--", "true"], "missing URL"),
+        (
+            vec!["run", "--ttl", "soon", url.as_str(), "true"],
+            "--ttl: expected",
+        ),
+        (vec!["run", "--wait"], "--wait needs a value"),
+        (
+            vec!["run", "--grace=-1", url.as_str(), "true"],
+            "--grace: expected",
+        ),
+        (
+            vec!["run", "--bogus", url.as_str(), "true"],
+            "unknown option --bogus",
+        ),
+        (vec!["inspect"], "missing URL"),
+        (
+            vec!["inspect", url.as_str(), "extra"],
+            "unexpected argument \"extra\"",
+        ),
+        (
+            vec!["inspect", "--json=yes", url.as_str()],
+            "--json takes no value",
+        ),
+        (vec!["break", url.as_str()], "missing --holder"),
+        (
+            vec!["bench", "--iters", "0", url.as_str()],
+            "--iters: expected",
+        ),
+    ] {
+        let done = t.run(&args);
+        assert_eq!(done.code, Some(64), "{args:?}: {done:?}");
+        assert!(
+            done.stderr.contains(needle),
+            "{args:?}: {needle:?} in {done:?}"
+        );
+        assert!(done.stderr.contains("--help"), "{args:?}: {done:?}");
+    }
+}
+
+#[test]
+fn help_and_version() {
+    let t = Target::fs("help");
+    for args in [
+        vec!["--help"],
+        vec!["help"],
+        vec!["run", "--help"],
+        vec!["help", "inspect"],
+        vec!["break", "-h"],
+        vec!["bench", "--help"],
+    ] {
+        let done = t.run(&args);
+        assert_eq!(done.code, Some(0), "{args:?}: {done:?}");
+        assert!(done.stdout.contains("Usage"), "{args:?}: {done:?}");
+        assert!(done.stdout.contains("75"), "the exit codes: {args:?}");
+    }
+    let version = t.run(["--version"]);
+    assert_eq!(version.code, Some(0));
+    assert!(version.stdout.starts_with("bucket-lease 0."), "{version:?}");
+}
+
+#[test]
+fn configuration_errors_exit_78() {
+    let t = Target::fs("config");
+    for (url, needle) in [
+        ("gs://bucket/prefix", "unknown scheme"),
+        ("file://relative/path", "absolute"),
+        #[cfg(feature = "s3")]
+        ("s3://bucket/prefix", "AWS_"),
+        #[cfg(feature = "minio")]
+        ("minio://bucket/prefix", "AWS_ENDPOINT_URL"),
+    ] {
+        for cmd in ["inspect", "run"] {
+            let done = t.run(
+                [cmd, url, "true"]
+                    .iter()
+                    .take(if cmd == "run" { 3 } else { 2 }),
+            );
+            assert_eq!(done.code, Some(78), "{cmd} {url}: {done:?}");
+            assert!(
+                done.stderr.contains(needle),
+                "{cmd} {url}: {needle:?} in {done:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bench_measures_on_a_scratch_prefix() {
+    let t = Target::fs("bench");
+    let url = t.url("real");
+    let done = t.run(["bench", "--iters", "5", "--json", url.as_str()]);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    let json: serde_json::Value = serde_json::from_str(&done.stdout).expect("JSON");
+    assert_eq!(json["iterations"], 5);
+    assert_eq!(json["exclusion"], "conditional");
+    assert!(json["prefix"].as_str().unwrap().contains("real/bench-"));
+    for op in ["acquire", "renew", "release"] {
+        assert_eq!(json[op]["samples"], 5, "{json}");
+        for q in ["p50_ms", "p90_ms", "p99_ms", "max_ms"] {
+            assert!(
+                json[op][q].as_f64().is_some_and(|v| v >= 0.0),
+                "{op} {q}: {json}"
+            );
+        }
+    }
+    assert!(done.stderr.contains("5/5"), "progress on stderr: {done:?}");
+    assert_eq!(
+        t.inspect(&url)["state"],
+        "free",
+        "the real lease is untouched"
+    );
+
+    let human = t.run(["bench", "-q", "--iters", "3", url.as_str()]);
+    assert_eq!(human.code, Some(0), "{human:?}");
+    for needle in ["p50", "p99", "acquire", "renew", "release", "|#"] {
+        assert!(human.stdout.contains(needle), "{needle:?} in {human:?}");
+    }
+    assert!(human.stderr.is_empty(), "-q: {human:?}");
+}
+
+#[test]
+fn best_effort_is_taken_and_said() {
+    let t = Target::fs("best-effort");
+    let url = t.url("be");
+    let done = t.run([
+        "run",
+        "--best-effort",
+        url.as_str(),
+        "sh",
+        "-c",
+        "echo $BUCKET_LEASE_EXCLUSION",
+    ]);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    assert_eq!(done.stdout.trim(), "best-effort");
+    assert!(done.stderr.contains("best-effort"), "warned: {done:?}");
+    let mut cmd = t.command([
+        "run",
+        url.as_str(),
+        "sh",
+        "-c",
+        "echo $BUCKET_LEASE_EXCLUSION",
+    ]);
+    cmd.env("BUCKET_LEASE_CONDITIONAL", "off");
+    let done = cli_common::Done::from(cmd.output().unwrap());
+    assert_eq!(done.stdout.trim(), "best-effort", "{done:?}");
+}
