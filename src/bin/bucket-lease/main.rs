@@ -12,7 +12,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (`run`: the command succeeded; `inspect`: the lease was read, free or held) |
-//! | 1–63, 128+N | `run`: the command's own status; 128+N when signal N killed it |
+//! | N | `run`: the command's own exit status; 128+N when signal N killed it |
 //! | 1 | `break` refused: the lease is free, names another holder, or is not a lease record |
 //! | 64 | usage: a bad or missing argument |
 //! | 69 | a store request failed, or the store ignores conditional writes |
