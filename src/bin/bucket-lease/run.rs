@@ -66,7 +66,9 @@ lease every third of the TTL, and releases it when COMMAND exits. If the
 lease is lost or fenced (renewals failing for two thirds of the TTL),
 COMMAND gets SIGTERM, then SIGKILL after the grace period (at most a third
 of the TTL), and run exits 76. SIGINT, SIGTERM and SIGHUP are passed on to
-COMMAND as SIGTERM; the lease is released once it has exited.
+COMMAND as SIGTERM; the lease is released once it has exited. Only COMMAND
+itself is signalled: end a shell script with `exec`. If bucket-lease itself
+is killed with SIGKILL, COMMAND keeps running while the lease expires.
 
 COMMAND's environment gains BUCKET_LEASE_URL, BUCKET_LEASE_KEY,
 BUCKET_LEASE_INSTANCE_ID, BUCKET_LEASE_EPOCH, BUCKET_LEASE_TTL_S,
