@@ -39,7 +39,7 @@ impl Measured {
 
 /// CPU time this thread has used so far.
 fn thread_cpu() -> Option<Duration> {
-    use rustix_bench::time::{clock_gettime, ClockId};
+    use rustix::time::{clock_gettime, ClockId};
     let t = clock_gettime(ClockId::ThreadCPUTime);
     Some(Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
 }
