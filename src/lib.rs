@@ -1,4 +1,4 @@
-//! bucket-lease: one writer at a time on a prefix of an S3-compatible bucket.
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
 pub use bucket_lease_backends as backends;
