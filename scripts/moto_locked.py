@@ -6,13 +6,18 @@ concurrent conditional PUTs can both win. Holding one lock for the whole of
 each request (the body included) makes every request atomic, so a
 compare-and-swap race test measures the client, not moto.
 
+It is served by waitress rather than werkzeug's development server, which
+closes the connection after every answer: waitress keeps HTTP/1.1
+connections alive, as real services do, so the client's kept-alive
+connection is exercised by the tests and measured by the benchmark.
+
 usage: moto_locked.py HOST PORT
 """
 import sys
 import threading
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-from werkzeug.serving import run_simple
+import waitress
 
 LOCK = threading.Lock()
 APP = DomainDispatcherApplication(create_backend_app)
@@ -32,7 +37,7 @@ def locked(environ, start_response):
 
 def main():
     host, port = sys.argv[1], int(sys.argv[2])
-    run_simple(host, port, locked, threaded=True)
+    waitress.serve(locked, host=host, port=port, threads=8, ident=None, _quiet=True)
 
 
 if __name__ == "__main__":

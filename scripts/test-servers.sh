@@ -28,7 +28,7 @@ env_file="$tmp/servers.env"
 bucket=bucket-lease-test
 nanio_key=nanio-test-key
 nanio_secret=nanio-test-secret-0123456789
-requirements=("moto[s3]==5.2.5" "flask" "flask-cors" "werkzeug" "botocore" "localbucket==1.2.1" "nanio==0.1.7")
+requirements=("moto[s3]==5.2.5" "flask" "flask-cors" "werkzeug" "waitress==3.0.2" "botocore" "localbucket==1.2.1" "nanio==0.1.7")
 
 stop() {
   for pidfile in "$run"/*.pid; do

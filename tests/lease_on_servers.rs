@@ -214,14 +214,16 @@ fn fenced_writes_carry_the_epoch_and_refuse_a_second_writer() {
 }
 
 /// A TCP proxy on 127.0.0.1 that holds every chunk a client sends for
-/// `delay_ms` before passing it on to `upstream`.
-fn delaying_proxy(upstream: &str, delay_ms: Arc<AtomicU64>) -> String {
+/// `delay_ms` before passing it on to `upstream`, and counts the
+/// connections it accepts in `connections`.
+fn delaying_proxy(upstream: &str, delay_ms: Arc<AtomicU64>, connections: Arc<AtomicU64>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();
     let upstream = upstream.trim_start_matches("http://").to_string();
     std::thread::spawn(move || {
         for client in listener.incoming().take(16) {
             let Ok(client) = client else { continue };
+            connections.fetch_add(1, Ordering::SeqCst);
             let (upstream, delay_ms) = (upstream.clone(), delay_ms.clone());
             std::thread::spawn(move || {
                 let server = TcpStream::connect(upstream).unwrap();
@@ -250,7 +252,7 @@ fn a_slow_upload_is_abandoned_at_the_write_deadline() {
         return;
     };
     let delay_ms = Arc::new(AtomicU64::new(0));
-    let proxy = delaying_proxy(&moto, delay_ms.clone());
+    let proxy = delaying_proxy(&moto, delay_ms.clone(), Arc::new(AtomicU64::new(0)));
     let store: Arc<dyn Store> = Arc::new(
         common::builder(Server::Moto)
             .unwrap()
@@ -285,4 +287,31 @@ fn a_slow_upload_is_abandoned_at_the_write_deadline() {
         writer.put_new(&format!("{prefix}/later"), b"x"),
         Err(WriteError::Fenced { .. })
     ));
+}
+
+#[test]
+fn renewals_reuse_one_kept_alive_connection() {
+    let Some(moto) = common::server(Server::Moto) else {
+        return;
+    };
+    let connections = Arc::new(AtomicU64::new(0));
+    let proxy = delaying_proxy(&moto, Arc::new(AtomicU64::new(0)), connections.clone());
+    let store: Arc<dyn Store> = Arc::new(
+        common::builder(Server::Moto)
+            .unwrap()
+            .endpoint(proxy)
+            .build()
+            .unwrap(),
+    );
+    let prefix = common::unique_prefix("keep-alive");
+    let lease = Lease::acquire(store, &prefix, LeaseOptions::new(30)).unwrap();
+    for _ in 0..10 {
+        lease.renew().unwrap();
+    }
+    lease.release().unwrap();
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        1,
+        "acquire, probe, ten renewals and release on one connection"
+    );
 }
