@@ -52,7 +52,10 @@ Options:
 const DEFAULT_ITERS: u64 = 20;
 
 /// Histogram bucket upper bounds, in milliseconds.
-const EDGES_MS: [f64; 14] = [
+const EDGES_MS: [f64; 17] = [
+    0.1,
+    0.2,
+    0.5,
     1.0,
     2.0,
     5.0,
