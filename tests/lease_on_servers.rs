@@ -277,7 +277,7 @@ fn a_slow_upload_is_abandoned_at_the_write_deadline() {
     }
     assert!(gave_up >= deadline, "abandoned before the deadline");
     assert!(
-        gave_up < deadline + Duration::from_millis(700),
+        gave_up < deadline + Duration::from_secs(2),
         "abandoned {:?} after the deadline (started {:?} before it)",
         gave_up - deadline,
         deadline.saturating_duration_since(started)
