@@ -7,8 +7,10 @@
 //! - [`lease`]: taking, renewing, fencing and releasing the lease.
 //! - [`keeper`]: the renewal thread and its events.
 //! - [`fence`]: writes bound to a held lease, stamped with its epoch.
+//! - [`inspect`]: reading a lease from outside, and breaking a dead holder's.
 //! - [`clock`]: the monotonic and wall clocks, real and for tests.
 //! - [`error`]: why a lease operation failed.
+//! - `conformance` (feature `conformance`): the suite every store passes.
 //!
 //! ```
 //! use bucket_lease_core::{memory::MemoryStore, Lease, LeaseError, LeaseOptions};
