@@ -236,8 +236,16 @@ pub fn signal(child: &Child, signal: Signal) {
     kill_process(Pid::from_child(child), signal).expect("the signal is sent");
 }
 
-/// Whether the process `pid` still exists.
+/// Whether the process `pid` still exists and has not died (a zombie
+/// waiting for its new parent to reap it counts as dead).
 pub fn alive(pid: &str) -> bool {
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        let state = stat
+            .rsplit(") ")
+            .next()
+            .and_then(|rest| rest.chars().next());
+        return !matches!(state, Some('Z' | 'X'));
+    }
     let pid = pid.parse::<i32>().expect("a pid");
     test_kill_process(Pid::from_raw(pid).expect("a positive pid")).is_ok()
 }
@@ -319,8 +327,12 @@ pub fn killed_holder_is_taken_over_after_the_ttl(t: &Target) {
     holder.kill().expect("SIGKILL");
     let killed_at = Instant::now();
     let _ = holder.wait();
-    // Nothing stops the orphaned command of a SIGKILLed run: clean it up.
-    kill_pid(&pid);
+    // The kernel kills the command of a SIGKILLed run with it.
+    let gone_by = Instant::now() + Duration::from_secs(5);
+    while alive(&pid) {
+        assert!(Instant::now() < gone_by, "the command outlived its run");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let refused = t.run(["run", url.as_str(), "--", "true"]);
     assert_eq!(refused.code, Some(HELD), "still fresh: {refused:?}");

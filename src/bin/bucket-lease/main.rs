@@ -25,6 +25,7 @@
 
 mod bench;
 mod brk;
+mod child;
 mod inspect;
 mod log;
 mod run;
@@ -109,6 +110,9 @@ Options:
 
 fn main() -> ExitCode {
     let args: VecDeque<OsString> = std::env::args_os().skip(1).collect();
+    if args.front().is_some_and(|a| a == child::EXEC_CHILD) {
+        return ExitCode::from(child::exec_child(&Vec::from(args)[1..]));
+    }
     let code = match dispatch(Parser::new("", args)) {
         Ok(code) => code,
         Err(failure) => {

@@ -35,10 +35,14 @@
 //!   best-effort lease on a service without conditional writes (logged as
 //!   a warning). A service caught ignoring conditions exits 69.
 //!
+//! - **COMMAND dies with `bucket-lease`.** On Linux, if `bucket-lease`
+//!   itself is killed with SIGKILL (it can then release nothing), the kernel
+//!   kills COMMAND too, long before the lease can be taken over (see
+//!   [`crate::child`]).
+//!
 //! What it cannot promise: only COMMAND itself is signalled (a shell
-//! script should `exec` its last command), and if `bucket-lease` itself is
-//! killed with SIGKILL, COMMAND keeps running unfenced while the lease
-//! expires after its TTL.
+//! script should `exec` its last command; its own children are not
+//! killed with it).
 
 use crate::{
     exit, human_secs, open_store, parse_seconds, parse_whole_seconds, Failure, Parser, Token,
@@ -52,7 +56,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// `bucket-lease run --help`.
@@ -67,8 +71,8 @@ lease is lost or fenced (renewals failing for two thirds of the TTL),
 COMMAND gets SIGTERM, then SIGKILL after the grace period (at most a third
 of the TTL), and run exits 76. SIGINT, SIGTERM and SIGHUP are passed on to
 COMMAND as SIGTERM; the lease is released once it has exited. Only COMMAND
-itself is signalled: end a shell script with `exec`. If bucket-lease itself
-is killed with SIGKILL, COMMAND keeps running while the lease expires.
+itself is signalled: end a shell script with `exec`. On Linux, if
+bucket-lease itself is killed with SIGKILL, the kernel kills COMMAND too.
 
 COMMAND's environment gains BUCKET_LEASE_URL, BUCKET_LEASE_KEY,
 BUCKET_LEASE_INSTANCE_ID, BUCKET_LEASE_EPOCH, BUCKET_LEASE_TTL_S,
@@ -197,9 +201,8 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         exclusion_name(lease.exclusion()),
         lease.ttl_s()
     );
-    let mut command = Command::new(&o.command[0]);
+    let mut command = crate::child::command(&o.command[0], &o.command[1..]);
     command
-        .args(&o.command[1..])
         .env("BUCKET_LEASE_URL", &o.url)
         .env("BUCKET_LEASE_KEY", lease.key())
         .env("BUCKET_LEASE_INSTANCE_ID", lease.instance_id())
