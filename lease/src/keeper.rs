@@ -22,8 +22,9 @@
 //!   marks the lease lost and is reported as [`Event::Lost`] with the panic's
 //!   message; the thread then waits to be stopped.
 //! - **No thread outlives its handle.** [`Keeper::stop`] and dropping the
-//!   keeper both release the lease (each request bounded by the release
-//!   timeout) and join the thread.
+//!   keeper both release the lease and join the thread. A renewal already
+//!   in flight is finished first (it is bounded by the write deadline); the
+//!   release is bounded by the release timeout.
 
 use crate::clock::Clock;
 use crate::error::LeaseError;
