@@ -91,30 +91,38 @@ fn the_life_cycle_on_every_profile() {
     }
 }
 
-#[test]
-fn a_server_that_ignores_both_conditions_fails_the_probe_on_if_none_match() {
-    let Some(store) = common::store(Server::S3rver) else {
-        return;
-    };
-    let store: Arc<dyn Store> = Arc::new(store);
-    let prefix = common::unique_prefix("s3rver");
+/// Acquire on `server`, expect the probe to fail closed on `condition`
+/// naming its header and leaving no record behind; hand back the store and
+/// the prefix for more.
+fn probe_fails_closed(
+    server: Server,
+    condition: IgnoredCondition,
+) -> Option<(Arc<dyn Store>, String)> {
+    let store: Arc<dyn Store> = Arc::new(common::store(server)?);
+    let prefix = common::unique_prefix("probe");
     let err = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(30)).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LeaseError::ConditionsIgnored {
-                condition: IgnoredCondition::IfNoneMatch,
-                ..
-            }
-        ),
-        "{err}"
+    assert_eq!(
+        err,
+        LeaseError::ConditionsIgnored {
+            key: format!("{prefix}/LEASE"),
+            condition
+        },
+        "{server:?}"
     );
-    assert!(err.to_string().contains("If-None-Match"), "{err}");
+    assert!(err.to_string().contains(condition.header()), "{err}");
     assert!(
         absent(&*store, &format!("{prefix}/LEASE")),
-        "our record was removed"
+        "{server:?}: our record was removed"
     );
+    Some((store, prefix))
+}
 
+#[test]
+fn a_server_that_ignores_both_conditions_fails_the_probe_on_if_none_match() {
+    let Some((store, prefix)) = probe_fails_closed(Server::S3rver, IgnoredCondition::IfNoneMatch)
+    else {
+        return;
+    };
     // Asked for, best-effort works on it: one holder, the other kept out.
     let options = || LeaseOptions::new(30).best_effort(true);
     let lease = Lease::acquire(store.clone(), &prefix, options()).unwrap();
@@ -129,27 +137,7 @@ fn a_server_that_ignores_both_conditions_fails_the_probe_on_if_none_match() {
 
 #[test]
 fn a_server_that_ignores_if_match_fails_the_probe_on_if_match() {
-    let Some(store) = common::store(Server::LocalBucket) else {
-        return;
-    };
-    let store: Arc<dyn Store> = Arc::new(store);
-    let prefix = common::unique_prefix("localbucket");
-    let err = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(30)).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LeaseError::ConditionsIgnored {
-                condition: IgnoredCondition::IfMatch,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert!(err.to_string().contains("If-Match"), "{err}");
-    assert!(
-        absent(&*store, &format!("{prefix}/LEASE")),
-        "our record was removed"
-    );
+    probe_fails_closed(Server::LocalBucket, IgnoredCondition::IfMatch);
 }
 
 #[test]

@@ -81,14 +81,9 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     let cmd = p.command;
     let (mut url, mut iters, mut ttl_s, mut json, mut best_effort) =
         (None, DEFAULT_ITERS, 30, false, false);
-    while let Some(tok) = p.token()? {
-        if p.common(&tok)? {
-            continue;
-        }
-        if p.wants_help(&tok) {
-            return Ok(crate::print_help(HELP));
-        }
+    while let Some(tok) = p.option()? {
         match tok {
+            Token::Help => return Ok(crate::print_help(HELP)),
             Token::Long(ref name, _) if name == "iters" => {
                 let value = p.value(&tok)?;
                 iters = match value.parse::<u64>() {

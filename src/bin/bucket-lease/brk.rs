@@ -51,14 +51,9 @@ Options:
 /// A usage, configuration, refusal or store failure.
 pub fn main(mut p: Parser) -> Result<u8, Failure> {
     let (mut url, mut holder, mut json) = (None, None, false);
-    while let Some(tok) = p.token()? {
-        if p.common(&tok)? {
-            continue;
-        }
-        if p.wants_help(&tok) {
-            return Ok(crate::print_help(HELP));
-        }
+    while let Some(tok) = p.option()? {
         match tok {
+            Token::Help => return Ok(crate::print_help(HELP)),
             Token::Long(ref name, _) if name == "json" => {
                 p.flag(&tok)?;
                 json = true;

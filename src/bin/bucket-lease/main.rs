@@ -124,49 +124,37 @@ fn main() -> ExitCode {
 }
 
 fn dispatch(mut p: Parser) -> Result<u8, Failure> {
-    loop {
-        match p.token()? {
-            None => {
-                return Err(Failure::usage(
-                    "",
-                    "no command given (run, inspect, break or bench)",
-                ));
-            }
-            Some(Token::Word(word)) => {
-                let word = word.to_string_lossy().into_owned();
-                let command: &'static str = match word.as_str() {
-                    "run" => "run",
-                    "inspect" => "inspect",
-                    "break" => "break",
-                    "bench" => "bench",
-                    "help" => return help_for(&mut p),
-                    other => {
-                        return Err(Failure::usage(
-                            "",
-                            format!("unknown command {other:?} (run, inspect, break or bench)"),
-                        ))
-                    }
-                };
-                p.command = command;
-                return match command {
-                    "run" => run::main(p),
-                    "inspect" => inspect::main(p),
-                    "break" => brk::main(p),
-                    _ => bench::main(p),
-                };
-            }
-            Some(Token::Long(name, _)) if name == "version" => return Ok(print_version()),
-            Some(Token::Short('V')) => return Ok(print_version()),
-            Some(tok) => {
-                if p.common(&tok)? {
-                    continue;
-                }
-                if p.wants_help(&tok) {
-                    return Ok(print_help(MAIN_HELP));
-                }
-                return Err(p.unexpected(&tok));
-            }
+    let word = match p.option()? {
+        None => {
+            return Err(Failure::usage(
+                "",
+                "no command given (run, inspect, break or bench)",
+            ))
         }
+        Some(Token::Word(word)) => word.to_string_lossy().into_owned(),
+        Some(Token::Long(name, _)) if name == "version" => return Ok(print_version()),
+        Some(Token::Short('V')) => return Ok(print_version()),
+        Some(Token::Help) => return Ok(print_help(MAIN_HELP)),
+        Some(tok) => return Err(p.unexpected(&tok)),
+    };
+    p.command = match word.as_str() {
+        "run" => "run",
+        "inspect" => "inspect",
+        "break" => "break",
+        "bench" => "bench",
+        "help" => return help_for(&mut p),
+        other => {
+            return Err(Failure::usage(
+                "",
+                format!("unknown command {other:?} (run, inspect, break or bench)"),
+            ))
+        }
+    };
+    match p.command {
+        "run" => run::main(p),
+        "inspect" => inspect::main(p),
+        "break" => brk::main(p),
+        _ => bench::main(p),
     }
 }
 
@@ -270,6 +258,8 @@ pub enum Token {
     Word(OsString),
     /// `--`: everything after it is positional.
     Dashes,
+    /// `-h` or `--help` (only from [`Parser::option`]).
+    Help,
 }
 
 /// A hand-written command-line reader: long options with `=` or a separate
@@ -400,9 +390,23 @@ impl Parser {
         Ok(true)
     }
 
-    /// Whether `tok` asks for help.
-    pub fn wants_help(&self, tok: &Token) -> bool {
-        matches!(tok, Token::Short('h')) || matches!(tok, Token::Long(name, None) if name == "help")
+    /// The next token a command must handle itself: the options every
+    /// command shares (`-v`, `-q`) are taken here, and `-h` / `--help`
+    /// come back as [`Token::Help`].
+    ///
+    /// # Errors
+    ///
+    /// As [`token`](Self::token) and [`common`](Self::common).
+    pub fn option(&mut self) -> Result<Option<Token>, Failure> {
+        while let Some(tok) = self.token()? {
+            if self.common(&tok)? {
+                continue;
+            }
+            let help = matches!(tok, Token::Short('h'))
+                || matches!(&tok, Token::Long(name, None) if name == "help");
+            return Ok(Some(if help { Token::Help } else { tok }));
+        }
+        Ok(None)
     }
 
     /// A flag that takes no value: a usage failure when `tok` carries one.
@@ -443,6 +447,7 @@ pub fn describe(tok: &Token) -> String {
         Token::Short(c) => format!("-{c}"),
         Token::Word(w) => format!("{w:?}"),
         Token::Dashes => "--".to_string(),
+        Token::Help => "--help".to_string(),
     }
 }
 

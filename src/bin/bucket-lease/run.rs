@@ -109,15 +109,12 @@ fn parse(p: &mut Parser) -> Result<Option<Options>, Failure> {
     let (mut ttl_s, mut wait, mut grace, mut best_effort) =
         (DEFAULT_TTL_S, None, DEFAULT_GRACE, false);
     let mut command = Vec::new();
-    while let Some(tok) = p.token()? {
-        if p.common(&tok)? {
-            continue;
-        }
-        if p.wants_help(&tok) {
-            crate::print_help(HELP);
-            return Ok(None);
-        }
+    while let Some(tok) = p.option()? {
         match tok {
+            Token::Help => {
+                crate::print_help(HELP);
+                return Ok(None);
+            }
             Token::Long(ref name, _) if name == "ttl" => {
                 ttl_s = parse_whole_seconds(cmd, "--ttl", &p.value(&tok)?)?;
             }
