@@ -234,20 +234,36 @@ fn delaying_proxy(upstream: &str, delay_ms: Arc<AtomicU64>, connections: Arc<Ato
     format!("http://{address}")
 }
 
+/// A store on moto through [`delaying_proxy`], with the proxy's knobs.
+struct Proxied {
+    store: Arc<dyn Store>,
+    delay_ms: Arc<AtomicU64>,
+    connections: Arc<AtomicU64>,
+}
+
+fn moto_behind_a_proxy() -> Option<Proxied> {
+    let moto = common::server(Server::Moto)?;
+    let (delay_ms, connections) = (Arc::default(), Arc::default());
+    let proxy = delaying_proxy(&moto, Arc::clone(&delay_ms), Arc::clone(&connections));
+    let store = common::builder(Server::Moto)?
+        .endpoint(proxy)
+        .build()
+        .unwrap();
+    Some(Proxied {
+        store: Arc::new(store),
+        delay_ms,
+        connections,
+    })
+}
+
 #[test]
 fn a_slow_upload_is_abandoned_at_the_write_deadline() {
-    let Some(moto) = common::server(Server::Moto) else {
+    let Some(Proxied {
+        store, delay_ms, ..
+    }) = moto_behind_a_proxy()
+    else {
         return;
     };
-    let delay_ms = Arc::new(AtomicU64::new(0));
-    let proxy = delaying_proxy(&moto, delay_ms.clone(), Arc::new(AtomicU64::new(0)));
-    let store: Arc<dyn Store> = Arc::new(
-        common::builder(Server::Moto)
-            .unwrap()
-            .endpoint(proxy)
-            .build()
-            .unwrap(),
-    );
     let prefix = common::unique_prefix("slow");
     // A 3 s TTL: the holder may write for 2 s after the acquire.
     let lease = Arc::new(Lease::acquire(store.clone(), &prefix, LeaseOptions::new(3)).unwrap());
@@ -279,18 +295,12 @@ fn a_slow_upload_is_abandoned_at_the_write_deadline() {
 
 #[test]
 fn renewals_reuse_one_kept_alive_connection() {
-    let Some(moto) = common::server(Server::Moto) else {
+    let Some(Proxied {
+        store, connections, ..
+    }) = moto_behind_a_proxy()
+    else {
         return;
     };
-    let connections = Arc::new(AtomicU64::new(0));
-    let proxy = delaying_proxy(&moto, Arc::new(AtomicU64::new(0)), connections.clone());
-    let store: Arc<dyn Store> = Arc::new(
-        common::builder(Server::Moto)
-            .unwrap()
-            .endpoint(proxy)
-            .build()
-            .unwrap(),
-    );
     let prefix = common::unique_prefix("keep-alive");
     let lease = Lease::acquire(store, &prefix, LeaseOptions::new(30)).unwrap();
     for _ in 0..10 {
