@@ -11,7 +11,10 @@
 //! - Stamps are RFC 3339 on the writer's wall clock.
 //! - `ttl_s` is the writer's TTL, and it governs: a reader with a different
 //!   TTL of its own still judges the record by `ttl_s`.
-//! - `epoch` counts takeovers; a record without it counts as epoch 0.
+//! - `epoch` counts takeovers; a record without it counts as epoch 0. A
+//!   lease taken on an absent key (after a release deleted the record)
+//!   starts again at 1, so epochs order the holders of one unbroken chain
+//!   of takeovers, not holders on either side of a release.
 //! - Unknown fields are ignored, so a newer writer's record stays readable.
 //!
 //! A record is **fresh** while the reader's wall clock is strictly less than
