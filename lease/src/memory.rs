@@ -40,6 +40,12 @@ pub enum Misbehaviour {
     /// Conditional deletes answer [`StoreErrorKind::NotImplemented`]; writes
     /// stay strict.
     NoConditionalDelete,
+    /// Accept `If-Match` on DELETE whatever the object's version: the
+    /// delete removes the object (some services do; PUT stays strict).
+    IgnoreIfMatchOnDelete,
+    /// Answers carry no ETag: reads and writes return versions without one,
+    /// as a service or proxy that strips the header does.
+    NoEtags,
 }
 
 /// The in-memory store. See the [module docs](self).
@@ -58,6 +64,7 @@ struct State {
     conflicts: usize,
     requests: u64,
     puts: u64,
+    read_cap: Option<usize>,
 }
 
 impl MemoryStore {
@@ -95,6 +102,13 @@ impl MemoryStore {
     /// without taking effect, as S3 does under concurrent conditional writes.
     pub fn conflict_next_writes(&self, n: usize) {
         self.lock().conflicts = n;
+    }
+
+    /// Answer reads of objects larger than `bytes` with
+    /// [`StoreErrorKind::TooLarge`] (carrying the object's version), as an
+    /// HTTP client with a read cap does; `None` reads everything.
+    pub fn set_read_cap(&self, bytes: Option<usize>) {
+        self.lock().read_cap = bytes;
     }
 
     /// How many requests the store has answered (or failed).
@@ -179,8 +193,24 @@ impl Store for MemoryStore {
     fn get(&self, key: &str, _deadline: Option<Instant>) -> Result<Object, StoreError> {
         let mut s = self.lock();
         s.begin("GET", key)?;
+        let strip = s.on(Misbehaviour::NoEtags);
         match s.objects.get(key) {
-            Some(o) => Ok(o.clone()),
+            Some(o) if s.read_cap.is_some_and(|cap| o.body.len() > cap) => {
+                let mut version = o.version.clone();
+                if strip {
+                    version.etag = None;
+                }
+                Err(StoreError::new(StoreErrorKind::TooLarge, "GET", key)
+                    .with_message(format!("{} bytes, over the read cap", o.body.len()))
+                    .with_version(version))
+            }
+            Some(o) => {
+                let mut object = o.clone();
+                if strip {
+                    object.version.etag = None;
+                }
+                Ok(object)
+            }
             None => {
                 Err(StoreError::new(StoreErrorKind::NotFound, "GET", key).with_code("NoSuchKey"))
             }
@@ -235,6 +265,11 @@ impl Store for MemoryStore {
                 metadata: options.metadata.clone(),
             },
         );
+        let version = if s.on(Misbehaviour::NoEtags) {
+            Version::default()
+        } else {
+            version
+        };
         s.answer("PUT", key, version)
     }
 
@@ -254,7 +289,8 @@ impl Store for MemoryStore {
                 );
             }
             if let Some(current) = s.objects.get(key) {
-                if !matches(&current.version, wanted) {
+                if !matches(&current.version, wanted) && !s.on(Misbehaviour::IgnoreIfMatchOnDelete)
+                {
                     return Err(StoreError::new(StoreErrorKind::Precondition, "DELETE", key)
                         .with_code("PreconditionFailed"));
                 }
@@ -345,6 +381,23 @@ mod tests {
         let absent = store.put("other", b"v", &PutOptions::new(fake.clone()));
         assert!(absent.is_ok() && store.peek("other").is_some());
         store.clear(Misbehaviour::CreateOnIfMatchAbsent);
+
+        store.set(Misbehaviour::IgnoreIfMatchOnDelete);
+        let stale = DeleteMode::IfVersion(Version::etag("\"never\""));
+        assert!(store.delete("other", &stale, None).is_ok() && store.peek("other").is_none());
+        store.clear(Misbehaviour::IgnoreIfMatchOnDelete);
+
+        store.set(Misbehaviour::NoEtags);
+        let written = store.put("k", b"v", &PutOptions::new(PutMode::Overwrite));
+        assert_eq!(written.unwrap().etag, None);
+        assert_eq!(store.get("k", None).unwrap().version.etag, None);
+        store.clear(Misbehaviour::NoEtags);
+
+        store.set_read_cap(Some(0));
+        let e = store.get("k", None).unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::TooLarge);
+        assert!(e.version().is_some_and(|v| v.etag.is_some()));
+        store.set_read_cap(None);
 
         store.set(Misbehaviour::NoConditions);
         assert_eq!(

@@ -181,6 +181,11 @@ pub enum StoreErrorKind {
     /// The service rejected the request as malformed or unsupported, or
     /// answered something this client does not understand; nothing landed.
     Rejected,
+    /// The object is larger than the client reads. The error carries the
+    /// object's version when the answer gave one
+    /// ([`StoreError::version`]), so the object can still be replaced
+    /// conditionally without reading its bytes.
+    TooLarge,
 }
 
 impl StoreErrorKind {
@@ -194,6 +199,7 @@ impl StoreErrorKind {
             StoreErrorKind::PermissionDenied => "permission denied",
             StoreErrorKind::Transport => "no answer",
             StoreErrorKind::Rejected => "rejected",
+            StoreErrorKind::TooLarge => "object larger than the read cap",
         }
     }
 }
@@ -212,6 +218,7 @@ pub struct StoreError {
     message: Option<String>,
     request_id: Option<String>,
     timed_out: bool,
+    version: Option<Version>,
 }
 
 impl StoreError {
@@ -225,6 +232,7 @@ impl StoreError {
             message: None,
             request_id: None,
             timed_out: false,
+            version: None,
         }
     }
 
@@ -251,6 +259,18 @@ impl StoreError {
     pub fn timed_out(mut self) -> Self {
         self.timed_out = true;
         self
+    }
+
+    /// The same error, carrying the version of the object it is about (for
+    /// [`StoreErrorKind::TooLarge`]: the version of the object not read).
+    pub fn with_version(mut self, version: Version) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    /// The version of the object the error is about, when the answer gave one.
+    pub fn version(&self) -> Option<&Version> {
+        self.version.as_ref()
     }
 
     /// What kind of answer the request got.
@@ -301,6 +321,13 @@ impl StoreError {
         )
     }
 
+    /// Whether retrying the same request cannot help until someone changes
+    /// the configuration: refused credentials or permissions, or a bucket
+    /// that does not exist.
+    pub fn is_permanent(&self) -> bool {
+        self.kind == StoreErrorKind::PermissionDenied || self.code.as_deref() == Some("NoSuchBucket")
+    }
+
     fn hint(&self) -> Option<&'static str> {
         match self.kind {
             StoreErrorKind::Transport => Some(
@@ -312,6 +339,9 @@ impl StoreError {
             StoreErrorKind::Conflict => Some("another conditional write raced this one; retry"),
             StoreErrorKind::NotImplemented => {
                 Some("this service or client cannot send the condition")
+            }
+            StoreErrorKind::Rejected if self.code.as_deref() == Some("NoSuchBucket") => {
+                Some("check the bucket name in the URL; the bucket must exist")
             }
             _ => None,
         }
