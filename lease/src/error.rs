@@ -1,5 +1,6 @@
 //! Why a lease could not be taken, renewed or released.
 
+use crate::record::MAX_SANE_TTL_S;
 use crate::store::StoreError;
 use std::fmt;
 
@@ -73,6 +74,28 @@ pub enum LeaseError {
         /// What the service ignored.
         condition: IgnoredCondition,
     },
+    /// No renewal landed within two thirds of the TTL (or the lease can no
+    /// longer be renewed): the holder must stop writing. Returned by an
+    /// acquire whose own requests outlasted the fence (the record was given
+    /// back) and by a renewal of a lease fenced for good.
+    Fenced {
+        /// The lease object's key.
+        key: String,
+    },
+    /// The TTL asked for is longer than
+    /// [`MAX_SANE_TTL_S`](crate::record::MAX_SANE_TTL_S): every contender
+    /// would treat the record as suspect and could take it from a live
+    /// holder. Nothing was written.
+    TtlTooLong {
+        /// The TTL asked for, in seconds.
+        ttl_s: u64,
+    },
+    /// The record's epoch is `u64::MAX`, so no later holder can be given a
+    /// greater one. Nothing was written.
+    EpochExhausted {
+        /// The lease object's key.
+        key: String,
+    },
     /// A store request failed.
     Store(StoreError),
 }
@@ -83,6 +106,20 @@ impl LeaseError {
         match self {
             LeaseError::Store(e) => Some(e),
             _ => None,
+        }
+    }
+
+    /// Whether trying again cannot help until someone changes the
+    /// configuration, the service or the bucket: refused credentials or
+    /// permissions, a missing bucket, a service that ignores conditions, a
+    /// TTL over the maximum, an exhausted epoch.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            LeaseError::Store(e) => e.is_permanent(),
+            LeaseError::ConditionsIgnored { .. }
+            | LeaseError::TtlTooLong { .. }
+            | LeaseError::EpochExhausted { .. } => true,
+            LeaseError::Held { .. } | LeaseError::Lost { .. } | LeaseError::Fenced { .. } => false,
         }
     }
 }
@@ -114,6 +151,24 @@ impl fmt::Display for LeaseError {
                  second writer out (our record was removed again); use a service that honours \
                  conditional writes, or accept a best-effort lease by setting \
                  {CONDITIONAL_ENV}=off (LeaseOptions::best_effort in code)"
+            ),
+            LeaseError::Fenced { key } => write!(
+                f,
+                "lease {key} is fenced: no renewal landed within two thirds of its TTL; stop \
+                 writing and acquire again"
+            ),
+            LeaseError::TtlTooLong { ttl_s } => write!(
+                f,
+                "a lease TTL of {ttl_s} s is over the maximum of {MAX_SANE_TTL_S} s: contenders \
+                 would treat such a record as suspect and could take it from a live holder; use \
+                 a TTL from 1 to {MAX_SANE_TTL_S} s"
+            ),
+            LeaseError::EpochExhausted { key } => write!(
+                f,
+                "lease {key} not taken: its record's epoch is at the largest value ({}), so no \
+                 later holder can have a greater one; nothing was written. Remove the LEASE \
+                 object by hand once no holder is alive",
+                u64::MAX
             ),
             LeaseError::Store(e) => write!(f, "lease store request failed: {e}"),
         }

@@ -26,9 +26,9 @@
 //! ([`crate::fence`]) catch the rest.
 
 use crate::clock::Clock;
-use crate::lease::{jittered, read_record, CONFLICT_RETRIES};
+use crate::lease::{put_retrying, read_holder, read_record};
 use crate::record::{format_stamp, lease_key, new_instance_id, LeaseRecord};
-use crate::store::{PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version};
+use crate::store::{PutMode, Store, StoreError, StoreErrorKind, Version};
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
@@ -69,10 +69,12 @@ impl Inspection {
 
     /// How long after `read_at` the record stops being fresh: negative once
     /// it has expired; `None` when there is no parsable stamp.
+    /// `None` too for a released record, and when the difference does not
+    /// fit (an absurd TTL with a stamp far in the future).
     pub fn expires_in(&self) -> Option<time::Duration> {
-        let record = self.record.as_ref()?;
+        let record = self.record.as_ref().filter(|r| !r.is_released())?;
         let ttl = time::Duration::seconds(i64::try_from(record.ttl_s).unwrap_or(i64::MAX));
-        Some(ttl - self.age?)
+        ttl.checked_sub(self.age?)
     }
 
     /// [`age`](Self::age) in seconds.
@@ -83,6 +85,17 @@ impl Inspection {
     /// [`expires_in`](Self::expires_in) in seconds.
     pub fn expires_in_s(&self) -> Option<f64> {
         self.expires_in().map(|left| left.as_seconds_f64())
+    }
+
+    /// Whether the holder released the lease: it is free, and the record
+    /// keeps the last holder and epoch.
+    pub fn is_released(&self) -> bool {
+        self.released_at().is_some()
+    }
+
+    /// When the last holder released the lease, as its record says.
+    pub fn released_at(&self) -> Option<&str> {
+        self.record.as_ref()?.released_at.as_deref()
     }
 
     /// Whether this record was left behind by [`break_lease`].
@@ -150,8 +163,15 @@ pub struct Broken {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BreakError {
-    /// There is no lease object: nothing to break.
+    /// There is no lease object, or its holder released it: nothing to
+    /// break.
     Free {
+        /// The lease object's key.
+        key: String,
+    },
+    /// The record's epoch is `u64::MAX`: a break could not give the next
+    /// holder a greater one. Nothing was written.
+    EpochExhausted {
         /// The lease object's key.
         key: String,
     },
@@ -187,6 +207,7 @@ impl BreakError {
     pub fn key(&self) -> &str {
         match self {
             BreakError::Free { key }
+            | BreakError::EpochExhausted { key }
             | BreakError::Unreadable { key }
             | BreakError::OtherHolder { key, .. }
             | BreakError::Changed { key, .. } => key,
@@ -199,8 +220,17 @@ impl fmt::Display for BreakError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BreakError::Free { key } => {
-                write!(f, "not breaking lease {key}: it is free (no record)")
+                write!(
+                    f,
+                    "not breaking lease {key}: it is free (no record, or released)"
+                )
             }
+            BreakError::EpochExhausted { key } => write!(
+                f,
+                "not breaking lease {key}: its epoch is at the largest value, so the next \
+                 holder could not have a greater one; remove the LEASE object by hand once no \
+                 holder is alive"
+            ),
             BreakError::Unreadable { key } => write!(
                 f,
                 "not breaking lease {key}: the object is not a lease record; the next \
@@ -268,6 +298,7 @@ pub fn break_lease(
     let (replaced, replaced_version) = match read_record(store, &key, None)? {
         None => return Err(BreakError::Free { key }),
         Some((None, _)) => return Err(BreakError::Unreadable { key }),
+        Some((Some(rec), _)) if rec.is_released() => return Err(BreakError::Free { key }),
         Some((Some(rec), version)) => (rec, version),
     };
     if replaced.instance_id != holder {
@@ -277,6 +308,9 @@ pub fn break_lease(
             expected: holder.to_string(),
         });
     }
+    let Some(epoch) = replaced.next_epoch() else {
+        return Err(BreakError::EpochExhausted { key });
+    };
     let now = clock.wall();
     let was_fresh = replaced.is_fresh(now);
     let record = LeaseRecord {
@@ -285,30 +319,18 @@ pub fn break_lease(
         // One TTL in the past: stale the moment it lands.
         renewed_at: format_stamp(now - Duration::from_secs(BROKEN_TTL_S)),
         ttl_s: BROKEN_TTL_S,
-        epoch: replaced.epoch + 1,
+        epoch,
+        released_at: None,
     };
     let body = record.to_bytes();
-    let options = PutOptions::new(PutMode::Update(replaced_version.clone()));
-    let mut conflicts = 0;
-    let version = loop {
-        match store.put(&key, &body, &options) {
-            Ok(version) => break version,
-            Err(e) if e.kind() == StoreErrorKind::Conflict && conflicts < CONFLICT_RETRIES => {
-                conflicts += 1;
-                clock.sleep(jittered(
-                    Duration::from_millis(25) * 2u32.pow(conflicts - 1),
-                ));
-            }
-            Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
-                let holder = read_record(store, &key, None)
-                    .ok()
-                    .flatten()
-                    .and_then(|(rec, _)| rec)
-                    .map(|rec| rec.instance_id);
-                return Err(BreakError::Changed { key, holder });
-            }
-            Err(e) => return Err(e.into()),
+    let mode = PutMode::Update(replaced_version.clone());
+    let version = match put_retrying(store, clock, &key, &body, mode, None) {
+        Ok(version) => version,
+        Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
+            let holder = read_holder(store, &key, None);
+            return Err(BreakError::Changed { key, holder });
         }
+        Err(e) => return Err(e.into()),
     };
     log::info!(
         "{key}: broke the lease of {} (epoch {}, renewed_at {}, {}); replaced it with {} \
@@ -337,6 +359,7 @@ mod tests {
     use crate::error::LeaseError;
     use crate::lease::{Contender, LeaseOptions};
     use crate::memory::{MemoryStore, Misbehaviour};
+    use crate::store::PutOptions;
     use std::sync::Arc;
 
     struct World {
@@ -407,6 +430,7 @@ mod tests {
             renewed_at: format_stamp(ahead),
             ttl_s: 30,
             epoch: 2,
+            released_at: None,
         };
         w.store.insert("jobs/a/LEASE", &record.to_bytes());
         let seen = w.inspect().unwrap();

@@ -8,9 +8,12 @@
 //!   only for arithmetic; they are answered from any thread at any time.
 //! - **A hung request cannot outlive the fence.** Each renewal is abandoned
 //!   at the write deadline; a failed renewal is retried after a growing,
-//!   jittered pause, but never scheduled past the deadline. If the deadline
-//!   passes without a renewal the keeper reports [`Event::Fenced`] and stops
-//!   renewing: the lease may already belong to someone else.
+//!   jittered pause, but never scheduled past the deadline. The moment the
+//!   deadline passes without a renewal (a renewal that times out exactly
+//!   at it included) the keeper reports [`Event::Fenced`] and stops
+//!   renewing: the lease may already belong to someone else. Every path
+//!   out of the renewal loop reports either [`Event::Fenced`] or
+//!   [`Event::Lost`] first.
 //! - **Every change is an event** on a `crossbeam-channel` receiver:
 //!   [`Event::Renewed`] with the request's latency, [`Event::RenewalFailed`]
 //!   with the error and whether another try is scheduled, [`Event::Fenced`],
@@ -28,7 +31,7 @@
 
 use crate::clock::Clock;
 use crate::error::LeaseError;
-use crate::lease::{jittered, Lease, Released};
+use crate::lease::{jittered, Lease, LeaseStatus, Released};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -241,50 +244,52 @@ impl Renewer {
         self.lease.clock()
     }
 
-    /// Renew on schedule. Returns false when asked to stop, true when the
-    /// lease was lost or fenced.
+    /// Renew on schedule. Returns false when asked to stop, true once the
+    /// lease is lost or fenced, after reporting which.
+    ///
+    /// Each turn starts from the lease's status, so the loop is always in
+    /// one of two places: waiting until the next renewal (never past the
+    /// write deadline) or reporting the end. A renewal that fails at or
+    /// after the deadline is followed at once by the report.
     fn renew_until_stopped(&self) -> bool {
         let interval = self.lease.renew_interval();
-        let mut next = Some(self.lease.confirmed_at() + interval);
+        let mut next = self.lease.confirmed_at() + interval;
         let mut failures: u32 = 0;
         loop {
-            let wake = match (next, self.lease.write_deadline()) {
-                (Some(n), Some(d)) => Some(n.min(d)),
-                (n, d) => n.or(d),
+            let deadline = match self.lease.status() {
+                LeaseStatus::Held { deadline } => deadline,
+                LeaseStatus::Lost { holder } => {
+                    let reason = "a refused write marked it lost".to_string();
+                    let _ = self.events.send(Event::Lost { holder, reason });
+                    return true;
+                }
+                LeaseStatus::Fenced | LeaseStatus::Released => {
+                    log::warn!("{}: fenced: no renewal landed in time", self.lease.key());
+                    let _ = self.events.send(Event::Fenced);
+                    return true;
+                }
             };
-            if !self.wait_for(wake) {
-                return false;
-            }
-            if self.lease.is_lost() {
-                let holder = self.lease.lost_to();
-                let reason = "a refused write marked it lost".to_string();
-                let _ = self.events.send(Event::Lost { holder, reason });
-                return true;
-            }
-            let Some(deadline) = self.lease.write_deadline() else {
-                log::warn!("{}: fenced: no renewal landed in time", self.lease.key());
-                let _ = self.events.send(Event::Fenced);
-                return true;
-            };
-            let now = self.clock().now();
-            if next.is_some_and(|n| now < n) {
+            if self.clock().now() < next {
+                if !self.wait_for(Some(next.min(deadline))) {
+                    return false;
+                }
                 continue;
             }
             match self.renew_once(deadline) {
                 Attempt::Renewed(latency) => {
                     failures = 0;
                     let _ = self.events.send(Event::Renewed { latency });
-                    next = Some(self.lease.confirmed_at() + interval);
+                    next = self.lease.confirmed_at() + interval;
                 }
                 Attempt::Lost { holder, reason } => {
                     let _ = self.events.send(Event::Lost { holder, reason });
                     return true;
                 }
                 Attempt::Failed(error) => {
-                    failures += 1;
+                    failures = failures.saturating_add(1);
                     let pause = jittered(retry_pause(failures, interval));
-                    let retry_at = self.clock().now() + pause;
-                    let retrying = retry_at < deadline;
+                    next = self.clock().now() + pause;
+                    let retrying = self.lease.write_deadline().is_some_and(|d| next < d);
                     if retrying {
                         log::warn!(
                             "{}: renewal failed, retrying in {pause:?}: {error}",
@@ -297,7 +302,6 @@ impl Renewer {
                         );
                     }
                     let _ = self.events.send(Event::RenewalFailed { error, retrying });
-                    next = retrying.then_some(retry_at);
                 }
             }
         }

@@ -13,12 +13,18 @@
 //!   conditional on an ETag no service issues, and the same write against an
 //!   absent key beside the lease must all be refused. If the service accepts
 //!   any of them it ignores that condition, and the acquire hands the key
-//!   back (removing its own record and the probe key) and fails with
-//!   [`LeaseError::ConditionsIgnored`]. A store that cannot send a condition
-//!   at all ([`StoreErrorKind::NotImplemented`]) makes the lease
-//!   best-effort, with a warning; so does a caller that asks for it
-//!   ([`LeaseOptions::best_effort`]). Exclusion is never weakened silently:
-//!   [`Lease::exclusion`] says which kind a lease has.
+//!   back (its record marked released, the probe key removed) and fails
+//!   with [`LeaseError::ConditionsIgnored`]. Exclusion is never weakened by
+//!   an answer: a store that cannot send a condition
+//!   ([`StoreErrorKind::NotImplemented`]) or an answer without the ETag the
+//!   next compare-and-swap needs fails the acquire, and fails (then
+//!   fences) a renewal. A lease is best-effort only when the caller asks
+//!   ([`LeaseOptions::best_effort`]); [`Lease::exclusion`] says which kind
+//!   a lease has.
+//! - **Every request of an acquire is bounded** by the caller's deadline
+//!   ([`Contender::try_acquire_before`]), and the probe also by the new
+//!   lease's write deadline: an acquire never hands out a lease it may no
+//!   longer write under.
 //! - **A lost answer is not a lost lease.** A [`Contender`] keeps one
 //!   instance id for all its attempts, so a write that landed although its
 //!   answer never arrived leaves a record the next attempt recognises as its
@@ -38,14 +44,19 @@
 //!   (see [`crate::record`]). A suspect record (stamped more than its own TTL
 //!   ahead, or with a TTL over [`MAX_SANE_TTL_S`](crate::record::MAX_SANE_TTL_S))
 //!   is taken over once the same contender has seen it unchanged (same ETag,
-//!   version id and stamp) for one of its own TTLs, with a warning.
-//! - **Release removes only our own record.** A lost lease, or a record that
-//!   names someone else, is left alone; a store with conditional delete
-//!   removes the record in one request conditional on our last ETag. Without
-//!   it the check and the delete are two requests, and a takeover landing
-//!   between them is deleted (its holder then loses the lease at its next
-//!   renewal, and nobody writes unfenced). An acquire abandoned half way
-//!   is released by id ([`Contender::release_abandoned`]).
+//!   version id and stamp) for the longer of its own TTL and the record's
+//!   (when that is sane), with a warning: a live holder renews within that
+//!   time and so changes the record. No lease is taken with a TTL over that
+//!   maximum ([`LeaseError::TtlTooLong`]).
+//! - **Epochs only grow.** Each new holder writes one more than the record
+//!   it replaces; the count never wraps ([`LeaseError::EpochExhausted`]).
+//! - **Release never deletes, and touches only our own record.** The record
+//!   is rewritten as released (stale to every reader, holder and epoch
+//!   kept) with a write conditional on our last ETag, the condition the
+//!   probe checked; if that version is stale the record is read and
+//!   rewritten only while it still names us. A lost lease, or a record
+//!   naming someone else, is left alone. An acquire abandoned half way is
+//!   released by id ([`Contender::release_abandoned_before`]).
 //! - **Conflicts are retried, briefly.** A conflict answer (a concurrent
 //!   conditional write on the same key) is retried after a jittered pause, a
 //!   bounded number of times, and never past the request's deadline.
@@ -58,7 +69,7 @@
 
 use crate::clock::{system_clock, Clock};
 use crate::error::{IgnoredCondition, LeaseError, CONDITIONAL_ENV};
-use crate::record::{format_stamp, lease_key, new_instance_id, LeaseRecord};
+use crate::record::{format_stamp, lease_key, new_instance_id, LeaseRecord, MAX_SANE_TTL_S};
 use crate::store::{DeleteMode, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -97,7 +108,9 @@ pub struct LeaseOptions {
 
 impl LeaseOptions {
     /// A conditional lease with a TTL of `ttl_s` seconds (0 counts as 1) on
-    /// the system clock.
+    /// the system clock. A TTL over
+    /// [`MAX_SANE_TTL_S`](crate::record::MAX_SANE_TTL_S) is refused at
+    /// acquire ([`LeaseError::TtlTooLong`]).
     pub fn new(ttl_s: u64) -> Self {
         LeaseOptions {
             ttl_s: ttl_s.max(1),
@@ -148,10 +161,10 @@ impl Default for LeaseOptions {
 /// What a release did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Released {
-    /// Our record was deleted.
-    Deleted,
-    /// There was no record left to delete.
-    AlreadyGone,
+    /// Our record now says it was released: anyone may take the lease.
+    Freed,
+    /// There was no record, or it was released already.
+    AlreadyFree,
     /// The record was not ours (any more), so it was left in place.
     LeftAlone {
         /// Who holds the lease now, when the record names anyone.
@@ -204,29 +217,55 @@ impl Contender {
         &self.key
     }
 
-    /// Try once to take the lease. See the [module docs](self).
+    /// Try once to take the lease, with no deadline on its requests. See
+    /// [`try_acquire_before`](Self::try_acquire_before).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire_before`](Self::try_acquire_before).
+    pub fn try_acquire(&mut self) -> Result<Lease, LeaseError> {
+        self.try_acquire_before(None)
+    }
+
+    /// Try once to take the lease, abandoning every request (the probe's
+    /// included) at `deadline`. See the [module docs](self).
+    ///
+    /// The lease is handed out only while [`Lease::may_write`] is true: an
+    /// acquire whose probe outlasts the write deadline gives the record back
+    /// and fails with [`LeaseError::Fenced`].
     ///
     /// # Errors
     ///
     /// [`LeaseError::Held`] when another instance holds a fresh lease or
     /// won every race; [`LeaseError::ConditionsIgnored`] when the probe
-    /// caught the service ignoring a condition; [`LeaseError::Store`] when a
-    /// request failed. After a store error the record may name this
-    /// instance: try again with this contender, or
-    /// [`release_abandoned`](Self::release_abandoned).
-    pub fn try_acquire(&mut self) -> Result<Lease, LeaseError> {
+    /// caught the service ignoring a condition; [`LeaseError::TtlTooLong`]
+    /// for a TTL over [`MAX_SANE_TTL_S`]; [`LeaseError::EpochExhausted`]
+    /// when the record's epoch cannot grow; [`LeaseError::Fenced`] when the
+    /// acquire outlasted its own fence; [`LeaseError::Store`] when a request
+    /// failed, a conditional request could not be sent, or an answer lacked
+    /// the ETag the next compare-and-swap needs. After a store error the
+    /// record may name this instance: try again with this contender, or
+    /// [`release_abandoned_before`](Self::release_abandoned_before).
+    pub fn try_acquire_before(&mut self, deadline: Option<Instant>) -> Result<Lease, LeaseError> {
+        if self.options.ttl_s > MAX_SANE_TTL_S {
+            return Err(LeaseError::TtlTooLong {
+                ttl_s: self.options.ttl_s,
+            });
+        }
         let clock = Arc::clone(&self.options.clock);
+        let best_effort = self.options.best_effort;
         let mut races = 0;
         while races < ACQUIRE_RACES {
-            let current = read_record(&*self.store, &self.key, None)?;
+            let current = read_record(&*self.store, &self.key, deadline)?;
             let epoch = match &current {
-                None => 1,
-                Some((Some(rec), _)) if rec.instance_id == self.instance_id => rec.epoch,
+                None | Some((None, _)) => 1,
+                Some((Some(rec), _)) if self.is_own_live(rec) => rec.epoch,
                 Some((Some(rec), version)) => {
                     self.check_foreign(rec, version)?;
-                    rec.epoch + 1
+                    rec.next_epoch().ok_or_else(|| LeaseError::EpochExhausted {
+                        key: self.key.clone(),
+                    })?
                 }
-                Some((None, _)) => 1,
             };
             let (confirmed, confirmed_wall) = (clock.now(), clock.wall());
             let stamp = format_stamp(confirmed_wall);
@@ -236,31 +275,26 @@ impl Contender {
                 renewed_at: stamp,
                 ttl_s: self.options.ttl_s,
                 epoch,
+                released_at: None,
             };
-            let (mode, exclusion) = match (&current, self.options.best_effort) {
-                (_, true) => (PutMode::Overwrite, Exclusion::BestEffort),
-                (None, false) => (PutMode::Create, Exclusion::Conditional),
-                (Some((_, v)), false) => (PutMode::Update(v.clone()), Exclusion::Conditional),
+            let (mode, exclusion) = match &current {
+                _ if best_effort => (PutMode::Overwrite, Exclusion::BestEffort),
+                None => (PutMode::Create, Exclusion::Conditional),
+                Some((_, v)) => (
+                    PutMode::Update(require_etag(v, "GET", &self.key)?),
+                    Exclusion::Conditional,
+                ),
             };
             let body = record.to_bytes();
-            let written = put_retrying(&*self.store, &*clock, &self.key, &body, mode, None);
-            let (version, exclusion) = match written {
-                Ok(version) => (version, exclusion),
+            let written = put_retrying(&*self.store, &*clock, &self.key, &body, mode, deadline);
+            let version = match written {
+                Ok(version) if exclusion == Exclusion::Conditional => {
+                    require_etag(&version, "PUT", &self.key)?
+                }
+                Ok(version) => version,
                 Err(e) if e.is_refusal() => {
                     races += 1;
                     continue;
-                }
-                Err(e) if e.kind() == StoreErrorKind::NotImplemented => {
-                    log::warn!(
-                        "{}: the store cannot send conditional writes ({e}); taking a \
-                         best-effort lease",
-                        self.key
-                    );
-                    let options = PutOptions::new(PutMode::Overwrite);
-                    (
-                        self.store.put(&self.key, &body, &options)?,
-                        Exclusion::BestEffort,
-                    )
                 }
                 Err(e) => return Err(e.into()),
             };
@@ -281,15 +315,20 @@ impl Contender {
                 }),
             };
             if exclusion == Exclusion::Conditional {
-                if let Err(e) = lease.probe(&body) {
-                    if matches!(e, LeaseError::ConditionsIgnored { .. }) {
-                        // This lease excludes nobody: give the key back.
-                        let _ = release_record(&*self.store, &self.key, &self.instance_id, None);
-                    }
+                if let Err(e) = lease.probe(&body, deadline) {
+                    // This lease is unproven or excludes nobody: give the
+                    // key back (a conditional write of a released record).
+                    let _ = lease.release_before(deadline);
                     return Err(e);
                 }
             }
-            if lease.exclusion() == Exclusion::BestEffort {
+            if !lease.may_write() {
+                let _ = lease.release_before(deadline);
+                return Err(LeaseError::Fenced {
+                    key: self.key.clone(),
+                });
+            }
+            if exclusion == Exclusion::BestEffort {
                 log::warn!(
                     "{}: holding a best-effort lease: a second writer that starts at the same \
                      moment is not kept out",
@@ -299,7 +338,7 @@ impl Contender {
             self.suspect_seen = None;
             return Ok(lease);
         }
-        let holder = read_record(&*self.store, &self.key, None)?
+        let holder = read_record(&*self.store, &self.key, deadline)?
             .and_then(|(rec, _)| rec)
             .map_or_else(|| "unknown".to_string(), |rec| rec.instance_id);
         Err(LeaseError::Held {
@@ -308,19 +347,55 @@ impl Contender {
         })
     }
 
-    /// Delete the record if it names this contender's instance id: for an
-    /// acquire that failed or was abandoned after its write may have landed.
+    /// Mark the record released if it still names this contender's
+    /// instance id: for an acquire that failed or was abandoned after its
+    /// write may have landed. See
+    /// [`release_abandoned_before`](Self::release_abandoned_before).
+    ///
+    /// # Errors
+    ///
+    /// As [`release_abandoned_before`](Self::release_abandoned_before).
+    pub fn release_abandoned(&self) -> Result<Released, LeaseError> {
+        self.release_abandoned_before(None)
+    }
+
+    /// Mark the record released if it still names this contender's
+    /// instance id, abandoning every request at `deadline`: one read, then
+    /// one write conditional on the version read. A record naming anyone
+    /// else is left alone; nothing is ever deleted.
     ///
     /// # Errors
     ///
     /// [`LeaseError::Store`] when a request failed; the record then expires
     /// after its TTL.
-    pub fn release_abandoned(&self) -> Result<Released, LeaseError> {
-        release_record(&*self.store, &self.key, &self.instance_id, None)
+    pub fn release_abandoned_before(
+        &self,
+        deadline: Option<Instant>,
+    ) -> Result<Released, LeaseError> {
+        let exclusion = if self.options.best_effort {
+            Exclusion::BestEffort
+        } else {
+            Exclusion::Conditional
+        };
+        let target = ReleaseTarget {
+            store: &*self.store,
+            clock: &*self.options.clock,
+            key: &self.key,
+            instance_id: &self.instance_id,
+            exclusion,
+        };
+        target.release_if_ours(deadline)
+    }
+
+    /// Whether `rec` is a live record of this instance's own: a write of an
+    /// earlier attempt that landed unseen, taken back at its epoch.
+    fn is_own_live(&self, rec: &LeaseRecord) -> bool {
+        rec.instance_id == self.instance_id && !rec.is_released()
     }
 
     /// Whether a foreign record keeps us out: a fresh one does, unless it is
-    /// suspect and we have seen it unchanged for one of our TTLs.
+    /// suspect and we have seen it unchanged long enough (see
+    /// [`LeaseRecord::suspect_watch_s`]).
     fn check_foreign(&mut self, rec: &LeaseRecord, version: &Version) -> Result<(), LeaseError> {
         let clock = &self.options.clock;
         let now = clock.wall();
@@ -341,10 +416,11 @@ impl Contender {
             version.version_id.as_deref().unwrap_or(""),
             rec.renewed_at
         );
+        let watch = Duration::from_secs(rec.suspect_watch_s(self.options.ttl_s));
         match &self.suspect_seen {
             Some((seen, since)) if *seen == identity => {
                 let unchanged_for = clock.now().saturating_duration_since(*since);
-                if unchanged_for >= Duration::from_secs(self.options.ttl_s) {
+                if unchanged_for >= watch {
                     log::warn!(
                         "{}: taking over the suspect lease of {} (renewed_at {}, ttl_s {}): it \
                          has not changed for {:?}",
@@ -366,7 +442,7 @@ impl Contender {
                     rec.instance_id,
                     rec.renewed_at,
                     rec.ttl_s,
-                    self.options.ttl_s
+                    watch.as_secs()
                 );
                 self.suspect_seen = Some((identity, clock.now()));
             }
@@ -387,10 +463,39 @@ struct Held {
     state: State,
 }
 
+/// The lease's life cycle as recorded between requests. Time moves a held
+/// lease to fenced without a request; see [`Lease::status`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     Held,
-    Lost { holder: Option<String> },
+    /// The holder can no longer renew (an answer lacked the ETag the next
+    /// swap needs), whatever the clocks say.
+    Fenced,
+    Lost {
+        holder: Option<String>,
+    },
+    Released,
+}
+
+/// Where a lease stands now: exactly one of four states, on the lease's
+/// clocks at the moment of the call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// The holder may write until `deadline` on the lease's monotonic clock.
+    Held {
+        /// The write deadline: see [`Lease::write_deadline`].
+        deadline: Instant,
+    },
+    /// No renewal landed in time (or the holder can no longer renew): the
+    /// holder must not write, though its record may still name it.
+    Fenced,
+    /// The record was replaced or removed, or a write proved another
+    /// writer: the lease never comes back.
+    Lost {
+        /// Who holds it now, when known.
+        holder: Option<String>,
+    },
+    /// The holder gave the lease up.
     Released,
 }
 
@@ -439,7 +544,7 @@ impl Lease {
         self.ttl_s
     }
 
-    /// The takeover count written in the record: one more than the record
+    /// The holder count written in the record: one more than the record
     /// this lease replaced (1 on an absent key; a renewal keeps it).
     pub fn epoch(&self) -> u64 {
         self.epoch
@@ -501,14 +606,22 @@ impl Lease {
         self.lock().confirmed
     }
 
-    /// The instant, on the lease's monotonic clock, after which this holder
-    /// must not write: two thirds of a TTL after the last confirmed renewal,
-    /// on both clocks. `None` once that has passed, or the lease is lost or
-    /// released.
-    pub fn write_deadline(&self) -> Option<Instant> {
+    /// Where the lease stands now. [`LeaseStatus::Held`] carries the write
+    /// deadline: two thirds of a TTL after the last confirmed renewal, on
+    /// both clocks (when the wall clock has stepped back past the renewal,
+    /// the monotonic clock alone decides). At the deadline itself the lease
+    /// is already [`LeaseStatus::Fenced`].
+    pub fn status(&self) -> LeaseStatus {
         let h = self.lock();
-        if h.state != State::Held {
-            return None;
+        match &h.state {
+            State::Held => {}
+            State::Fenced => return LeaseStatus::Fenced,
+            State::Lost { holder } => {
+                return LeaseStatus::Lost {
+                    holder: holder.clone(),
+                }
+            }
+            State::Released => return LeaseStatus::Released,
         }
         let fence = self.fence_after();
         let now = self.clock.now();
@@ -516,12 +629,26 @@ impl Lease {
         let deadline = match self.clock.wall().duration_since(h.confirmed_wall) {
             Ok(wall_elapsed) => match fence.checked_sub(wall_elapsed) {
                 Some(wall_left) => monotonic_deadline.min(now + wall_left),
-                None => return None,
+                None => return LeaseStatus::Fenced,
             },
             // The wall clock stepped back past the renewal: it says nothing.
             Err(_) => monotonic_deadline,
         };
-        (now < deadline).then_some(deadline)
+        if now < deadline {
+            LeaseStatus::Held { deadline }
+        } else {
+            LeaseStatus::Fenced
+        }
+    }
+
+    /// The instant, on the lease's monotonic clock, after which this holder
+    /// must not write. `None` once that has passed, or the lease is fenced,
+    /// lost or released. See [`status`](Self::status).
+    pub fn write_deadline(&self) -> Option<Instant> {
+        match self.status() {
+            LeaseStatus::Held { deadline } => Some(deadline),
+            _ => None,
+        }
     }
 
     /// Whether this holder may start a write now.
@@ -533,7 +660,7 @@ impl Lease {
     /// that another writer is active. `holder` names it when known.
     pub fn mark_lost(&self, holder: Option<String>) {
         let mut h = self.lock();
-        if h.state == State::Held {
+        if matches!(h.state, State::Held | State::Fenced) {
             h.state = State::Lost { holder };
         }
     }
@@ -550,53 +677,45 @@ impl Lease {
 
     /// Renew, abandoning every request at `deadline`.
     ///
+    /// A renewal that lands after the write deadline has passed (by time)
+    /// holds the lease again: its compare-and-swap proves nobody wrote the
+    /// record meanwhile.
+    ///
     /// # Errors
     ///
     /// [`LeaseError::Lost`] when the record was replaced or deleted: the
-    /// lease is lost for good. [`LeaseError::Store`] when a request failed:
-    /// retry; the fence keeps the holder safe meanwhile.
+    /// lease is lost for good. [`LeaseError::Fenced`] when the lease can no
+    /// longer be renewed. [`LeaseError::Store`] when a request failed or
+    /// could not be sent (retry; the fence keeps the holder safe meanwhile),
+    /// or when its answer lacked an ETag (the lease is then fenced for good:
+    /// its next condition is unknown).
     pub fn renew_before(&self, deadline: Option<Instant>) -> Result<(), LeaseError> {
         let (exclusion, version) = {
             let h = self.lock();
             if h.state != State::Held {
-                return Err(self.lost_error(&h.state));
+                return Err(self.state_error(&h.state));
             }
             (h.exclusion, h.version.clone())
         };
         let (confirmed, confirmed_wall) = (self.clock.now(), self.clock.wall());
-        let record = LeaseRecord {
-            instance_id: self.instance_id.clone(),
-            acquired_at: self.acquired_at.clone(),
-            renewed_at: format_stamp(confirmed_wall),
-            ttl_s: self.ttl_s,
-            epoch: self.epoch,
-        };
-        let body = record.to_bytes();
+        let body = self.record(format_stamp(confirmed_wall)).to_bytes();
         let written = match exclusion {
             Exclusion::Conditional => {
                 let mode = PutMode::Update(version);
                 match put_retrying(&*self.store, &*self.clock, &self.key, &body, mode, deadline) {
                     Ok(version) => Ok(version),
-                    Err(e) if e.kind() == StoreErrorKind::NotImplemented => {
-                        log::warn!(
-                            "{}: the store stopped accepting conditional writes ({e}); the \
-                             lease is best-effort from now on",
-                            self.key
-                        );
-                        self.lock().exclusion = Exclusion::BestEffort;
-                        self.renew_best_effort(&body, deadline)
-                    }
                     Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
                         self.reconcile(&body, deadline)
                     }
                     Err(e) => Err(e.into()),
                 }
+                .and_then(|version| self.known_version(version, "PUT"))
             }
             Exclusion::BestEffort => self.renew_best_effort(&body, deadline),
         }?;
         let mut h = self.lock();
         if h.state != State::Held {
-            return Err(self.lost_error(&h.state));
+            return Err(self.state_error(&h.state));
         }
         h.version = written;
         h.confirmed = confirmed;
@@ -604,13 +723,39 @@ impl Lease {
         Ok(())
     }
 
+    /// Our record as of now, renewed at `renewed_at`.
+    fn record(&self, renewed_at: String) -> LeaseRecord {
+        LeaseRecord {
+            instance_id: self.instance_id.clone(),
+            acquired_at: self.acquired_at.clone(),
+            renewed_at,
+            ttl_s: self.ttl_s,
+            epoch: self.epoch,
+            released_at: None,
+        }
+    }
+
+    /// `version` when it carries an ETag; otherwise the lease is fenced for
+    /// good (the next swap's condition is unknown) and the error says so.
+    fn known_version(&self, version: Version, method: &'static str) -> Result<Version, LeaseError> {
+        require_etag(&version, method, &self.key).map_err(|e| {
+            let mut h = self.lock();
+            if h.state == State::Held {
+                h.state = State::Fenced;
+            }
+            LeaseError::Store(e)
+        })
+    }
+
     /// A swap was refused. A record that still names us means a write of
     /// ours landed unseen: adopt its version and swap once more. Anything
     /// else means the lease is gone.
     fn reconcile(&self, body: &[u8], deadline: Option<Instant>) -> Result<Version, LeaseError> {
         match read_record(&*self.store, &self.key, deadline)? {
-            Some((Some(rec), version)) if rec.instance_id == self.instance_id => {
-                let mode = PutMode::Update(version);
+            Some((Some(rec), version))
+                if rec.instance_id == self.instance_id && !rec.is_released() =>
+            {
+                let mode = PutMode::Update(self.known_version(version, "GET")?);
                 match put_retrying(&*self.store, &*self.clock, &self.key, body, mode, deadline) {
                     Ok(version) => Ok(version),
                     Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
@@ -620,7 +765,7 @@ impl Lease {
                     Err(e) => Err(e.into()),
                 }
             }
-            other => Err(self.lose(other.and_then(|(rec, _)| rec).map(|r| r.instance_id))),
+            other => Err(self.lose(live_holder(other))),
         }
     }
 
@@ -631,11 +776,11 @@ impl Lease {
         deadline: Option<Instant>,
     ) -> Result<Version, LeaseError> {
         match read_record(&*self.store, &self.key, deadline)? {
-            Some((Some(rec), _)) if rec.instance_id == self.instance_id => {
+            Some((Some(rec), _)) if rec.instance_id == self.instance_id && !rec.is_released() => {
                 let options = PutOptions::new(PutMode::Overwrite).with_deadline(deadline);
                 Ok(self.store.put(&self.key, body, &options)?)
             }
-            other => Err(self.lose(other.and_then(|(rec, _)| rec).map(|r| r.instance_id))),
+            other => Err(self.lose(live_holder(other))),
         }
     }
 
@@ -643,24 +788,28 @@ impl Lease {
     fn lose(&self, holder: Option<String>) -> LeaseError {
         let holder = holder.filter(|h| *h != self.instance_id);
         let mut h = self.lock();
-        if h.state == State::Held {
+        if matches!(h.state, State::Held | State::Fenced) {
             h.state = State::Lost { holder };
         }
-        self.lost_error(&h.state)
+        self.state_error(&h.state)
     }
 
-    fn lost_error(&self, state: &State) -> LeaseError {
-        LeaseError::Lost {
-            key: self.key.clone(),
-            holder: match state {
-                State::Lost { holder } => holder.clone(),
-                _ => None,
+    /// Why a lease in `state` cannot be renewed.
+    fn state_error(&self, state: &State) -> LeaseError {
+        let key = self.key.clone();
+        match state {
+            State::Fenced => LeaseError::Fenced { key },
+            State::Lost { holder } => LeaseError::Lost {
+                key,
+                holder: holder.clone(),
             },
+            State::Held | State::Released => LeaseError::Lost { key, holder: None },
         }
     }
 
-    /// Give the lease up: delete the record if it is still ours. From the
-    /// first moment of the call, [`may_write`](Self::may_write) is false.
+    /// Give the lease up: mark our record released, if it is still ours.
+    /// From the first moment of the call, [`may_write`](Self::may_write) is
+    /// false.
     ///
     /// # Errors
     ///
@@ -670,6 +819,15 @@ impl Lease {
     }
 
     /// Release, abandoning every request at `deadline`.
+    ///
+    /// The record is never deleted: it is rewritten as released (stale to
+    /// every reader at once, holder and epoch kept) with one write
+    /// conditional on our last ETag, a condition the acquire's probe saw
+    /// this service honour. If that version is stale (an answer we never
+    /// saw), the record is read, and rewritten on the version read only if
+    /// it still names us. A successor's record is therefore never touched,
+    /// whatever the service does with DELETE conditions. A lost lease is
+    /// left alone without a request.
     ///
     /// # Errors
     ///
@@ -684,27 +842,36 @@ impl Lease {
                         holder: holder.clone(),
                     })
                 }
-                State::Released => return Ok(Released::AlreadyGone),
-                State::Held => h.state = State::Released,
+                State::Released => return Ok(Released::AlreadyFree),
+                State::Held | State::Fenced => h.state = State::Released,
             }
             (h.exclusion, h.version.clone())
         };
-        if exclusion == Exclusion::Conditional {
-            let mode = DeleteMode::IfVersion(version);
-            match self.store.delete(&self.key, &mode, deadline) {
-                Ok(()) => return Ok(Released::Deleted),
-                // Our version is stale (a lost answer?) or the store cannot
-                // delete conditionally: look before deleting.
-                Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotImplemented => {}
+        let target = ReleaseTarget {
+            store: &*self.store,
+            clock: &*self.clock,
+            key: &self.key,
+            instance_id: &self.instance_id,
+            exclusion,
+        };
+        if exclusion == Exclusion::Conditional && version.etag.is_some() {
+            let released = self.record(String::new()).released(self.clock.wall());
+            let mode = PutMode::Update(version);
+            let body = released.to_bytes();
+            match put_retrying(&*self.store, &*self.clock, &self.key, &body, mode, deadline) {
+                Ok(_) => return Ok(Released::Freed),
+                // Our version is stale (a lost answer?): look first.
+                Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        release_record(&*self.store, &self.key, &self.instance_id, deadline)
+        target.release_if_ours(deadline)
     }
 
-    /// Check the probe writes of a conditional acquire. See the [module
+    /// Check the probe writes of a conditional acquire, each bounded by
+    /// `deadline` and by the new lease's write deadline. See the [module
     /// docs](self).
-    fn probe(&self, body: &[u8]) -> Result<(), LeaseError> {
+    fn probe(&self, body: &[u8], deadline: Option<Instant>) -> Result<(), LeaseError> {
         let fake = Version::etag(PROBE_ETAG);
         let checks = [
             (
@@ -724,20 +891,18 @@ impl Lease {
             ),
         ];
         for (key, mode, condition) in checks {
-            match put_retrying(&*self.store, &*self.clock, &key, body, mode, None) {
+            let Some(fence) = self.write_deadline() else {
+                return Err(LeaseError::Fenced {
+                    key: self.key.clone(),
+                });
+            };
+            let bound = Some(deadline.map_or(fence, |d| d.min(fence)));
+            match put_retrying(&*self.store, &*self.clock, &key, body, mode, bound) {
                 Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
-                Err(e) if e.kind() == StoreErrorKind::NotImplemented => {
-                    log::warn!(
-                        "{}: the store cannot send {} ({e}); the lease is best-effort",
-                        self.key,
-                        condition.header()
-                    );
-                    self.lock().exclusion = Exclusion::BestEffort;
-                }
                 Err(e) => return Err(e.into()),
                 Ok(_) => {
                     if key != self.key {
-                        if let Err(e) = self.store.delete(&key, &DeleteMode::Unconditional, None) {
+                        if let Err(e) = self.store.delete(&key, &DeleteMode::Unconditional, bound) {
                             log::error!("{key}: could not remove the probe object: {e}");
                         }
                     }
@@ -756,36 +921,52 @@ impl Lease {
     }
 }
 
-/// Delete the record at `key` if it names `instance_id`.
-fn release_record(
-    store: &dyn Store,
-    key: &str,
-    instance_id: &str,
-    deadline: Option<Instant>,
-) -> Result<Released, LeaseError> {
-    match read_record(store, key, deadline)? {
-        None => Ok(Released::AlreadyGone),
-        Some((Some(rec), version)) if rec.instance_id == instance_id => {
-            match store.delete(key, &DeleteMode::IfVersion(version), deadline) {
-                Ok(()) => Ok(Released::Deleted),
-                Err(e) if e.kind() == StoreErrorKind::NotImplemented => {
-                    store.delete(key, &DeleteMode::Unconditional, deadline)?;
-                    Ok(Released::Deleted)
-                }
-                Err(e) if e.is_refusal() => Ok(Released::LeftAlone {
-                    holder: read_holder(store, key, deadline),
-                }),
-                Err(e) => Err(e.into()),
+/// A record to release on behalf of `instance_id`, by reading it first.
+struct ReleaseTarget<'a> {
+    store: &'a dyn Store,
+    clock: &'a dyn Clock,
+    key: &'a str,
+    instance_id: &'a str,
+    exclusion: Exclusion,
+}
+
+impl ReleaseTarget<'_> {
+    /// Read the record; if it names `instance_id` and is not released yet,
+    /// rewrite it released, conditional on the version read (unconditional
+    /// for a best-effort lease).
+    fn release_if_ours(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
+        let (rec, version) = match read_record(self.store, self.key, deadline)? {
+            None => return Ok(Released::AlreadyFree),
+            Some((Some(rec), version)) if rec.instance_id == self.instance_id => (rec, version),
+            other => {
+                return Ok(Released::LeftAlone {
+                    holder: live_holder(other),
+                })
             }
+        };
+        if rec.is_released() {
+            return Ok(Released::AlreadyFree);
         }
-        Some((rec, _)) => Ok(Released::LeftAlone {
-            holder: rec.map(|r| r.instance_id),
-        }),
+        let mode = match self.exclusion {
+            Exclusion::Conditional => PutMode::Update(require_etag(&version, "GET", self.key)?),
+            Exclusion::BestEffort => PutMode::Overwrite,
+        };
+        let body = rec.released(self.clock.wall()).to_bytes();
+        match put_retrying(self.store, self.clock, self.key, &body, mode, deadline) {
+            Ok(_) => Ok(Released::Freed),
+            Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
+                Ok(Released::LeftAlone {
+                    holder: read_holder(self.store, self.key, deadline),
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
 /// The record at `key`, parsed when it parses, with its version; `None` when
-/// the key is absent.
+/// the key is absent. An object too large to read counts as a record that
+/// does not parse, with the version its answer named.
 pub(crate) fn read_record(
     store: &dyn Store,
     key: &str,
@@ -794,22 +975,49 @@ pub(crate) fn read_record(
     match store.get(key, deadline) {
         Ok(object) => Ok(Some((LeaseRecord::parse(&object.body), object.version))),
         Err(e) if e.kind() == StoreErrorKind::NotFound => Ok(None),
+        Err(e) if e.kind() == StoreErrorKind::TooLarge => match e.version() {
+            Some(version) => Ok(Some((None, version.clone()))),
+            None => Err(e),
+        },
         Err(e) => Err(e),
     }
 }
 
-/// Who the record at `key` names, if it can be read at all.
-fn read_holder(store: &dyn Store, key: &str, deadline: Option<Instant>) -> Option<String> {
-    read_record(store, key, deadline)
-        .ok()
-        .flatten()
-        .and_then(|(rec, _)| rec)
+/// Who holds a lease whose record was read as `read`: nobody when it is
+/// absent, unreadable or released.
+fn live_holder(read: Option<(Option<LeaseRecord>, Version)>) -> Option<String> {
+    read.and_then(|(rec, _)| rec)
+        .filter(|rec| !rec.is_released())
         .map(|rec| rec.instance_id)
+}
+
+/// Who the record at `key` names as its live holder, if it can be read.
+pub(crate) fn read_holder(
+    store: &dyn Store,
+    key: &str,
+    deadline: Option<Instant>,
+) -> Option<String> {
+    live_holder(read_record(store, key, deadline).ok().flatten())
+}
+
+/// `version` if it carries an ETag, the condition of the next
+/// compare-and-swap; otherwise an error naming the answer that lacked one.
+fn require_etag(version: &Version, method: &'static str, key: &str) -> Result<Version, StoreError> {
+    if version.etag.is_some() {
+        return Ok(version.clone());
+    }
+    Err(
+        StoreError::new(StoreErrorKind::Rejected, method, key).with_message(
+            "the answer carried no ETag, so the next compare-and-swap cannot be sent; a \
+         conditional lease needs a service (and any proxy in front of it) that returns the \
+         ETag header on GET and PUT",
+        ),
+    )
 }
 
 /// A write that retries conflict answers after a jittered, growing pause,
 /// at most [`CONFLICT_RETRIES`] times and never past `deadline`.
-fn put_retrying(
+pub(crate) fn put_retrying(
     store: &dyn Store,
     clock: &dyn Clock,
     key: &str,

@@ -48,7 +48,7 @@ pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{IgnoredCondition, LeaseError};
 pub use fence::{FencedWriter, WriteError};
 pub use keeper::{Event, Keeper, KeeperOptions};
-pub use lease::{Contender, Exclusion, Lease, LeaseOptions, Released};
+pub use lease::{Contender, Exclusion, Lease, LeaseOptions, LeaseStatus, Released};
 pub use record::{lease_key, LeaseRecord};
 pub use store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,

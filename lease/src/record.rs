@@ -11,10 +11,19 @@
 //! - Stamps are RFC 3339 on the writer's wall clock.
 //! - `ttl_s` is the writer's TTL, and it governs: a reader with a different
 //!   TTL of its own still judges the record by `ttl_s`.
-//! - `epoch` counts takeovers; a record without it counts as epoch 0. A
-//!   lease taken on an absent key (after a release deleted the record)
-//!   starts again at 1, so epochs order the holders of one unbroken chain
-//!   of takeovers, not holders on either side of a release.
+//! - `epoch` counts holders: every acquire that is not a holder taking back
+//!   its own record, and every break, writes one more than the record it
+//!   replaces (a record without the field counts as 0). This project never
+//!   deletes the record, so on a key it alone writes epochs only grow. Two
+//!   cases restart the count at 1: a key that is absent (never taken, or
+//!   deleted by another implementation, such as the async reference, which
+//!   deletes on release) and a record that cannot be read (not JSON, or
+//!   larger than the read cap). Readers that trust epochs across such a
+//!   reset must also compare `acquired_at`.
+//! - `released_at` is set when the holder gave the lease up: a released
+//!   record keeps its holder and epoch, has `ttl_s` 0 and `renewed_at` at
+//!   the Unix epoch, so every reader (the reference included, which knows
+//!   nothing of `released_at`) finds it stale and may take it over at once.
 //! - Unknown fields are ignored, so a newer writer's record stays readable.
 //!
 //! A record is **fresh** while the reader's wall clock is strictly less than
@@ -29,8 +38,13 @@ use std::time::SystemTime;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-/// The longest TTL, in seconds, a record is trusted with: one hour.
+/// The longest TTL, in seconds, a record is trusted with: one hour. A
+/// lease is never taken with a longer one.
 pub const MAX_SANE_TTL_S: u64 = 3600;
+
+/// The `renewed_at` of a released record: the Unix epoch, stale to every
+/// reader whatever its clock.
+pub const RELEASED_STAMP: &str = "1970-01-01T00:00:00Z";
 
 /// The lease object's key for `prefix`: `{prefix}/LEASE`, or `LEASE` for the
 /// empty prefix. Trailing slashes on the prefix are ignored.
@@ -72,9 +86,14 @@ pub struct LeaseRecord {
     pub renewed_at: String,
     /// How long after `renewed_at` the lease stays the holder's, in seconds.
     pub ttl_s: u64,
-    /// How many takeovers led to this holder; absent in older records (0).
+    /// How many holders the key has had, this one included; absent in
+    /// older records (0).
     #[serde(default)]
     pub epoch: u64,
+    /// When the holder released the lease, RFC 3339 on its wall clock;
+    /// absent while the lease is held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_at: Option<String>,
 }
 
 impl LeaseRecord {
@@ -89,6 +108,40 @@ impl LeaseRecord {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
+    /// The same holder's record marked released at `at`: stale at once for
+    /// every reader, holder and epoch kept.
+    pub fn released(&self, at: SystemTime) -> LeaseRecord {
+        LeaseRecord {
+            renewed_at: RELEASED_STAMP.to_string(),
+            ttl_s: 0,
+            released_at: Some(format_stamp(at)),
+            ..self.clone()
+        }
+    }
+
+    /// Whether the holder gave the lease up.
+    pub fn is_released(&self) -> bool {
+        self.released_at.is_some()
+    }
+
+    /// The epoch of whoever takes this record over; `None` when the count
+    /// is exhausted (`u64::MAX`): it never wraps.
+    pub fn next_epoch(&self) -> Option<u64> {
+        self.epoch.checked_add(1)
+    }
+
+    /// How long a contender with its own TTL of `own_ttl_s` watches this
+    /// record, when suspect, before taking it over: its own TTL, or the
+    /// record's TTL when that is longer and sane, so that a live holder
+    /// renews (and so changes the record) at least once meanwhile.
+    pub fn suspect_watch_s(&self, own_ttl_s: u64) -> u64 {
+        if self.ttl_s <= MAX_SANE_TTL_S {
+            own_ttl_s.max(self.ttl_s)
+        } else {
+            own_ttl_s
+        }
+    }
+
     /// `renewed_at` as an instant, when it parses.
     pub fn renewed(&self) -> Option<OffsetDateTime> {
         OffsetDateTime::parse(&self.renewed_at, &Rfc3339).ok()
@@ -101,8 +154,12 @@ impl LeaseRecord {
             .map(|renewed| OffsetDateTime::from(now) - renewed)
     }
 
-    /// Whether the lease is still its holder's at the reader's `now`.
+    /// Whether the lease is still its holder's at the reader's `now`. A
+    /// released record never is.
     pub fn is_fresh(&self, now: SystemTime) -> bool {
+        if self.is_released() {
+            return false;
+        }
         match self.age(now) {
             Some(age) => age < ttl(self.ttl_s),
             None => false,
@@ -112,6 +169,9 @@ impl LeaseRecord {
     /// Whether the record cannot be trusted to expire on time at the
     /// reader's `now`.
     pub fn is_suspect(&self, now: SystemTime) -> bool {
+        if self.is_released() {
+            return false;
+        }
         if self.ttl_s > MAX_SANE_TTL_S {
             return true;
         }
@@ -138,6 +198,7 @@ mod tests {
             renewed_at: format_stamp(renewed),
             ttl_s,
             epoch: 0,
+            released_at: None,
         }
     }
 
@@ -203,6 +264,35 @@ mod tests {
         let stamp = ours["renewed_at"].as_str().unwrap();
         assert!(OffsetDateTime::parse(stamp, &Rfc3339).is_ok() && stamp.ends_with('Z'));
         assert!(LeaseRecord::parse(b"not json").is_none());
+    }
+
+    #[test]
+    fn a_released_record_is_stale_by_the_rules_the_reference_applies() {
+        let now = SystemTime::now();
+        let released = record(now, 30).released(now + Duration::from_secs(3600));
+        assert!(!released.is_fresh(now) && !released.is_suspect(now));
+        // The reference reads only renewed_at and ttl_s: stale even to a
+        // reader whose clock is a year behind.
+        let year = Duration::from_secs(365 * 24 * 3600);
+        let mut as_reference_sees_it = released.clone();
+        as_reference_sees_it.released_at = None;
+        assert!(!as_reference_sees_it.is_fresh(now - year));
+        assert!(!as_reference_sees_it.is_suspect(now - year));
+        let json: serde_json::Value = serde_json::from_slice(&released.to_bytes()).unwrap();
+        assert_eq!(json["ttl_s"], 0);
+        assert!(json["released_at"].is_string());
+        let held: serde_json::Value = serde_json::from_slice(&record(now, 30).to_bytes()).unwrap();
+        assert!(held.get("released_at").is_none(), "a held record omits it");
+    }
+
+    #[test]
+    fn epochs_never_wrap_and_suspects_are_watched_for_a_sane_ttl() {
+        let mut r = record(SystemTime::now(), 600);
+        r.epoch = u64::MAX;
+        assert_eq!(r.next_epoch(), None);
+        assert_eq!(r.suspect_watch_s(30), 600);
+        r.ttl_s = MAX_SANE_TTL_S + 1;
+        assert_eq!(r.suspect_watch_s(30), 30);
     }
 
     #[test]

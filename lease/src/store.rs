@@ -216,9 +216,10 @@ pub struct StoreError {
     key: String,
     code: Option<String>,
     message: Option<String>,
-    request_id: Option<String>,
+    // Boxed to keep the error small: most errors carry no request id.
+    request_id: Option<Box<str>>,
     timed_out: bool,
-    version: Option<Version>,
+    version: Option<Box<Version>>,
 }
 
 impl StoreError {
@@ -251,7 +252,7 @@ impl StoreError {
 
     /// The same error, carrying the service's request id.
     pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
-        self.request_id = Some(request_id.into());
+        self.request_id = Some(request_id.into().into_boxed_str());
         self
     }
 
@@ -264,13 +265,13 @@ impl StoreError {
     /// The same error, carrying the version of the object it is about (for
     /// [`StoreErrorKind::TooLarge`]: the version of the object not read).
     pub fn with_version(mut self, version: Version) -> Self {
-        self.version = Some(version);
+        self.version = Some(Box::new(version));
         self
     }
 
     /// The version of the object the error is about, when the answer gave one.
     pub fn version(&self) -> Option<&Version> {
-        self.version.as_ref()
+        self.version.as_deref()
     }
 
     /// What kind of answer the request got.
@@ -325,7 +326,8 @@ impl StoreError {
     /// the configuration: refused credentials or permissions, or a bucket
     /// that does not exist.
     pub fn is_permanent(&self) -> bool {
-        self.kind == StoreErrorKind::PermissionDenied || self.code.as_deref() == Some("NoSuchBucket")
+        self.kind == StoreErrorKind::PermissionDenied
+            || self.code.as_deref() == Some("NoSuchBucket")
     }
 
     fn hint(&self) -> Option<&'static str> {
@@ -337,9 +339,10 @@ impl StoreError {
                 Some("check the credentials and the permissions granted on this key")
             }
             StoreErrorKind::Conflict => Some("another conditional write raced this one; retry"),
-            StoreErrorKind::NotImplemented => {
-                Some("this service or client cannot send the condition")
-            }
+            StoreErrorKind::NotImplemented => Some(
+                "this service or client cannot send the condition; use a service with \
+                 conditional writes, or ask for a best-effort lease (BUCKET_LEASE_CONDITIONAL=off)",
+            ),
             StoreErrorKind::Rejected if self.code.as_deref() == Some("NoSuchBucket") => {
                 Some("check the bucket name in the URL; the bucket must exist")
             }

@@ -43,6 +43,12 @@ fn nothing_yet(events: &Receiver<Event>) {
     }
 }
 
+fn is_released(store: &Recording) -> bool {
+    LeaseRecord::parse(&store.inner.peek(KEY).unwrap())
+        .unwrap()
+        .is_released()
+}
+
 fn renewed_at(store: &Recording) -> String {
     LeaseRecord::parse(&store.inner.peek(KEY).unwrap())
         .unwrap()
@@ -135,6 +141,7 @@ fn a_takeover_is_reported_as_lost_naming_the_new_holder() {
         renewed_at: format_stamp(clock.wall()),
         ttl_s: 30,
         epoch: 2,
+        released_at: None,
     };
     store.inner.insert(KEY, &usurper.to_bytes());
     clock.advance(secs(10));
@@ -159,9 +166,9 @@ fn a_takeover_is_reported_as_lost_naming_the_new_holder() {
 fn stop_releases_the_lease_and_joins_the_thread() {
     let (store, _clock, keeper) = start(30);
     let events = keeper.events().clone();
-    assert_eq!(keeper.stop().unwrap(), Released::Deleted);
-    assert_eq!(next(&events), Event::Released(Ok(Released::Deleted)));
-    assert!(store.inner.keys().is_empty());
+    assert_eq!(keeper.stop().unwrap(), Released::Freed);
+    assert_eq!(next(&events), Event::Released(Ok(Released::Freed)));
+    assert!(is_released(&store));
     assert!(events.recv_timeout(QUIET).is_err(), "the thread is gone");
 }
 
@@ -170,7 +177,7 @@ fn dropping_the_keeper_releases_the_lease() {
     let (store, _clock, keeper) = start(30);
     let lease = Arc::clone(keeper.lease());
     drop(keeper);
-    assert!(store.inner.keys().is_empty());
+    assert!(is_released(&store));
     assert!(!lease.may_write());
 }
 

@@ -64,6 +64,7 @@ impl World {
             renewed_at: format_stamp(renewed),
             ttl_s,
             epoch: 4,
+            released_at: None,
         };
         self.store.insert(KEY, &record.to_bytes());
     }
@@ -165,10 +166,14 @@ fn the_probe_fails_closed_on_each_ignored_condition_and_hands_the_key_back() {
         let shown = err.to_string();
         assert!(shown.contains(header), "{shown}");
         assert!(shown.contains("BUCKET_LEASE_CONDITIONAL=off"), "{shown}");
+        assert_eq!(
+            w.store.keys(),
+            vec![KEY.to_string()],
+            "{switch:?}: the probe key is removed, the lease key kept"
+        );
         assert!(
-            w.store.keys().is_empty(),
-            "{switch:?} left {:?}",
-            w.store.keys()
+            w.record().is_some_and(|r| r.is_released()),
+            "{switch:?}: the key is handed back as released"
         );
     }
 }
@@ -183,15 +188,24 @@ fn a_304_refusal_counts_as_a_refused_create() {
 }
 
 #[test]
-fn a_store_that_cannot_send_conditions_gives_a_best_effort_lease() {
+fn a_store_that_cannot_send_conditions_is_best_effort_only_when_asked() {
     let w = World::new();
     w.store.set(Misbehaviour::NoConditions);
-    let lease = w.acquire(30).unwrap();
+    let refused = w.acquire(30).unwrap_err();
+    assert!(
+        refused.to_string().contains("BUCKET_LEASE_CONDITIONAL=off"),
+        "{refused}"
+    );
+    assert!(w.store.keys().is_empty(), "nothing was written");
+    let asked = w.options(30).best_effort(true);
+    let lease = Contender::new(w.store.clone(), "db", asked)
+        .try_acquire()
+        .unwrap();
     assert_eq!(lease.exclusion(), Exclusion::BestEffort);
     assert_eq!(held_by(w.acquire(30)), lease.instance_id());
     lease.renew().unwrap();
-    assert_eq!(lease.release().unwrap(), Released::Deleted);
-    assert!(w.store.keys().is_empty());
+    assert_eq!(lease.release().unwrap(), Released::Freed);
+    assert!(w.record().is_some_and(|r| r.is_released()));
 }
 
 #[test]
@@ -262,9 +276,9 @@ fn an_abandoned_acquire_can_be_released_by_its_id() {
     let mut attempt = w.contender(30).with_instance_id(me.instance_id());
     w.store.lose_next_answers(1);
     attempt.try_acquire().unwrap_err();
-    assert_eq!(me.release_abandoned().unwrap(), Released::Deleted);
-    assert!(w.store.keys().is_empty());
-    assert_eq!(me.release_abandoned().unwrap(), Released::AlreadyGone);
+    assert_eq!(me.release_abandoned().unwrap(), Released::Freed);
+    assert!(w.record().is_some_and(|r| r.is_released()));
+    assert_eq!(me.release_abandoned().unwrap(), Released::AlreadyFree);
     let other = w.acquire(30).unwrap();
     assert_eq!(
         me.release_abandoned().unwrap(),
@@ -589,34 +603,25 @@ fn conflict_retries_stop_at_the_deadline() {
 }
 
 #[test]
-fn a_store_that_stops_taking_conditions_turns_the_lease_best_effort() {
+fn release_marks_our_record_released_and_stops_writes_at_once() {
     let w = World::new();
     let lease = w.acquire(30).unwrap();
-    w.store.set(Misbehaviour::NoConditions);
-    lease.renew().unwrap();
-    assert_eq!(lease.exclusion(), Exclusion::BestEffort);
-    assert_eq!(w.holder().as_deref(), Some(lease.instance_id()));
-}
-
-#[test]
-fn release_deletes_only_our_record_and_stops_writes_at_once() {
-    let w = World::new();
-    let lease = w.acquire(30).unwrap();
-    assert_eq!(lease.release().unwrap(), Released::Deleted);
+    assert_eq!(lease.release().unwrap(), Released::Freed);
     assert!(!lease.may_write());
-    assert!(w.store.keys().is_empty());
-    assert_eq!(lease.release().unwrap(), Released::AlreadyGone);
+    let record = w.record().unwrap();
+    assert!(record.is_released() && record.instance_id == lease.instance_id());
+    assert_eq!(lease.release().unwrap(), Released::AlreadyFree);
     assert!(lease.renew().is_err(), "a released lease does not renew");
 }
 
 #[test]
-fn release_after_a_lost_renewal_answer_still_deletes_our_record() {
+fn release_after_a_lost_renewal_answer_still_frees_our_record() {
     let w = World::new();
     let lease = w.acquire(30).unwrap();
     w.store.lose_next_answers(1);
     lease.renew().unwrap_err();
-    assert_eq!(lease.release().unwrap(), Released::Deleted);
-    assert!(w.store.keys().is_empty());
+    assert_eq!(lease.release().unwrap(), Released::Freed);
+    assert!(w.record().unwrap().is_released());
 }
 
 #[test]
