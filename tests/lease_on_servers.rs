@@ -17,8 +17,9 @@ mod common;
 
 use bucket_lease::fence::EPOCH_METADATA;
 use bucket_lease::{
-    Contender, Event, Exclusion, FencedWriter, IgnoredCondition, Keeper, KeeperOptions, Lease,
-    LeaseError, LeaseOptions, Released, Store, StoreErrorKind, WriteError,
+    Contender, DeleteMode, Event, Exclusion, FencedWriter, IgnoredCondition, Keeper, KeeperOptions,
+    Lease, LeaseError, LeaseOptions, LeaseRecord, Object, PutMode, PutOptions, Released, Store,
+    StoreError, Version, WriteError,
 };
 use common::Server;
 use std::io::{Read, Write};
@@ -34,8 +35,11 @@ fn held_by(result: Result<Lease, LeaseError>) -> String {
     }
 }
 
-fn absent(store: &dyn Store, key: &str) -> bool {
-    matches!(store.get(key, None), Err(e) if e.kind() == StoreErrorKind::NotFound)
+/// Whether the record at `key` says its holder released it (a release
+/// never deletes the key).
+fn released(store: &dyn Store, key: &str) -> bool {
+    let object = store.get(key, None).expect("the LEASE object is kept");
+    LeaseRecord::parse(&object.body).is_some_and(|r| r.is_released())
 }
 
 #[test]
@@ -61,8 +65,12 @@ fn the_life_cycle_on_every_profile() {
         for _ in 0..20 {
             lease.renew().unwrap_or_else(|e| panic!("{profile}: {e}"));
         }
-        assert_eq!(lease.release().unwrap(), Released::Deleted, "{profile}");
-        assert!(absent(&*store, lease.key()), "{profile}");
+        assert_eq!(lease.release().unwrap(), Released::Freed, "{profile}");
+        assert!(released(&*store, lease.key()), "{profile}");
+        // The next holder counts one up from the released record.
+        let next = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(30)).unwrap();
+        assert_eq!(next.epoch(), lease.epoch() + 1, "{profile}");
+        next.release().unwrap();
 
         // A holder that stops renewing is taken over once its TTL is out.
         let old = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(1)).unwrap();
@@ -87,13 +95,13 @@ fn the_life_cycle_on_every_profile() {
                 holder: Some(new.instance_id().into())
             }
         );
-        assert_eq!(new.release().unwrap(), Released::Deleted, "{profile}");
+        assert_eq!(new.release().unwrap(), Released::Freed, "{profile}");
     }
 }
 
 /// Acquire on `server`, expect the probe to fail closed on `condition`
-/// naming its header and leaving no record behind; hand back the store and
-/// the prefix for more.
+/// naming its header and handing the key back (our record marked
+/// released); hand back the store and the prefix for more.
 fn probe_fails_closed(
     server: Server,
     condition: IgnoredCondition,
@@ -111,8 +119,8 @@ fn probe_fails_closed(
     );
     assert!(err.to_string().contains(condition.header()), "{err}");
     assert!(
-        absent(&*store, &format!("{prefix}/LEASE")),
-        "{server:?}: our record was removed"
+        released(&*store, &format!("{prefix}/LEASE")),
+        "{server:?}: our record was handed back"
     );
     Some((store, prefix))
 }
@@ -132,7 +140,7 @@ fn a_server_that_ignores_both_conditions_fails_the_probe_on_if_none_match() {
         lease.instance_id()
     );
     lease.renew().unwrap();
-    assert_eq!(lease.release().unwrap(), Released::Deleted);
+    assert_eq!(lease.release().unwrap(), Released::Freed);
 }
 
 #[test]
@@ -161,8 +169,8 @@ fn the_keeper_renews_against_a_real_server_and_releases_on_stop() {
         }
     }
     assert!(keeper.may_write());
-    assert_eq!(keeper.stop().unwrap(), Released::Deleted);
-    assert!(absent(&*store, &key));
+    assert_eq!(keeper.stop().unwrap(), Released::Freed);
+    assert!(released(&*store, &key));
 }
 
 #[test]
@@ -199,6 +207,75 @@ fn fenced_writes_carry_the_epoch_and_refuse_a_second_writer() {
         Err(WriteError::Superseded(_))
     ));
     assert!(lease.is_lost());
+}
+
+/// A service that honours conditional PUT but ignores `If-Match` on DELETE:
+/// moto behind a client-side shim that drops the condition.
+#[derive(Debug)]
+struct IgnoresDeleteConditions(Arc<dyn Store>);
+
+impl Store for IgnoresDeleteConditions {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.0.get(key, deadline)
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        self.0.put(key, body, options)
+    }
+
+    fn delete(&self, key: &str, _: &DeleteMode, d: Option<Instant>) -> Result<(), StoreError> {
+        self.0.delete(key, &DeleteMode::Unconditional, d)
+    }
+}
+
+#[test]
+fn a_paused_holders_release_never_removes_its_successors_record() {
+    let Some(moto) = common::store(Server::Moto) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(IgnoresDeleteConditions(Arc::new(moto)));
+    let prefix = common::unique_prefix("paused-release");
+    let a = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(1)).unwrap();
+    // A is paused past its TTL; B takes over.
+    std::thread::sleep(Duration::from_millis(1100));
+    let b = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(30)).unwrap();
+    assert_eq!(b.epoch(), a.epoch() + 1);
+    // A wakes and releases: B's record stays, and B keeps renewing.
+    assert_eq!(
+        a.release().unwrap(),
+        Released::LeftAlone {
+            holder: Some(b.instance_id().into())
+        }
+    );
+    b.renew().unwrap();
+    assert_eq!(
+        held_by(Lease::acquire(
+            store.clone(),
+            &prefix,
+            LeaseOptions::new(30)
+        )),
+        b.instance_id()
+    );
+    b.release().unwrap();
+}
+
+#[test]
+fn a_lease_object_over_the_read_cap_is_taken_over_as_unreadable() {
+    let Some(store) = common::store(Server::Moto) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(store);
+    let prefix = common::unique_prefix("oversized");
+    let key = format!("{prefix}/LEASE");
+    let big = vec![b' '; bucket_lease::backends::DEFAULT_MAX_BODY + 1];
+    store
+        .put(&key, &big, &PutOptions::new(PutMode::Overwrite))
+        .unwrap();
+    let lease = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(30))
+        .expect("an unreadable record is stale, whatever its size");
+    assert_eq!(lease.epoch(), 1);
+    lease.release().unwrap();
+    assert!(released(&*store, &key));
 }
 
 /// A TCP proxy on 127.0.0.1 that holds every chunk a client sends for
