@@ -390,3 +390,38 @@ fn renewals_reuse_one_kept_alive_connection() {
         "acquire, probe, ten renewals and release on one connection"
     );
 }
+
+#[test]
+fn the_keeper_reports_the_fence_when_the_network_black_holes_a_renewal() {
+    let Some(Proxied {
+        store, delay_ms, ..
+    }) = moto_behind_a_proxy()
+    else {
+        return;
+    };
+    let prefix = common::unique_prefix("black-hole");
+    // A 3 s TTL: renewal due after 1 s, write deadline 2 s after the acquire.
+    let lease = Lease::acquire(store.clone(), &prefix, LeaseOptions::new(3)).unwrap();
+    let deadline = lease.write_deadline().unwrap();
+    let keeper =
+        Keeper::spawn(lease, KeeperOptions::new().release_timeout(Duration::ZERO)).unwrap();
+    // From now on nothing reaches the server in time: the renewal's
+    // request times out at the write deadline.
+    delay_ms.store(60_000, Ordering::SeqCst);
+    let mut seen = Vec::new();
+    let fenced_at = loop {
+        match keeper.events().recv_timeout(Duration::from_secs(10)) {
+            Ok(Event::Fenced) => break Instant::now(),
+            Ok(event) => seen.push(event),
+            Err(_) => panic!("no Fenced event within 10 s; saw {seen:?}"),
+        }
+    };
+    assert!(fenced_at >= deadline, "fenced before the deadline");
+    assert!(!keeper.may_write());
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, Event::RenewalFailed { .. })),
+        "{seen:?}"
+    );
+    drop(keeper);
+}
