@@ -139,11 +139,7 @@ impl StoreUrl {
         let invalid = |why: &str| ConfigError::Invalid {
             what: "URL",
             // User information may hold a secret: never echo it.
-            value: if url.contains('@') {
-                "(a URL with user information, not shown)".into()
-            } else {
-                url.to_string()
-            },
+            value: redact_user_info(url),
             why: why.to_string(),
             fix: URL_FIX,
         };
@@ -239,6 +235,29 @@ pub fn open_with_env(
     let parsed = StoreUrl::parse(url)?;
     let store = parsed.open_with_env(env)?;
     Ok((store, parsed.prefix().to_string()))
+}
+
+/// `text` (a URL or an endpoint) fit to show: everything between a known
+/// scheme (or the start) and the last `@` replaced by `***`, since user
+/// information may hold a secret (`http://***@127.0.0.1:9000`). The last
+/// `@`, not the first one before a `/`, because a secret may itself hold
+/// `/` or `@`. Text without an `@` is returned as is.
+pub(crate) fn redact_user_info(text: &str) -> String {
+    let Some(at) = text.rfind('@') else {
+        return text.to_string();
+    };
+    // Keep a scheme this crate knows; anything else before `://` may be
+    // part of the user information.
+    let start = text
+        .split_once("://")
+        .filter(|(scheme, _)| {
+            ["http", "https", "s3", "r2", "minio", "file"]
+                .iter()
+                .any(|known| scheme.eq_ignore_ascii_case(known))
+        })
+        .map_or(0, |(scheme, _)| scheme.len() + "://".len())
+        .min(at);
+    format!("{}***{}", &text[..start], &text[at..])
 }
 
 #[cfg(feature = "fs")]
@@ -369,7 +388,7 @@ pub fn http_builder(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -429,6 +448,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn user_information_is_redacted_up_to_the_last_at() {
+        for (text, shown) in [
+            (
+                "http://AKID:secret@127.0.0.1:9000",
+                "http://***@127.0.0.1:9000",
+            ),
+            ("AKID:secret@127.0.0.1:9000", "***@127.0.0.1:9000"),
+            ("http://AKID:se/cr@t@h/p", "http://***@h/p"),
+            ("AKID://secret@h", "***@h"),
+            ("ftp://AKID:secret@h", "***@h"),
+            ("HTTPS://AKID:secret@h", "HTTPS://***@h"),
+            ("s3://bucket/prefix", "s3://bucket/prefix"),
+            ("@", "***@"),
+        ] {
+            assert_eq!(redact_user_info(text), shown, "{text}");
+        }
     }
 
     #[test]
@@ -552,6 +590,99 @@ mod tests {
         // An IP endpoint cannot carry a bucket label: path-style.
         assert_eq!(store.base_url(), "http://127.0.0.1:9000/my-bucket");
         assert!(format!("{store:?}").contains("us-west-2"));
+    }
+
+    /// Endpoints carrying `user:password@` in each form a configuration
+    /// can meet: with and without a scheme, a secret holding a `/` (as AWS
+    /// secrets do), and alongside each other reason to refuse the endpoint.
+    #[cfg(feature = "_http")]
+    pub(crate) const ENDPOINTS_WITH_USER_INFO: [&str; 7] = [
+        "http://AKID:secret@127.0.0.1:9000",
+        "AKID:secret@127.0.0.1:9000",
+        "http://AKID:secret/with+slash@127.0.0.1:9000",
+        "https://AKID:secret@minio.lan:9000/base?x=1",
+        "ftp://AKID:secret@127.0.0.1:9000",
+        "http://AKID:secret@127.0.0.1:notaport",
+        "http://AKID:secret@",
+    ];
+
+    /// Panics when `text` shows any part of the user information above
+    /// (the `secret_access_key` field name of `Credentials`' `Debug` aside).
+    #[cfg(feature = "_http")]
+    pub(crate) fn assert_no_user_information(text: &str) {
+        let scrubbed = text.replace("secret_access_key", "");
+        assert!(
+            !scrubbed.contains("AKID") && !scrubbed.contains("secret"),
+            "user information shown: {text}"
+        );
+    }
+
+    #[cfg(feature = "_http")]
+    #[test]
+    // The pushes are each behind a profile's feature.
+    #[allow(clippy::vec_init_then_push)]
+    fn no_configuration_path_shows_user_information_from_an_endpoint() {
+        let mut urls = Vec::new();
+        #[cfg(feature = "s3")]
+        urls.push("s3://bkt/p");
+        #[cfg(feature = "r2")]
+        urls.push("r2://bkt/p");
+        #[cfg(feature = "minio")]
+        urls.push("minio://bkt/p");
+        for url in urls {
+            for variable in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"] {
+                for endpoint in ENDPOINTS_WITH_USER_INFO {
+                    let env = |name: &str| match name {
+                        "AWS_ACCESS_KEY_ID" => Some("id-from-env".to_string()),
+                        "AWS_SECRET_ACCESS_KEY" => Some("key-from-env".to_string()),
+                        "AWS_REGION" => Some("us-east-1".to_string()),
+                        n if n == variable => Some(endpoint.to_string()),
+                        _ => None,
+                    };
+                    let e = open_with_env(url, env).expect_err("refused");
+                    let text = format!("{e} {e:?} {e:#?}");
+                    assert_no_user_information(&text);
+                    assert!(
+                        text.contains("configuring the"),
+                        "{url} {variable}={endpoint}: {text}"
+                    );
+                    let parsed = StoreUrl::parse(url).unwrap();
+                    let builder = http_builder(&parsed, &env).unwrap();
+                    assert_no_user_information(&format!("{builder:?} {builder:#?}"));
+                }
+                // The one saying why names where the credentials go instead.
+                let env = |name: &str| match name {
+                    "AWS_ACCESS_KEY_ID" => Some("id-from-env".to_string()),
+                    "AWS_SECRET_ACCESS_KEY" => Some("key-from-env".to_string()),
+                    "AWS_REGION" => Some("us-east-1".to_string()),
+                    n if n == variable => Some(ENDPOINTS_WITH_USER_INFO[0].to_string()),
+                    _ => None,
+                };
+                let e = open_with_env(url, env).expect_err("refused").to_string();
+                assert!(
+                    e.contains("user information")
+                        && e.contains("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+                    "{e}"
+                );
+            }
+        }
+        // R2 builds its endpoint from the account id and the jurisdiction.
+        #[cfg(feature = "r2")]
+        for (account, jurisdiction) in [("AKID:secret@evil", None), ("acct", Some("AKID:secret@x"))]
+        {
+            let env = |name: &str| match name {
+                "AWS_ACCESS_KEY_ID" => Some("id-from-env".to_string()),
+                "AWS_SECRET_ACCESS_KEY" => Some("key-from-env".to_string()),
+                "R2_ACCOUNT_ID" => Some(account.to_string()),
+                "R2_JURISDICTION" => jurisdiction.map(str::to_string),
+                _ => None,
+            };
+            let e = open_with_env("r2://bkt/p", env).expect_err("refused");
+            assert_no_user_information(&format!("{e} {e:?}"));
+        }
+        // User information in the store URL itself.
+        let e = StoreUrl::parse("s3://AKID:secret@bkt/p").unwrap_err();
+        assert_no_user_information(&format!("{e} {e:?}"));
     }
 
     #[cfg(feature = "r2")]

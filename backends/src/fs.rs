@@ -18,7 +18,13 @@
 //! - user metadata is stored with the object and read back with it, names
 //!   in lower case as S3 returns them;
 //! - a reader never sees a torn write, and a write or delete that answered
-//!   success is on the disk (file and directory synced).
+//!   success is on the disk (file and directory synced);
+//! - a read returns at most [`MAX_BODY`] bytes (as the HTTP client's
+//!   default cap): a larger object answers [`StoreErrorKind::TooLarge`]
+//!   carrying its version (the ETag from the object file's header), and its
+//!   body is not read, so it can still be replaced conditionally;
+//! - a write or delete waits for the bucket's lock no later than its
+//!   deadline (see [Deadlines](#deadlines)).
 //!
 //! # How
 //!
@@ -59,11 +65,20 @@
 //!
 //! # Deadlines
 //!
-//! A request's deadline is checked once, before it starts: a deadline already
+//! A request's deadline is checked before it starts: a deadline already
 //! passed answers [`StoreErrorKind::Transport`] with
-//! [`StoreError::is_timeout`] set, and nothing is read or written. A request
-//! that has started runs to its end, since a local request takes as long as
-//! the disk does; in particular, waiting for the bucket lock is not cut short.
+//! [`StoreError::is_timeout`] set, and nothing is read or written.
+//!
+//! A write or delete then waits for the bucket's lock until its deadline,
+//! and never longer than [`MAX_LOCK_WAIT`] (which also bounds a request
+//! with no deadline). A process that holds the lock longer (stopped, or
+//! hung on a dead disk) makes the request answer
+//! [`StoreErrorKind::Transport`] with [`StoreError::is_timeout`] set and a
+//! message naming the lock file: nothing was written, so the request is
+//! safe to retry. Reads take no lock and never wait for it.
+//!
+//! Once it holds the lock, a request runs to its end: checking the
+//! condition and renaming a file take as long as the disk does.
 //!
 //! # Limits
 //!
@@ -83,7 +98,7 @@ use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The first line of every object file.
 const MAGIC: &str = "bucket-lease object v1";
@@ -94,6 +109,17 @@ const MAX_HEADER: u64 = 64 * 1024;
 /// The longest key segment: leaves room for the suffixes within the 255-byte
 /// file name limit of common file systems.
 const MAX_SEGMENT: usize = 200;
+
+/// The most bytes a read returns, as the HTTP stores' default cap. A
+/// larger object answers [`StoreErrorKind::TooLarge`] with its version.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The longest a write or delete waits for the bucket's lock, whatever its
+/// deadline; also the bound for a request without one.
+pub const MAX_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// The longest pause between two attempts at the bucket's lock.
+const LOCK_POLL: Duration = Duration::from_millis(10);
 
 /// A local directory used as a bucket. See the [module docs](self).
 ///
@@ -144,7 +170,11 @@ impl DirStore {
                 .error(StoreErrorKind::Rejected)
                 .with_message(format!("invalid key for a directory bucket: {reason}"))
         })?;
-        let (name, folders) = segments.split_last().expect("a valid key has a segment");
+        let Some((name, folders)) = segments.split_last() else {
+            return Err(request
+                .error(StoreErrorKind::Rejected)
+                .with_message("invalid key for a directory bucket: the key is empty"));
+        };
         let mut dir = self.root.clone();
         for folder in folders {
             dir.push(format!("{folder}.dir"));
@@ -156,8 +186,10 @@ impl DirStore {
         })
     }
 
-    /// Take the bucket's lock; it is released when the returned file closes.
-    fn lock(&self, request: &Request<'_>) -> Result<File, StoreError> {
+    /// Take the bucket's lock, waiting no later than `deadline` and no
+    /// longer than [`MAX_LOCK_WAIT`]; it is released when the returned file
+    /// closes.
+    fn lock(&self, request: &Request<'_>, deadline: Option<Instant>) -> Result<File, StoreError> {
         let path = self.root.join(LOCK_FILE);
         let file = OpenOptions::new()
             .read(true)
@@ -166,9 +198,39 @@ impl DirStore {
             .truncate(false)
             .open(&path)
             .map_err(|e| request.io_error("open the lock file", &path, e))?;
-        file.lock()
-            .map_err(|e| request.io_error("lock", &path, e))?;
-        Ok(file)
+        let started = Instant::now();
+        // `None` only when MAX_LOCK_WAIT from now is past what an Instant
+        // can hold, and there is no deadline: no bound can be reached then.
+        let give_up = match (deadline, started.checked_add(MAX_LOCK_WAIT)) {
+            (Some(deadline), Some(bound)) => Some(deadline.min(bound)),
+            (deadline, bound) => deadline.or(bound),
+        };
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(request.io_error("lock", &path, e))
+                }
+            }
+            let left = give_up.map(|at| at.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|left| left.is_zero()) {
+                return Err(request
+                    .error(StoreErrorKind::Transport)
+                    .timed_out()
+                    .with_message(format!(
+                        "the lock at {} was held by another process for the {} ms this \
+                         request could wait; nothing was written, so it is safe to retry (if \
+                         the lock stays held, look for a stopped process using the bucket \
+                         directory)",
+                        path.display(),
+                        started.elapsed().as_millis()
+                    )));
+            }
+            std::thread::sleep(left.map_or(pause, |left| pause.min(left)));
+            pause = pause.saturating_mul(2).min(LOCK_POLL);
+        }
     }
 }
 
@@ -246,9 +308,16 @@ impl<'a> Request<'a> {
         ))
     }
 
-    /// The object at `path` (with its body if `with_body`), or `None` when
-    /// there is none.
-    fn read(&self, path: &Path, with_body: bool) -> Result<Option<(Header, Vec<u8>)>, StoreError> {
+    /// The object at `path`, with its body when `body_cap` gives the most
+    /// bytes to read (else an empty body), or `None` when there is none.
+    ///
+    /// A body over the cap is [`StoreErrorKind::TooLarge`] carrying the
+    /// object's version, and is not read.
+    fn read(
+        &self,
+        path: &Path,
+        body_cap: Option<usize>,
+    ) -> Result<Option<(Header, Vec<u8>)>, StoreError> {
         let file = match File::open(path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -258,10 +327,34 @@ impl<'a> Request<'a> {
         let raw = read_header(&mut reader).map_err(|e| self.io_error("read", path, e))?;
         let header = parse_header(&raw).map_err(|detail| self.corrupt(path, &detail))?;
         let mut body = Vec::new();
-        if with_body {
-            reader
+        if let Some(max_body) = body_cap {
+            let too_large = || {
+                self.error(StoreErrorKind::TooLarge)
+                    .with_message(format!(
+                        "the object is larger than the {max_body}-byte cap and was not read; it \
+                         can be replaced conditionally on the version this error carries"
+                    ))
+                    .with_version(Version::etag(header.etag.clone()))
+            };
+            // The length of the file this reader has open (renames replace
+            // a file, never change it), less its header.
+            let length = reader
+                .get_ref()
+                .metadata()
+                .map_err(|e| self.io_error("inspect", path, e))?
+                .len();
+            let header_length = u64::try_from(raw.len()).unwrap_or(u64::MAX);
+            let cap = u64::try_from(max_body).unwrap_or(u64::MAX);
+            if length.saturating_sub(header_length) > cap {
+                return Err(too_large());
+            }
+            // Bounded all the same, should the file grow meanwhile.
+            Read::take(&mut reader, cap.saturating_add(1))
                 .read_to_end(&mut body)
                 .map_err(|e| self.io_error("read", path, e))?;
+            if body.len() > max_body {
+                return Err(too_large());
+            }
         }
         Ok(Some((header, body)))
     }
@@ -475,7 +568,7 @@ impl Store for DirStore {
         let request = Request::new("GET", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
-        match request.read(&at.object, true)? {
+        match request.read(&at.object, Some(MAX_BODY))? {
             Some((header, body)) => Ok(Object {
                 body,
                 version: Version::etag(header.etag),
@@ -495,7 +588,7 @@ impl Store for DirStore {
         let header = encode_header(&etag, &options.metadata);
         let temp = TempFile::write(&request, &at, &etag, &header, body)?;
 
-        let lock = self.lock(&request)?;
+        let lock = self.lock(&request, options.deadline)?;
         match &options.mode {
             PutMode::Overwrite => {}
             PutMode::Create => match fs::symlink_metadata(&at.object) {
@@ -505,7 +598,7 @@ impl Store for DirStore {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(request.io_error("inspect", &at.object, e)),
             },
-            PutMode::Update(wanted) => match request.read(&at.object, false)? {
+            PutMode::Update(wanted) => match request.read(&at.object, None)? {
                 None => return Err(request.refusal(StoreErrorKind::Precondition, "NoSuchKey")),
                 Some((current, _)) if !is_version(&current.etag, wanted) => {
                     return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
@@ -530,9 +623,9 @@ impl Store for DirStore {
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
 
-        let lock = self.lock(&request)?;
+        let lock = self.lock(&request, deadline)?;
         if let DeleteMode::IfVersion(wanted) = mode {
-            match request.read(&at.object, false)? {
+            match request.read(&at.object, None)? {
                 None => return Ok(()),
                 Some((current, _)) if !is_version(&current.etag, wanted) => {
                     return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
@@ -819,6 +912,136 @@ mod tests {
         assert!(e.is_timeout());
         let future = Some(Instant::now() + Duration::from_secs(60));
         assert_eq!(store.get("k", future).unwrap().version, v, "not deleted");
+    }
+
+    /// Run `request` on another thread; its answer, or `None` when it has
+    /// not answered within `patience`.
+    fn answer_within<T: Send + 'static>(
+        patience: Duration,
+        request: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(request());
+        });
+        rx.recv_timeout(patience).ok()
+    }
+
+    #[test]
+    fn a_held_lock_times_out_at_the_deadline_and_nothing_is_written() {
+        let (dir, store) = store();
+        let v = put(&store, "k", b"before", PutMode::Create).unwrap();
+        // Another process holding the bucket's lock: a lock on its own open
+        // file description, as flock and LockFileEx give each process.
+        let holder = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.0.join(LOCK_FILE))
+            .unwrap();
+        holder.lock().unwrap();
+
+        let lock_path = dir.0.join(LOCK_FILE).display().to_string();
+        fn soon() -> Option<Instant> {
+            Some(Instant::now() + Duration::from_millis(200))
+        }
+        /// A write or delete on the store, named.
+        type Attempt = (
+            &'static str,
+            Box<dyn FnOnce(&DirStore) -> Result<(), StoreError> + Send>,
+        );
+        let requests: Vec<Attempt> = vec![
+            ("update", {
+                let v = v.clone();
+                Box::new(move |s: &DirStore| {
+                    let options = PutOptions::new(PutMode::Update(v)).with_deadline(soon());
+                    s.put("k", b"after", &options).map(drop)
+                })
+            }),
+            (
+                "overwrite",
+                Box::new(|s: &DirStore| {
+                    let options = PutOptions::new(PutMode::Overwrite).with_deadline(soon());
+                    s.put("k", b"after", &options).map(drop)
+                }),
+            ),
+            (
+                "create",
+                Box::new(|s: &DirStore| {
+                    let options = PutOptions::new(PutMode::Create).with_deadline(soon());
+                    s.put("new", b"after", &options).map(drop)
+                }),
+            ),
+            (
+                "delete",
+                Box::new(|s: &DirStore| s.delete("k", &DeleteMode::Unconditional, soon())),
+            ),
+            ("conditional delete", {
+                let v = v.clone();
+                Box::new(move |s: &DirStore| s.delete("k", &DeleteMode::IfVersion(v), soon()))
+            }),
+        ];
+        for (what, request) in requests {
+            let s = store.clone();
+            let e = answer_within(Duration::from_secs(5), move || request(&s))
+                .unwrap_or_else(|| panic!("{what}: still waiting for the lock after 5 s"))
+                .expect_err(what);
+            assert_eq!(e.kind(), StoreErrorKind::Transport, "{what}: {e}");
+            assert!(e.is_timeout(), "{what}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!(
+                    "the lock at {lock_path} was held by another process"
+                )) && text.contains("nothing was written"),
+                "{what}: {text}"
+            );
+        }
+        // Reads take no lock: they answer at once, and nothing changed.
+        let s = store.clone();
+        let got = answer_within(Duration::from_secs(5), move || s.get("k", soon()))
+            .expect("a read does not wait for the lock")
+            .unwrap();
+        assert_eq!((got.body, got.version), (b"before".to_vec(), v.clone()));
+        assert_eq!(
+            names(&dir.0),
+            [".bucket-lease.lock", "k.obj"],
+            "no temporary files"
+        );
+
+        drop(holder);
+        let options = PutOptions::new(PutMode::Update(v)).with_deadline(soon());
+        store
+            .put("k", b"after", &options)
+            .expect("the lock is free again");
+    }
+
+    #[test]
+    fn an_object_over_the_cap_is_too_large_and_carries_its_version() {
+        const CAP: usize = 64 * 1024;
+        let (dir, store) = store();
+        put(&store, "at-cap", &vec![b'y'; CAP], PutMode::Create).unwrap();
+        assert_eq!(store.get("at-cap", None).unwrap().body.len(), CAP);
+
+        let v = put(&store, "big", &vec![b'x'; CAP + 1], PutMode::Create).unwrap();
+        let e = match store.get("big", None) {
+            Ok(object) => panic!("read {} bytes, over the cap", object.body.len()),
+            Err(e) => e,
+        };
+        assert_eq!(e.kind(), StoreErrorKind::TooLarge, "{e}");
+        assert_eq!(e.version(), Some(&v));
+        assert!(e.to_string().contains("65536-byte cap"), "{e}");
+        // Its version is enough to replace it conditionally, unread.
+        let replaced = put(&store, "big", b"small", PutMode::Update(v.clone())).unwrap();
+        assert_eq!(store.get("big", None).unwrap().version, replaced);
+
+        // A terabyte (sparse) body is not read: the answer comes at once.
+        let header = encode_header("\"huge\"", &[]);
+        let file = File::create(dir.0.join("huge.obj")).unwrap();
+        (&file).write_all(&header).unwrap();
+        if file.set_len(header.len() as u64 + (1 << 40)).is_ok() {
+            let e = store.get("huge", None).unwrap_err();
+            assert_eq!(e.kind(), StoreErrorKind::TooLarge, "{e}");
+            assert_eq!(e.version(), Some(&Version::etag("\"huge\"")));
+        }
     }
 
     #[test]

@@ -3,10 +3,16 @@
 //! An [`HttpStore`] holds one keep-alive `ureq` agent, so a renewal on a
 //! warm connection is one request on an open socket. Every request is
 //! signed with SigV4, carries a timeout cut to the caller's deadline, reads
-//! at most [`HttpStoreBuilder::max_body`] bytes of answer, and has its status
-//! mapped to a [`StoreErrorKind`] by meaning (see [`HttpStore`]).
+//! at most [`HttpStoreBuilder::max_body`] bytes of answer (an object over
+//! the cap is [`StoreErrorKind::TooLarge`], carrying its version, and its
+//! body is not read), and has its status mapped to a [`StoreErrorKind`] by
+//! meaning (see [`HttpStore`]).
+//!
+//! An endpoint never carries credentials: one with user information
+//! (`user:password@`) is refused, and no error, `Debug` output or message
+//! shows what was before its `@`.
 
-use crate::config::ConfigError;
+use crate::config::{redact_user_info, ConfigError};
 use crate::sign::{Credentials, Signer};
 use crate::xml::ErrorBody;
 use bucket_lease_core::store::{
@@ -75,7 +81,10 @@ pub struct Profile {
 ///     .unwrap();
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+///
+/// `Debug` shows the access key id but never the secret, the session token
+/// or an endpoint's user information.
+#[derive(Clone)]
 pub struct HttpStoreBuilder {
     profile: Profile,
     endpoint: Option<String>,
@@ -88,6 +97,24 @@ pub struct HttpStoreBuilder {
     timeout: Duration,
     max_body: usize,
     connect_to: Option<SocketAddr>,
+}
+
+impl fmt::Debug for HttpStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpStoreBuilder")
+            .field("profile", &self.profile)
+            .field("endpoint", &self.endpoint.as_deref().map(redact_user_info))
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .field("credentials", &self.credentials)
+            .field("addressing", &self.addressing)
+            .field("conditional_delete", &self.conditional_delete)
+            .field("unquoted_etags", &self.unquoted_etags)
+            .field("timeout", &self.timeout)
+            .field("max_body", &self.max_body)
+            .field("connect_to", &self.connect_to)
+            .finish()
+    }
 }
 
 impl HttpStoreBuilder {
@@ -109,7 +136,9 @@ impl HttpStoreBuilder {
     }
 
     /// The service's URL: `https://host[:port][/base]`, or `host[:port]`
-    /// for HTTPS. Plain HTTP only when it says `http://`.
+    /// for HTTPS. Plain HTTP only when it says `http://`. User information
+    /// (`user:password@`) is refused by [`build`](Self::build): credentials
+    /// go in [`credentials`](Self::credentials).
     pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
         self.endpoint = Some(endpoint.into());
         self
@@ -160,7 +189,10 @@ impl HttpStoreBuilder {
     }
 
     /// The most bytes read from one answer (default [`DEFAULT_MAX_BODY`]).
-    /// A larger object is an error, never an unbounded allocation.
+    /// A larger object is a [`StoreErrorKind::TooLarge`] error carrying the
+    /// object's version, never an unbounded allocation: its body is not read
+    /// when the answer declares its length, and read no further than one
+    /// byte past the cap when it does not.
     pub fn max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;
         self
@@ -182,7 +214,8 @@ impl HttpStoreBuilder {
     /// [`ConfigError::Missing`] naming the setting when the bucket, the
     /// credentials, the region or the endpoint (where the profile has no
     /// default) is not set; [`ConfigError::Invalid`] when the endpoint or
-    /// the bucket cannot be used.
+    /// the bucket cannot be used, in particular when the endpoint carries
+    /// user information (shown redacted, as `http://***@host`).
     pub fn build(self) -> Result<HttpStore, ConfigError> {
         let what = self.profile.name;
         let bucket = self.bucket.ok_or(ConfigError::Missing {
@@ -225,9 +258,21 @@ impl HttpStoreBuilder {
                 })
             }
         };
+        // Anything before an `@` may be a secret, wherever the `@` is (a
+        // secret may hold a `/`): refuse it, and never echo it.
+        if endpoint.contains('@') {
+            return Err(ConfigError::Invalid {
+                what,
+                value: redact_user_info(&endpoint),
+                why: "carries user information (user:password@), which is never sent nor shown"
+                    .into(),
+                fix: "put the credentials in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or \
+                      call credentials()) and give the endpoint as https://host[:port][/path]",
+            });
+        }
         let endpoint = Endpoint::parse(&endpoint).map_err(|why| ConfigError::Invalid {
             what,
-            value: endpoint.clone(),
+            value: redact_user_info(&endpoint),
             why,
             fix: "give the endpoint as https://host[:port][/path] (http:// for plain HTTP)",
         })?;
@@ -288,14 +333,23 @@ impl HttpStoreBuilder {
 /// | 412 or 304 to a create-only PUT | [`StoreErrorKind::AlreadyExists`] |
 /// | 412 or 304 to an update-if-ETag PUT, 404 to it | [`StoreErrorKind::Precondition`] |
 /// | 412 to a DELETE with `If-Match` | [`StoreErrorKind::Precondition`] |
+/// | 200 to a GET, the object over the read cap | [`StoreErrorKind::TooLarge`], with the version from the answer's `ETag` and `x-amz-version-id`; the body is not read |
 /// | 404 to a GET | [`StoreErrorKind::NotFound`] |
 /// | 404 to a DELETE | success: the key is gone |
 /// | 409 | [`StoreErrorKind::Conflict`] |
 /// | 401, 403 | [`StoreErrorKind::PermissionDenied`] |
 /// | 501 or code `NotImplemented` to a conditional request | [`StoreErrorKind::NotImplemented`] |
+/// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]) | [`StoreErrorKind::NotImplemented`], nothing sent |
 /// | 5xx, 408, 429, timeout, reset | [`StoreErrorKind::Transport`]: it may have landed |
-/// | code `NoSuchBucket`, other 3xx and 4xx, a body over the cap | [`StoreErrorKind::Rejected`] |
+/// | code `NoSuchBucket`, 501 to an unconditional request, other 3xx and 4xx | [`StoreErrorKind::Rejected`] |
+/// | an `If-Match` write or delete whose version has no ETag | [`StoreErrorKind::Rejected`], nothing sent |
 ///
+/// [`StoreErrorKind::NotImplemented`] thus means only that this client or
+/// profile cannot send the condition, or that the service said it cannot
+/// honour it; a version without an ETag (from an answer that carried none)
+/// is a failed request, never a reason to write without the condition.
+///
+/// An error body over the cap is not read; the status alone decides.
 /// Every error names the method, the key, the service's code (or the HTTP
 /// status when the body has none), its message and request id.
 pub struct HttpStore {
@@ -436,10 +490,12 @@ impl HttpStore {
             (Op::Create, _) => builder = builder.header("if-none-match", "*"),
             (Op::Update | Op::DeleteIfMatch, Some(version)) => {
                 let Some(etag) = &version.etag else {
-                    return Err(
-                        StoreError::new(StoreErrorKind::NotImplemented, op.method(), key)
-                            .with_message("the version has no ETag to send in If-Match"),
-                    );
+                    return Err(StoreError::new(StoreErrorKind::Rejected, op.method(), key)
+                        .with_message(
+                            "the version has no ETag: the service's earlier answer carried \
+                             none, so If-Match cannot be sent; nothing was sent (read the \
+                             object again for a version with an ETag)",
+                        ));
                 };
                 builder = builder.header("if-match", self.etag_value(etag));
             }
@@ -512,14 +568,16 @@ impl HttpStore {
             .headers()
             .get("content-length")
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        let body = if declared.is_some_and(|n| n > self.max_body as u64) {
+        // A cap beyond u64 (never, in practice) reads everything.
+        let cap = u64::try_from(self.max_body).unwrap_or(u64::MAX);
+        let body = if declared.is_some_and(|n| n > cap) {
             Err(self.max_body)
         } else {
             let mut bytes = Vec::new();
             response
                 .body_mut()
                 .as_reader()
-                .take(self.max_body as u64 + 1)
+                .take(cap.saturating_add(1))
                 .read_to_end(&mut bytes)
                 .map_err(|e| transport_error(op, key, ureq::Error::from(e)))?;
             if bytes.len() > self.max_body {
@@ -594,6 +652,46 @@ fn version_of(headers: &HeaderMap) -> Version {
     }
 }
 
+/// The object a successful GET answered, or [`StoreErrorKind::TooLarge`]
+/// (carrying the version its headers name, when they name one) when its
+/// body was over the cap.
+fn object_of(key: &str, answer: Answer) -> Result<Object, StoreError> {
+    let version = version_of(&answer.headers);
+    let body = match answer.body {
+        Ok(body) => body,
+        Err(cap) => {
+            let error = StoreError::new(StoreErrorKind::TooLarge, "GET", key);
+            let read = format!(
+                "the object is larger than the {cap}-byte cap; its body was not read past it"
+            );
+            return Err(if version == Version::default() {
+                error.with_message(format!("{read}; the answer named no version of it"))
+            } else {
+                error
+                    .with_message(format!(
+                        "{read}; it can be replaced conditionally on the version this error \
+                         carries"
+                    ))
+                    .with_version(version)
+            });
+        }
+    };
+    let metadata = answer
+        .headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let name = name.as_str().strip_prefix("x-amz-meta-")?;
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            Some((name.to_string(), value))
+        })
+        .collect();
+    Ok(Object {
+        body,
+        version,
+        metadata,
+    })
+}
+
 fn transport_error(op: Op, key: &str, error: ureq::Error) -> StoreError {
     let timed_out = match &error {
         ureq::Error::Timeout(_) => true,
@@ -621,24 +719,7 @@ impl Store for HttpStore {
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         let request = self.request(Op::Get, key, None, &[])?;
         let answer = self.execute(Op::Get, key, request, &[], deadline)?;
-        let body = answer.body.map_err(|cap| {
-            StoreError::new(StoreErrorKind::Rejected, "GET", key)
-                .with_message(format!("the object is larger than the {cap}-byte cap"))
-        })?;
-        let metadata = answer
-            .headers
-            .iter()
-            .filter_map(|(name, value)| {
-                let name = name.as_str().strip_prefix("x-amz-meta-")?;
-                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-                Some((name.to_string(), value))
-            })
-            .collect();
-        Ok(Object {
-            body,
-            version: version_of(&answer.headers),
-            metadata,
-        })
+        object_of(key, answer)
     }
 
     fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {

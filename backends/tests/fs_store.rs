@@ -8,7 +8,7 @@
 #![cfg(feature = "fs")]
 
 use bucket_lease_backends::fs::DirStore;
-use bucket_lease_core::store::{PutMode, PutOptions, Store, StoreErrorKind};
+use bucket_lease_core::store::{DeleteMode, PutMode, PutOptions, Store, StoreErrorKind};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -188,4 +188,70 @@ fn of_processes_racing_to_create_one_key_exactly_one_wins() {
         let lease = body(&store, &format!("race-{round}/LEASE")).unwrap();
         assert_eq!(lease, winners[0].to_string(), "round {round}");
     }
+}
+
+/// Set in the child that holds the bucket's lock: the file it creates once
+/// it holds it. The child holds the lock until that file is removed.
+const LOCK_HELD: &str = "BUCKET_LEASE_FS_CHILD_LOCK_HELD";
+
+#[test]
+fn a_lock_held_by_another_process_times_out_at_the_deadline() {
+    if let Some(held) = std::env::var_os(LOCK_HELD) {
+        let root = std::env::var_os(CHILD_ROOT).unwrap();
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(Path::new(&root).join(".bucket-lease.lock"))
+            .unwrap();
+        lock.lock().unwrap();
+        std::fs::write(&held, b"").unwrap();
+        wait_for("the parent to let go", || !Path::new(&held).exists());
+        return;
+    }
+    let dir = TempDir::new();
+    let store = DirStore::open(&dir.0).unwrap();
+    let version = store
+        .put("k", b"before", &PutOptions::new(PutMode::Create))
+        .unwrap();
+    let held = dir.0.join("child-holds-the-lock");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_lock_held_by_another_process_times_out_at_the_deadline",
+            "--exact",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ROOT, store.root())
+        .env(LOCK_HELD, &held)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the child to hold the lock", || held.exists());
+
+    // Each request on a thread, so a request that waits for ever fails the
+    // test instead of hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (s, v) = (store.clone(), version.clone());
+    std::thread::spawn(move || {
+        let soon = || Some(Instant::now() + Duration::from_millis(200));
+        let update = PutOptions::new(PutMode::Update(v)).with_deadline(soon());
+        let _ = tx.send(("update", s.put("k", b"after", &update).map(drop)));
+        let delete = s.delete("k", &DeleteMode::Unconditional, soon());
+        let _ = tx.send(("delete", delete));
+    });
+    for _ in 0..2 {
+        let (what, answer) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a request still waiting for the lock after 5 s");
+        let e = answer.expect_err(what);
+        assert_eq!(e.kind(), StoreErrorKind::Transport, "{what}: {e}");
+        assert!(e.is_timeout(), "{what}: {e}");
+        assert!(e.to_string().contains("nothing was written"), "{what}: {e}");
+    }
+    let object = store.get("k", None).unwrap();
+    assert_eq!((object.body, object.version), (b"before".to_vec(), version));
+
+    std::fs::remove_file(&held).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the lock-holding child failed: {status}");
 }

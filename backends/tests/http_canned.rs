@@ -222,23 +222,38 @@ fn get_returns_the_version_and_the_metadata() {
 }
 
 #[test]
-fn bodies_over_the_cap_are_refused_not_read() {
+fn an_object_over_the_cap_is_too_large_and_carries_its_version() {
     let big = vec![b'x'; 64 * 1024 + 1];
+    let versioned = |reply: Reply| {
+        reply
+            .header("ETag", "\"big\"")
+            .header("x-amz-version-id", "v-big")
+    };
     let server = Canned::start(vec![
-        Reply::status(200).body(big.clone()),
-        Reply {
+        versioned(Reply::status(200).body(big.clone())),
+        versioned(Reply {
             close_delimited: true,
             ..Reply::status(200).body(big.clone())
-        },
+        }),
+        Reply::status(200).body(big.clone()),
         Reply::status(412).body(big.clone()),
         Reply::status(200).body(vec![b'y'; 64 * 1024]),
     ]);
     let store = store(&server);
+    let version = Version {
+        etag: Some("\"big\"".into()),
+        version_id: Some("v-big".into()),
+    };
     for _ in 0..2 {
         let e = store.get("k", None).unwrap_err();
-        assert_eq!(e.kind(), StoreErrorKind::Rejected);
+        assert_eq!(e.kind(), StoreErrorKind::TooLarge, "{e}");
+        assert_eq!(e.version(), Some(&version));
         assert!(e.to_string().contains("65536-byte cap"), "{e}");
     }
+    let e = store.get("k", None).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::TooLarge, "{e}");
+    assert_eq!(e.version(), None, "the answer named no version");
+    // An error body over the cap: the status still says what happened.
     let e = store
         .put("k", b"x", &PutOptions::new(PutMode::Create))
         .unwrap_err();
@@ -246,10 +261,84 @@ fn bodies_over_the_cap_are_refused_not_read() {
     assert!(e.to_string().contains("65536-byte cap"), "{e}");
     assert_eq!(store.get("k", None).unwrap().body.len(), 64 * 1024);
 
-    let server = Canned::start(vec![Reply::status(200).body(vec![b'z'; 2000])]);
+    let server = Canned::start(vec![Reply::status(200)
+        .header("ETag", "\"z\"")
+        .body(vec![b'z'; 2000])]);
     let small = builder(&server).max_body(1000).build().unwrap();
     let e = small.get("k", None).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::TooLarge, "{e}");
+    assert_eq!(e.version(), Some(&Version::etag("\"z\"")));
     assert!(e.to_string().contains("1000-byte cap"), "{e}");
+}
+
+#[test]
+fn an_object_over_the_cap_is_not_read() {
+    // A declared length over the cap is answered from the headers, although
+    // the promised bytes never come; a close-delimited body is read up to
+    // one byte over the cap, although the connection stays open after it.
+    let server = Canned::start(vec![
+        Reply {
+            declared_length: Some(1 << 40),
+            linger: Duration::from_secs(10),
+            ..Reply::status(200)
+                .header("ETag", "\"declared\"")
+                .body("only this")
+        },
+        Reply {
+            close_delimited: true,
+            linger: Duration::from_secs(10),
+            ..Reply::status(200)
+                .header("ETag", "\"endless\"")
+                .body(vec![b'x'; 64 * 1024 + 1])
+        },
+    ]);
+    let store = builder(&server)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    for etag in ["\"declared\"", "\"endless\""] {
+        let e = store.get("k", None).unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::TooLarge, "{etag}: {e}");
+        assert!(!e.is_timeout(), "{etag}: {e}");
+        assert_eq!(e.version(), Some(&Version::etag(etag)));
+    }
+}
+
+#[test]
+fn a_read_cap_as_large_as_memory_does_not_overflow() {
+    let server = Canned::start(vec![
+        Reply::status(200).body("small"),
+        Reply {
+            close_delimited: true,
+            ..Reply::status(200).body("small")
+        },
+    ]);
+    let store = builder(&server).max_body(usize::MAX).build().unwrap();
+    assert_eq!(store.get("k", None).unwrap().body, b"small");
+    assert_eq!(store.get("k", None).unwrap().body, b"small");
+}
+
+#[test]
+fn a_version_without_an_etag_is_refused_without_sending_anything() {
+    let server = Canned::start(vec![]);
+    let store = store(&server);
+    let no_etag = Version {
+        etag: None,
+        version_id: Some("v1".into()),
+    };
+    let e = store
+        .put(
+            "k",
+            b"x",
+            &PutOptions::new(PutMode::Update(no_etag.clone())),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected, "{e}");
+    let e = store
+        .delete("k", &DeleteMode::IfVersion(no_etag), None)
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected, "{e}");
+    assert_eq!(server.connections(), 0);
 }
 
 #[test]

@@ -118,18 +118,29 @@ fn compare_and_swap_race_ends_at_the_exact_total() {
 }
 
 #[test]
-fn an_object_over_the_cap_is_refused() {
+fn an_object_over_the_cap_is_too_large_and_can_be_replaced_by_its_version() {
     let Some(store) = common::store(Server::Moto) else {
         return;
     };
     let key = format!("{}/big", common::unique_prefix("cap"));
     let body = vec![b'x'; 100 * 1024];
-    store
+    let written = store
         .put(&key, &body, &PutOptions::new(PutMode::Overwrite))
         .unwrap();
     let e = store.get(&key, None).unwrap_err();
-    assert_eq!(e.kind(), StoreErrorKind::Rejected);
+    assert_eq!(e.kind(), StoreErrorKind::TooLarge, "{e}");
     assert!(e.to_string().contains("65536-byte cap"), "{e}");
+    let version = e.version().expect("the version from the answer's headers");
+    assert_eq!(version.etag, written.etag);
+    // The version read from the headers is enough to replace it.
+    store
+        .put(
+            &key,
+            b"small",
+            &PutOptions::new(PutMode::Update(version.clone())),
+        )
+        .unwrap();
+    assert_eq!(store.get(&key, None).unwrap().body, b"small");
     store
         .delete(&key, &DeleteMode::Unconditional, None)
         .unwrap();

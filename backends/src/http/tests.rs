@@ -183,6 +183,38 @@ fn missing_settings_name_what_to_set() {
 }
 
 #[test]
+fn endpoint_user_information_is_refused_and_never_shown() {
+    use crate::config::tests::{assert_no_user_information, ENDPOINTS_WITH_USER_INFO};
+    for endpoint in ENDPOINTS_WITH_USER_INFO {
+        let builder = HttpStore::builder(profile("minio"))
+            .endpoint(endpoint)
+            .bucket("b")
+            .credentials(Credentials::new("id-in-code", "key-in-code"));
+        assert_no_user_information(&format!("{builder:?} {builder:#?}"));
+        let e = builder.build().unwrap_err();
+        let text = format!("{e} {e:?} {e:#?}");
+        assert_no_user_information(&text);
+        assert!(
+            text.starts_with("configuring the minio store: "),
+            "{endpoint}: {text}"
+        );
+    }
+    let e = HttpStore::builder(profile("minio"))
+        .endpoint("http://AKID:secret@127.0.0.1:9000")
+        .bucket("b")
+        .credentials(Credentials::new("id-in-code", "key-in-code"))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "configuring the minio store: \"http://***@127.0.0.1:9000\" carries user \
+         information (user:password@), which is never sent nor shown; put the credentials in \
+         AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or call credentials()) and give the \
+         endpoint as https://host[:port][/path]"
+    );
+}
+
+#[test]
 fn a_passed_deadline_fails_without_sending() {
     // Port 9 (discard) on loopback: nothing is sent anyway.
     let store = store("http://127.0.0.1:9");
@@ -202,7 +234,7 @@ fn a_passed_deadline_fails_without_sending() {
 }
 
 #[test]
-fn conditions_without_an_etag_or_a_profile_switch_are_not_sent() {
+fn conditional_deletes_the_profile_does_not_send_are_not_implemented() {
     let store = HttpStore::builder(profile("r2"))
         .conditional_delete(false)
         .endpoint("http://127.0.0.1:9")
@@ -215,14 +247,67 @@ fn conditions_without_an_etag_or_a_profile_switch_are_not_sent() {
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::NotImplemented);
     assert!(e.to_string().contains("r2 profile"), "{e}");
-    let e = store
-        .put(
-            "k",
-            b"",
-            &PutOptions::new(PutMode::Update(Version::default())),
-        )
-        .unwrap_err();
-    assert_eq!(e.kind(), StoreErrorKind::NotImplemented);
+}
+
+#[test]
+fn a_version_without_an_etag_is_rejected_naming_what_is_missing() {
+    // Port 9 (discard) on loopback: nothing is sent anyway.
+    let store = store("http://127.0.0.1:9");
+    for version in [
+        Version::default(),
+        Version {
+            etag: None,
+            version_id: Some("v1".into()),
+        },
+    ] {
+        let update = PutOptions::new(PutMode::Update(version.clone()));
+        let delete = DeleteMode::IfVersion(version);
+        for e in [
+            store.put("k", b"", &update).unwrap_err(),
+            store.delete("k", &delete, None).unwrap_err(),
+        ] {
+            assert_eq!(e.kind(), StoreErrorKind::Rejected, "{e}");
+            assert!(!e.may_have_landed() && !e.is_refusal(), "{e}");
+            let text = e.to_string();
+            assert!(
+                text.contains("the version has no ETag")
+                    && text.contains("If-Match cannot be sent"),
+                "{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_get_over_the_cap_is_too_large_with_the_version_from_the_headers() {
+    let answer = |headers: &[(&'static str, &'static str)]| Answer {
+        status: 200,
+        headers: headers
+            .iter()
+            .map(|&(n, v)| (HeaderName::from_static(n), HeaderValue::from_static(v)))
+            .collect(),
+        body: Err(DEFAULT_MAX_BODY),
+    };
+    let e = object_of(
+        "p/LEASE",
+        answer(&[("etag", "\"e1\""), ("x-amz-version-id", "v1")]),
+    )
+    .unwrap_err();
+    assert_eq!(
+        (e.kind(), e.method(), e.key()),
+        (StoreErrorKind::TooLarge, "GET", "p/LEASE")
+    );
+    assert_eq!(
+        e.version(),
+        Some(&Version {
+            etag: Some("\"e1\"".into()),
+            version_id: Some("v1".into())
+        })
+    );
+    assert!(e.to_string().contains("65536-byte cap"), "{e}");
+    let e = object_of("k", answer(&[])).unwrap_err();
+    assert_eq!((e.kind(), e.version()), (StoreErrorKind::TooLarge, None));
+    assert!(e.to_string().contains("named no version"), "{e}");
 }
 
 #[test]

@@ -22,6 +22,12 @@ pub struct Reply {
     pub close_delimited: bool,
     /// Wait this long before answering.
     pub delay: Duration,
+    /// Declare this Content-Length instead of the body's: a server that
+    /// promises more than it sends.
+    pub declared_length: Option<u64>,
+    /// Keep the connection open this long after sending the body (before
+    /// closing it, when close-delimited).
+    pub linger: Duration,
 }
 
 impl Reply {
@@ -176,12 +182,15 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, replies: &Mutex<std::vec::I
         }
         if reply.close_delimited {
             head.push_str("connection: close\r\n\r\n");
+        } else if let Some(length) = reply.declared_length {
+            head.push_str(&format!("content-length: {length}\r\n\r\n"));
         } else {
             head.push_str(&format!("content-length: {}\r\n\r\n", reply.body.len()));
         }
         if writer.write_all(head.as_bytes()).is_err() || writer.write_all(&reply.body).is_err() {
             return;
         }
+        thread::sleep(reply.linger);
         if reply.close_delimited {
             return;
         }
