@@ -83,7 +83,7 @@ pub enum LeaseError {
         key: String,
     },
     /// The TTL asked for is longer than
-    /// [`MAX_SANE_TTL_S`](crate::record::MAX_SANE_TTL_S): every contender
+    /// [`MAX_SANE_TTL_S`]: every contender
     /// would treat the record as suspect and could take it from a live
     /// holder. Nothing was written.
     TtlTooLong {

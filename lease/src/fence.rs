@@ -1,40 +1,67 @@
-//! Fenced writes: the objects a lease protects, written so that a stale
-//! holder cannot overwrite a successor's work.
+//! Fenced writes and reads: the objects a lease protects, written so that a
+//! stale holder cannot overwrite a successor's work, and read so that a
+//! reader can reject what an older holder wrote.
 //!
 //! A [`FencedWriter`] is bound to one held [`Lease`]. What it promises:
 //!
 //! - **No write starts outside the lease.** Each write first asks the lease
 //!   for its write deadline; without one it fails with
 //!   [`WriteError::Fenced`] and sends nothing.
-//! - **No write outlives the lease.** The request's deadline is the lease's
-//!   write deadline, so an upload still in flight when the fence falls is
-//!   abandoned by the store client.
+//! - **No write outlives the lease.** Every request's deadline is the
+//!   lease's write deadline, so an upload still in flight when the fence
+//!   falls is abandoned by the store client.
 //! - **The bucket fences too.** An immutable object is written create-only
 //!   ([`put_new`](FencedWriter::put_new)); a pointer or manifest is written
 //!   conditional on the version this writer last wrote or read
-//!   ([`put_pointer`](FencedWriter::put_pointer)). A refused condition means
-//!   another writer is active: the lease is marked lost at once, without a
-//!   request, and the write fails with [`WriteError::Superseded`].
+//!   ([`put_pointer`](FencedWriter::put_pointer)).
 //! - **Every object carries the epoch.** Each write stores the lease's epoch
 //!   and holder as user metadata ([`EPOCH_METADATA`], [`HOLDER_METADATA`];
-//!   `x-amz-meta-…` on S3), so a reader can reject objects written under an
-//!   older epoch than the one it trusts.
+//!   `x-amz-meta-…` on S3), and `put_new` a digest of the bytes
+//!   ([`DIGEST_METADATA`]).
+//! - **A refusal marks the lease lost only when it proves another writer.**
+//!   A refused write reads the object's metadata (one more request, within
+//!   the write deadline) and decides by who wrote it:
+//!   - this holder at this epoch: our own write, whose answer was lost. An
+//!     identical `put_new` succeeds (same digest); a `put_pointer` adopts the
+//!     version it finds and swaps once more;
+//!   - a greater epoch, or this epoch under another holder: another writer
+//!     is active. The lease is marked lost and the write fails with
+//!     [`WriteError::Superseded`];
+//!   - an earlier epoch (or no epoch: written without fencing): a previous
+//!     holder's object, no proof of a concurrent writer. `put_new` fails
+//!     with [`WriteError::Exists`], leaving the lease alone; `put_pointer`
+//!     swaps against the version it read.
 //!
-//! What it cannot promise: a request the service already received completes
-//! even if the lease is lost meanwhile. On a conditional service such a late
-//! write can only add an object nobody points at, or lose its pointer race.
+//! What a pointer write costs: the first write of a pointer this writer has
+//! not read or written is two requests (a HEAD-like read, then the
+//! conditional write: create-only when absent); later writes are one. A
+//! refusal adds one read and, when the write is retried, one write.
+//!
+//! A [`FencedReader`] is the other half: it returns an object with the
+//! epoch and holder that wrote it, and rejects objects older than the epoch
+//! it trusts ([`ReadError::Stale`]) or written without fencing
+//! ([`ReadError::Unfenced`]).
+//!
+//! What no fence can promise: a request the service already received
+//! completes even if the lease is lost meanwhile. On a conditional service
+//! such a late write can only add an object nobody points at, or lose its
+//! pointer race.
 
 use crate::lease::Lease;
-use crate::store::{Object, PutMode, PutOptions, StoreError, StoreErrorKind, Version};
+use crate::store::{Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 /// The metadata name under which each fenced write stores the lease epoch.
 pub const EPOCH_METADATA: &str = "bucket-lease-epoch";
 
 /// The metadata name under which each fenced write stores the holder's id.
 pub const HOLDER_METADATA: &str = "bucket-lease-holder";
+
+/// The metadata name under which `put_new` stores a digest of the bytes.
+pub const DIGEST_METADATA: &str = "bucket-lease-digest";
 
 /// Why a fenced write was not made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,12 +72,24 @@ pub enum WriteError {
         /// The object that was not written.
         key: String,
     },
-    /// The store refused the write's condition: another writer is active,
-    /// and the lease has been marked lost.
-    /// The error names the object that was not written.
+    /// The store refused the write, and the object's metadata showed
+    /// another writer at this epoch or a later one: the lease has been
+    /// marked lost. The error names the object that was not written.
     Superseded(StoreError),
+    /// `put_new` found the key taken by an earlier holder (or by this one
+    /// with other bytes, or by a writer that does not fence): nothing was
+    /// written, and the lease is untouched. Choose another key.
+    Exists {
+        /// The object that was not written.
+        key: String,
+        /// The epoch the existing object carries, when it carries one.
+        epoch: Option<u64>,
+        /// The holder the existing object names, when it names one.
+        holder: Option<String>,
+    },
     /// The request failed; if it timed out at the write deadline it may have
-    /// landed.
+    /// landed. Retrying the same write is safe: a landed write of ours is
+    /// recognised.
     Store(StoreError),
 }
 
@@ -64,9 +103,20 @@ impl fmt::Display for WriteError {
             ),
             WriteError::Superseded(error) => write!(
                 f,
-                "write refused ({error}): another writer is active, so the lease was marked \
-                 lost; stop writing"
+                "write refused ({error}), and the object was written by a newer holder: \
+                 another writer is active, so the lease was marked lost; stop writing"
             ),
+            WriteError::Exists { key, epoch, .. } => {
+                write!(f, "{key} exists already")?;
+                match epoch {
+                    Some(epoch) => write!(f, " (written at epoch {epoch})")?,
+                    None => f.write_str(" (written without fencing)")?,
+                }
+                f.write_str(
+                    ", and an immutable object is never overwritten; write under a new key \
+                     (name objects by epoch, for example)",
+                )
+            }
             WriteError::Store(e) => write!(f, "fenced write failed: {e}"),
         }
     }
@@ -76,9 +126,46 @@ impl std::error::Error for WriteError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             WriteError::Superseded(error) | WriteError::Store(error) => Some(error),
-            WriteError::Fenced { .. } => None,
+            WriteError::Fenced { .. } | WriteError::Exists { .. } => None,
         }
     }
+}
+
+/// Who wrote an existing object, relative to a writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Author {
+    /// This holder at this epoch.
+    Us,
+    /// A greater epoch, or this epoch under another holder.
+    Newer,
+    /// An earlier epoch, or no epoch at all.
+    Older,
+}
+
+/// The epoch and holder an object's metadata names.
+fn stamp_of(object: &Object) -> (Option<u64>, Option<String>) {
+    let value = |name: &str| {
+        object
+            .metadata
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let epoch = value(EPOCH_METADATA).and_then(|v| v.trim().parse::<u64>().ok());
+    (epoch, value(HOLDER_METADATA))
+}
+
+/// A digest of `bytes` for recognising our own landed write: 64-bit
+/// FNV-1a, as 16 hex digits. Not a defence against anyone: the holder and
+/// epoch decide who wrote an object; the digest only tells two writes of
+/// one holder apart.
+fn digest(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
 }
 
 /// Writes objects under a held lease. See the [module docs](self).
@@ -104,15 +191,46 @@ impl FencedWriter {
     }
 
     /// Write an immutable object: create-only, so nothing is ever
-    /// overwritten.
+    /// overwritten. Retrying after a [`WriteError::Store`] is safe: a write
+    /// of ours that landed is recognised by its holder, epoch and digest.
     ///
     /// # Errors
     ///
     /// [`WriteError::Fenced`] outside the lease; [`WriteError::Superseded`]
-    /// when the key exists already; [`WriteError::Store`] when the request
-    /// failed or timed out at the write deadline.
+    /// when a newer holder wrote the key; [`WriteError::Exists`] when an
+    /// earlier holder did; [`WriteError::Store`] when a request failed or
+    /// timed out at the write deadline.
     pub fn put_new(&self, key: &str, body: &[u8]) -> Result<Version, WriteError> {
-        self.write(key, body, PutMode::Create)
+        let deadline = self.deadline(key)?;
+        let sum = digest(body);
+        let options = self
+            .options(PutMode::Create, deadline)
+            .with_metadata(DIGEST_METADATA, sum.clone());
+        let refusal = match self.lease.store().put(key, body, &options) {
+            Ok(version) => return Ok(version),
+            Err(error) if error.is_refusal() => error,
+            Err(error) => return Err(WriteError::Store(error)),
+        };
+        let existing = self.head(key, deadline)?;
+        match self.author(&existing) {
+            Author::Us
+                if existing
+                    .metadata
+                    .contains(&(DIGEST_METADATA.to_string(), sum)) =>
+            {
+                log::debug!("{key}: our own write had landed; its answer was lost");
+                Ok(existing.version)
+            }
+            Author::Newer => Err(self.superseded(refusal)),
+            Author::Us | Author::Older => {
+                let (epoch, holder) = stamp_of(&existing);
+                Err(WriteError::Exists {
+                    key: key.to_string(),
+                    epoch,
+                    holder,
+                })
+            }
+        }
     }
 
     /// Read a pointer and remember its version for the next
@@ -139,51 +257,105 @@ impl FencedWriter {
     }
 
     /// Write a pointer or manifest: conditional on the version this writer
-    /// last wrote or read, or create-only when it has seen none.
+    /// last wrote or read; a pointer it has not seen is read first (absent:
+    /// create-only). See the [module docs](self) for what a refusal does and
+    /// what a pointer write costs.
     ///
     /// # Errors
     ///
     /// [`WriteError::Fenced`] outside the lease; [`WriteError::Superseded`]
-    /// when another writer changed the pointer; [`WriteError::Store`] when
-    /// the request failed or timed out (the pointer's version is then
-    /// unknown: read it again).
+    /// when a newer holder wrote the pointer; [`WriteError::Store`] when a
+    /// request failed or timed out (retrying is safe), or when the pointer
+    /// changed under an older writer twice in a row.
     pub fn put_pointer(&self, key: &str, body: &[u8]) -> Result<Version, WriteError> {
-        let mode = match self.pointers().get(key) {
-            Some(version) => PutMode::Update(version.clone()),
-            None => PutMode::Create,
+        let deadline = self.deadline(key)?;
+        let known = self.pointers().get(key).cloned();
+        let mut version = match known {
+            Some(version) => Some(version),
+            None => self.current_version(key, deadline)?,
         };
-        let written = self.write(key, body, mode);
-        let mut pointers = self.pointers();
-        match &written {
-            Ok(version) => {
-                pointers.insert(key.to_string(), version.clone());
+        let mut tries = 0;
+        loop {
+            let mode = version.clone().map_or(PutMode::Create, PutMode::Update);
+            let refusal = match self
+                .lease
+                .store()
+                .put(key, body, &self.options(mode, deadline))
+            {
+                Ok(written) => {
+                    self.pointers().insert(key.to_string(), written.clone());
+                    return Ok(written);
+                }
+                Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => e,
+                // The write may have landed: keep the version we had, so a
+                // retry is refused, finds our own write and adopts it.
+                Err(e) => return Err(WriteError::Store(e)),
+            };
+            tries += 1;
+            let existing = match self.lease.store().head(key, Some(deadline)) {
+                Ok(existing) => Some(existing),
+                Err(e) if e.kind() == StoreErrorKind::NotFound => None,
+                Err(e) => return Err(WriteError::Store(e)),
+            };
+            if existing.as_ref().map(|o| self.author(o)) == Some(Author::Newer) {
+                self.pointers().remove(key);
+                return Err(self.superseded(refusal));
             }
-            Err(WriteError::Store(_)) => {
-                pointers.remove(key);
+            if tries > 1 {
+                self.pointers().remove(key);
+                return Err(WriteError::Store(refusal));
             }
-            Err(_) => {}
+            log::debug!("{key}: pointer moved by us or an earlier holder; swapping on it");
+            version = existing.map(|o| o.version);
         }
-        written
     }
 
-    fn write(&self, key: &str, body: &[u8], mode: PutMode) -> Result<Version, WriteError> {
-        let deadline = self.deadline(key)?;
-        let options = PutOptions::new(mode)
+    /// The write options every fenced write carries.
+    fn options(&self, mode: PutMode, deadline: Instant) -> PutOptions {
+        PutOptions::new(mode)
             .with_deadline(Some(deadline))
             .with_metadata(EPOCH_METADATA, self.lease.epoch().to_string())
-            .with_metadata(HOLDER_METADATA, self.lease.instance_id());
-        match self.lease.store().put(key, body, &options) {
-            Ok(version) => Ok(version),
-            Err(error) if error.is_refusal() => {
-                log::warn!("{key}: a fenced write was refused ({error}); marking the lease lost");
-                self.lease.mark_lost(None);
-                Err(WriteError::Superseded(error))
-            }
-            Err(error) => Err(WriteError::Store(error)),
+            .with_metadata(HOLDER_METADATA, self.lease.instance_id())
+    }
+
+    /// The version of `key` now; `None` when absent.
+    fn current_version(&self, key: &str, deadline: Instant) -> Result<Option<Version>, WriteError> {
+        match self.lease.store().head(key, Some(deadline)) {
+            Ok(object) => Ok(Some(object.version)),
+            Err(e) if e.kind() == StoreErrorKind::NotFound => Ok(None),
+            Err(e) => Err(WriteError::Store(e)),
         }
     }
 
-    fn deadline(&self, key: &str) -> Result<std::time::Instant, WriteError> {
+    fn head(&self, key: &str, deadline: Instant) -> Result<Object, WriteError> {
+        self.lease
+            .store()
+            .head(key, Some(deadline))
+            .map_err(WriteError::Store)
+    }
+
+    fn author(&self, object: &Object) -> Author {
+        let (epoch, holder) = stamp_of(object);
+        let ours = self.lease.epoch();
+        match epoch.unwrap_or(0) {
+            e if e > ours => Author::Newer,
+            e if e < ours => Author::Older,
+            _ if holder.as_deref() == Some(self.lease.instance_id()) => Author::Us,
+            _ => Author::Newer,
+        }
+    }
+
+    fn superseded(&self, refusal: StoreError) -> WriteError {
+        log::warn!(
+            "{}: a fenced write was refused and a newer holder wrote it ({refusal}); marking \
+             the lease lost",
+            refusal.key()
+        );
+        self.lease.mark_lost(None);
+        WriteError::Superseded(refusal)
+    }
+
+    fn deadline(&self, key: &str) -> Result<Instant, WriteError> {
         self.lease
             .write_deadline()
             .ok_or_else(|| WriteError::Fenced {
@@ -193,5 +365,143 @@ impl FencedWriter {
 
     fn pointers(&self) -> MutexGuard<'_, HashMap<String, Version>> {
         self.pointers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An object as a [`FencedReader`] returns it: with the epoch and holder
+/// that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FencedObject {
+    /// The object, bytes, version and metadata.
+    pub object: Object,
+    /// The epoch of the lease it was written under.
+    pub epoch: u64,
+    /// The holder that wrote it, when named.
+    pub holder: Option<String>,
+}
+
+/// Why a [`FencedReader`] returned no object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The object was written under an older epoch than the reader trusts:
+    /// by a holder that had already been superseded.
+    Stale {
+        /// The object read.
+        key: String,
+        /// The epoch it carries.
+        epoch: u64,
+        /// The oldest epoch the reader accepts.
+        trusted: u64,
+    },
+    /// The object carries no epoch: it was not written through a
+    /// [`FencedWriter`].
+    Unfenced {
+        /// The object read.
+        key: String,
+    },
+    /// The request failed (a missing object is
+    /// [`StoreErrorKind::NotFound`]).
+    Store(StoreError),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Stale {
+                key,
+                epoch,
+                trusted,
+            } => write!(
+                f,
+                "{key} was written at epoch {epoch}, older than the epoch {trusted} this reader \
+                 trusts: a superseded holder wrote it; ignore it"
+            ),
+            ReadError::Unfenced { key } => write!(
+                f,
+                "{key} carries no lease epoch: it was not written through a fenced writer"
+            ),
+            ReadError::Store(e) => write!(f, "fenced read failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReadError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Reads fenced objects, rejecting those older than the epoch it trusts.
+/// See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct FencedReader {
+    store: Arc<dyn Store>,
+    trusted: u64,
+}
+
+impl FencedReader {
+    /// A reader of `store` that accepts every fenced object.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        FencedReader { store, trusted: 0 }
+    }
+
+    /// The same reader, rejecting objects written before `epoch` (for
+    /// example the epoch of the pointer or manifest that named them, or the
+    /// newest epoch the reader has seen).
+    pub fn trusting(mut self, epoch: u64) -> Self {
+        self.trusted = epoch;
+        self
+    }
+
+    /// The oldest epoch this reader accepts.
+    pub fn trusted(&self) -> u64 {
+        self.trusted
+    }
+
+    /// Read `key` with the epoch and holder that wrote it.
+    ///
+    /// # Errors
+    ///
+    /// As [`get_before`](Self::get_before).
+    pub fn get(&self, key: &str) -> Result<FencedObject, ReadError> {
+        self.get_before(key, None)
+    }
+
+    /// Read `key`, abandoning the request at `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Stale`] for an object older than the trusted epoch,
+    /// [`ReadError::Unfenced`] for one without an epoch,
+    /// [`ReadError::Store`] when the request failed or the key is absent.
+    pub fn get_before(
+        &self,
+        key: &str,
+        deadline: Option<Instant>,
+    ) -> Result<FencedObject, ReadError> {
+        let object = self.store.get(key, deadline).map_err(ReadError::Store)?;
+        let (epoch, holder) = stamp_of(&object);
+        let Some(epoch) = epoch else {
+            return Err(ReadError::Unfenced {
+                key: key.to_string(),
+            });
+        };
+        if epoch < self.trusted {
+            return Err(ReadError::Stale {
+                key: key.to_string(),
+                epoch,
+                trusted: self.trusted,
+            });
+        }
+        Ok(FencedObject {
+            object,
+            epoch,
+            holder,
+        })
     }
 }

@@ -23,7 +23,9 @@
 //!   not block the keeper.
 //! - **A panic is a loss, never silence.** A panic inside the renewal path
 //!   marks the lease lost and is reported as [`Event::Lost`] with the panic's
-//!   message; the thread then waits to be stopped.
+//!   message; the thread then waits to be stopped, and still tries to free
+//!   its record then. A panic in that release is reported as
+//!   [`Event::Released`] with an error, and `stop` returns it.
 //! - **No thread outlives its handle.** [`Keeper::stop`] and dropping the
 //!   keeper both release the lease and join the thread. A renewal already
 //!   in flight is finished first (it is bounded by the write deadline); the
@@ -235,7 +237,20 @@ impl Renewer {
             self.wait_for(None);
         }
         let deadline = self.clock().now() + self.release_timeout;
-        let released = self.lease.release_before(Some(deadline));
+        let released = catch_unwind(AssertUnwindSafe(|| {
+            self.lease.release_before(Some(deadline))
+        }))
+        .unwrap_or_else(|panic| {
+            log::error!(
+                "{}: the release panicked: {}",
+                self.lease.key(),
+                panic_message(&*panic)
+            );
+            Err(LeaseError::Lost {
+                key: self.lease.key().to_string(),
+                holder: self.lease.lost_to(),
+            })
+        });
         let _ = self.events.send(Event::Released(released.clone()));
         released
     }
@@ -319,11 +334,7 @@ impl Renewer {
             },
             Ok(Err(error)) => Attempt::Failed(error),
             Err(panic) => {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic without a message".to_string());
+                let message = panic_message(&*panic);
                 log::error!("{}: the renewal panicked: {message}", self.lease.key());
                 self.lease.mark_lost(None);
                 Attempt::Lost {
@@ -346,6 +357,15 @@ impl Renewer {
             recv(timer) -> _ => true,
         }
     }
+}
+
+/// The message a panic carried, as far as it can be read.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 fn retry_pause(failures: u32, interval: Duration) -> Duration {

@@ -42,7 +42,7 @@
 //! - **A stale record is taken over; a fresh one is not.** Freshness is
 //!   judged by the contender's wall clock against the TTL the holder wrote
 //!   (see [`crate::record`]). A suspect record (stamped more than its own TTL
-//!   ahead, or with a TTL over [`MAX_SANE_TTL_S`](crate::record::MAX_SANE_TTL_S))
+//!   ahead, or with a TTL over [`MAX_SANE_TTL_S`])
 //!   is taken over once the same contender has seen it unchanged (same ETag,
 //!   version id and stamp) for the longer of its own TTL and the record's
 //!   (when that is sane), with a warning: a live holder renews within that
@@ -54,8 +54,9 @@
 //!   is rewritten as released (stale to every reader, holder and epoch
 //!   kept) with a write conditional on our last ETag, the condition the
 //!   probe checked; if that version is stale the record is read and
-//!   rewritten only while it still names us. A lost lease, or a record
-//!   naming someone else, is left alone. An acquire abandoned half way is
+//!   rewritten only while it still names us. A record naming someone else
+//!   is left alone; a lease marked lost by a refused fenced write still
+//!   frees its own record. An acquire abandoned half way is
 //!   released by id ([`Contender::release_abandoned_before`]).
 //! - **Conflicts are retried, briefly.** A conflict answer (a concurrent
 //!   conditional write on the same key) is retried after a jittered pause, a
@@ -109,7 +110,7 @@ pub struct LeaseOptions {
 impl LeaseOptions {
     /// A conditional lease with a TTL of `ttl_s` seconds (0 counts as 1) on
     /// the system clock. A TTL over
-    /// [`MAX_SANE_TTL_S`](crate::record::MAX_SANE_TTL_S) is refused at
+    /// [`MAX_SANE_TTL_S`] is refused at
     /// acquire ([`LeaseError::TtlTooLong`]).
     pub fn new(ttl_s: u64) -> Self {
         LeaseOptions {
@@ -826,26 +827,34 @@ impl Lease {
     /// this service honour. If that version is stale (an answer we never
     /// saw), the record is read, and rewritten on the version read only if
     /// it still names us. A successor's record is therefore never touched,
-    /// whatever the service does with DELETE conditions. A lost lease is
-    /// left alone without a request.
+    /// whatever the service does with DELETE conditions. A lease lost to a
+    /// known holder is left alone without a request; one marked lost by a
+    /// refused write elsewhere ([`mark_lost`](Self::mark_lost)) is released
+    /// as above if its record still names us.
     ///
     /// # Errors
     ///
     /// [`LeaseError::Store`] when a request failed; the record then expires
     /// after its TTL, and this handle stays released.
     pub fn release_before(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
-        let (exclusion, version) = {
+        let (exclusion, version, lost) = {
             let mut h = self.lock();
-            match &h.state {
-                State::Lost { holder } => {
+            let lost = match &h.state {
+                State::Lost {
+                    holder: Some(holder),
+                } => {
                     return Ok(Released::LeftAlone {
-                        holder: holder.clone(),
+                        holder: Some(holder.clone()),
                     })
                 }
+                State::Lost { holder: None } => true,
                 State::Released => return Ok(Released::AlreadyFree),
-                State::Held | State::Fenced => h.state = State::Released,
-            }
-            (h.exclusion, h.version.clone())
+                State::Held | State::Fenced => {
+                    h.state = State::Released;
+                    false
+                }
+            };
+            (h.exclusion, h.version.clone(), lost)
         };
         let target = ReleaseTarget {
             store: &*self.store,
@@ -854,6 +863,11 @@ impl Lease {
             instance_id: &self.instance_id,
             exclusion,
         };
+        if lost {
+            // Marked lost by a refused write elsewhere: the record may still
+            // name us, and nobody else will free it before its TTL.
+            return target.release_if_ours(deadline);
+        }
         if exclusion == Exclusion::Conditional && version.etag.is_some() {
             let released = self.record(String::new()).released(self.clock.wall());
             let mode = PutMode::Update(version);

@@ -1,8 +1,9 @@
 //! The blocking object-store interface the lease is built on.
 //!
-//! A [`Store`] is a flat key space with four operations: read an object with
-//! its [`Version`], write one under a [`PutMode`], delete one, and delete one
-//! only while it still has a given version. Every backend (the in-memory
+//! A [`Store`] is a flat key space with these operations: read an object
+//! with its [`Version`] (or only its version and metadata), write one under
+//! a [`PutMode`], delete one, and delete one only while it still has a given
+//! version. Every backend (the in-memory
 //! store, the local directory, the signed-HTTP services) promises the same
 //! meaning for each answer:
 //!
@@ -127,6 +128,19 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// [`StoreErrorKind::NotFound`] when the key is absent; any other kind
     /// when the request failed.
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError>;
+
+    /// Read `key`'s version and metadata; the body is left empty. The
+    /// default reads the whole object with [`get`](Self::get); HTTP stores
+    /// send a HEAD, so objects of any size can be inspected.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get).
+    fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        let mut object = self.get(key, deadline)?;
+        object.body = Vec::new();
+        Ok(object)
+    }
 
     /// Write `body` to `key` as `options` say, and return the new version.
     ///

@@ -195,7 +195,16 @@ fn a_panic_in_the_renewal_is_a_loss_not_silence() {
         other => panic!("expected Lost, got {other:?}"),
     }
     assert!(!keeper.may_write() && keeper.lease().is_lost());
-    keeper.stop().unwrap();
+    // Stopping still frees our record; a release that panics too is an
+    // error from stop, not a panic.
+    let (store2, clock2, keeper2) = start(30);
+    store2.panic_on_put.store(true, Ordering::SeqCst);
+    clock2.advance(secs(10));
+    assert!(matches!(next(keeper2.events()), Event::Lost { .. }));
+    assert!(keeper2.stop().is_err());
+    store.panic_on_put.store(false, Ordering::SeqCst);
+    assert_eq!(keeper.stop().unwrap(), Released::Freed);
+    assert!(is_released(&store));
 }
 
 #[test]

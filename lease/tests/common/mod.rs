@@ -1,18 +1,19 @@
 //! A store wrapper for tests that need to see or disturb single requests.
 
 use bucket_lease_core::memory::MemoryStore;
-use bucket_lease_core::{DeleteMode, Object, PutOptions, Store, StoreError, Version};
+use bucket_lease_core::{DeleteMode, Object, PutMode, PutOptions, Store, StoreError, Version};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// A strict in-memory store that records each write's deadline and the
-/// name of the thread that sent it, and can be told to panic on writes.
+/// A strict in-memory store that records each write's deadline, mode and
+/// the name of the thread that sent it, and can be told to panic on writes.
 #[derive(Debug, Default)]
 pub struct Recording {
     pub inner: MemoryStore,
     pub put_deadlines: Mutex<Vec<Option<Instant>>>,
     pub put_threads: Mutex<Vec<Option<String>>>,
+    pub put_modes: Mutex<Vec<PutMode>>,
     pub panic_on_put: AtomicBool,
 }
 
@@ -33,6 +34,7 @@ impl Store for Recording {
 
     fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
         self.put_deadlines.lock().unwrap().push(options.deadline);
+        self.put_modes.lock().unwrap().push(options.mode.clone());
         let name = std::thread::current().name().map(str::to_string);
         self.put_threads.lock().unwrap().push(name);
         if self.panic_on_put.load(Ordering::SeqCst) {
