@@ -313,11 +313,12 @@ impl<'a> Request<'a> {
     ///
     /// A body over the cap is [`StoreErrorKind::TooLarge`] carrying the
     /// object's version, and is not read.
-    fn read(
+    /// Open the object at `path` and read its header only: its ETag and
+    /// metadata, whatever the size of its body. `None` when absent.
+    fn open_header(
         &self,
         path: &Path,
-        body_cap: Option<usize>,
-    ) -> Result<Option<(Header, Vec<u8>)>, StoreError> {
+    ) -> Result<Option<(Header, Vec<u8>, BufReader<File>)>, StoreError> {
         let file = match File::open(path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -326,35 +327,43 @@ impl<'a> Request<'a> {
         let mut reader = BufReader::new(file);
         let raw = read_header(&mut reader).map_err(|e| self.io_error("read", path, e))?;
         let header = parse_header(&raw).map_err(|detail| self.corrupt(path, &detail))?;
+        Ok(Some((header, raw, reader)))
+    }
+
+    /// Read the object at `path`: its header and a body of at most
+    /// `max_body` bytes ([`StoreErrorKind::TooLarge`], with the version,
+    /// beyond that). `None` when absent.
+    fn read(&self, path: &Path, max_body: usize) -> Result<Option<(Header, Vec<u8>)>, StoreError> {
+        let Some((header, raw, mut reader)) = self.open_header(path)? else {
+            return Ok(None);
+        };
+        let too_large = || {
+            self.error(StoreErrorKind::TooLarge)
+                .with_message(format!(
+                    "the object is larger than the {max_body}-byte cap and was not read; it \
+                     can be replaced conditionally on the version this error carries"
+                ))
+                .with_version(Version::etag(header.etag.clone()))
+        };
+        // The length of the file this reader has open (renames replace a
+        // file, never change it), less its header.
+        let length = reader
+            .get_ref()
+            .metadata()
+            .map_err(|e| self.io_error("inspect", path, e))?
+            .len();
+        let header_length = u64::try_from(raw.len()).unwrap_or(u64::MAX);
+        let cap = u64::try_from(max_body).unwrap_or(u64::MAX);
+        if length.saturating_sub(header_length) > cap {
+            return Err(too_large());
+        }
+        // Bounded all the same, should the file grow meanwhile.
         let mut body = Vec::new();
-        if let Some(max_body) = body_cap {
-            let too_large = || {
-                self.error(StoreErrorKind::TooLarge)
-                    .with_message(format!(
-                        "the object is larger than the {max_body}-byte cap and was not read; it \
-                         can be replaced conditionally on the version this error carries"
-                    ))
-                    .with_version(Version::etag(header.etag.clone()))
-            };
-            // The length of the file this reader has open (renames replace
-            // a file, never change it), less its header.
-            let length = reader
-                .get_ref()
-                .metadata()
-                .map_err(|e| self.io_error("inspect", path, e))?
-                .len();
-            let header_length = u64::try_from(raw.len()).unwrap_or(u64::MAX);
-            let cap = u64::try_from(max_body).unwrap_or(u64::MAX);
-            if length.saturating_sub(header_length) > cap {
-                return Err(too_large());
-            }
-            // Bounded all the same, should the file grow meanwhile.
-            Read::take(&mut reader, cap.saturating_add(1))
-                .read_to_end(&mut body)
-                .map_err(|e| self.io_error("read", path, e))?;
-            if body.len() > max_body {
-                return Err(too_large());
-            }
+        Read::take(&mut reader, cap.saturating_add(1))
+            .read_to_end(&mut body)
+            .map_err(|e| self.io_error("read", path, e))?;
+        if body.len() > max_body {
+            return Err(too_large());
         }
         Ok(Some((header, body)))
     }
@@ -568,9 +577,25 @@ impl Store for DirStore {
         let request = Request::new("GET", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
-        match request.read(&at.object, Some(MAX_BODY))? {
+        match request.read(&at.object, MAX_BODY)? {
             Some((header, body)) => Ok(Object {
                 body,
+                version: Version::etag(header.etag),
+                metadata: header.metadata,
+            }),
+            None => Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey")),
+        }
+    }
+
+    /// The object's header alone: its version and metadata, for an
+    /// object of any size.
+    fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        let request = Request::new("HEAD", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+        match request.open_header(&at.object)? {
+            Some((header, ..)) => Ok(Object {
+                body: Vec::new(),
                 version: Version::etag(header.etag),
                 metadata: header.metadata,
             }),
@@ -598,9 +623,9 @@ impl Store for DirStore {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(request.io_error("inspect", &at.object, e)),
             },
-            PutMode::Update(wanted) => match request.read(&at.object, None)? {
+            PutMode::Update(wanted) => match request.open_header(&at.object)? {
                 None => return Err(request.refusal(StoreErrorKind::Precondition, "NoSuchKey")),
-                Some((current, _)) if !is_version(&current.etag, wanted) => {
+                Some((current, ..)) if !is_version(&current.etag, wanted) => {
                     return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
                 }
                 Some(_) => {}
@@ -625,9 +650,9 @@ impl Store for DirStore {
 
         let lock = self.lock(&request, deadline)?;
         if let DeleteMode::IfVersion(wanted) = mode {
-            match request.read(&at.object, None)? {
+            match request.open_header(&at.object)? {
                 None => return Ok(()),
-                Some((current, _)) if !is_version(&current.etag, wanted) => {
+                Some((current, ..)) if !is_version(&current.etag, wanted) => {
                     return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
                 }
                 Some(_) => {}
@@ -1041,7 +1066,13 @@ mod tests {
             let e = store.get("huge", None).unwrap_err();
             assert_eq!(e.kind(), StoreErrorKind::TooLarge, "{e}");
             assert_eq!(e.version(), Some(&Version::etag("\"huge\"")));
+            // HEAD reads the header alone, whatever the body's size.
+            let head = store.head("huge", None).unwrap();
+            assert_eq!(head.version, Version::etag("\"huge\""));
+            assert!(head.body.is_empty());
         }
+        let e = store.head("absent", None).unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::NotFound);
     }
 
     #[test]

@@ -383,6 +383,7 @@ impl fmt::Debug for HttpStore {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Get,
+    Head,
     Create,
     Update,
     Overwrite,
@@ -394,6 +395,7 @@ impl Op {
     fn method(self) -> &'static str {
         match self {
             Op::Get => "GET",
+            Op::Head => "HEAD",
             Op::Create | Op::Update | Op::Overwrite => "PUT",
             Op::Delete | Op::DeleteIfMatch => "DELETE",
         }
@@ -418,7 +420,7 @@ fn failure_kind(op: Op, status: u16, code: Option<&str>) -> Option<StoreErrorKin
     }
     Some(match (status, op) {
         (404, Op::Delete | Op::DeleteIfMatch) => return None,
-        (404, Op::Get) => NotFound,
+        (404, Op::Get | Op::Head) => NotFound,
         (404, Op::Update) => Precondition,
         (304 | 412, Op::Create) => AlreadyExists,
         (304 | 412, Op::Update | Op::DeleteIfMatch) => Precondition,
@@ -480,6 +482,7 @@ impl HttpStore {
         let mut builder = http::Request::builder().uri(self.url(key));
         builder = match op {
             Op::Get => builder.method(Method::GET),
+            Op::Head => builder.method(Method::HEAD),
             Op::Delete | Op::DeleteIfMatch => builder.method(Method::DELETE),
             // moto stores a form-urlencoded body as empty; say what it is.
             Op::Create | Op::Update | Op::Overwrite => builder
@@ -570,7 +573,10 @@ impl HttpStore {
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         // A cap beyond u64 (never, in practice) reads everything.
         let cap = u64::try_from(self.max_body).unwrap_or(u64::MAX);
-        let body = if declared.is_some_and(|n| n > cap) {
+        let body = if op == Op::Head {
+            // An answer to HEAD has no body, whatever length it declares.
+            Ok(Vec::new())
+        } else if declared.is_some_and(|n| n > cap) {
             Err(self.max_body)
         } else {
             let mut bytes = Vec::new();
@@ -719,6 +725,13 @@ impl Store for HttpStore {
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         let request = self.request(Op::Get, key, None, &[])?;
         let answer = self.execute(Op::Get, key, request, &[], deadline)?;
+        object_of(key, answer)
+    }
+
+    /// A HEAD request: the version and metadata of an object of any size.
+    fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        let request = self.request(Op::Head, key, None, &[])?;
+        let answer = self.execute(Op::Head, key, request, &[], deadline)?;
         object_of(key, answer)
     }
 

@@ -147,6 +147,28 @@ fn an_object_over_the_cap_is_too_large_and_can_be_replaced_by_its_version() {
 }
 
 #[test]
+fn head_reads_the_version_and_metadata_of_an_object_of_any_size() {
+    let Some(store) = common::store(Server::Moto) else {
+        return;
+    };
+    let key = format!("{}/big", common::unique_prefix("head"));
+    let body = vec![b'x'; 100 * 1024];
+    let options = PutOptions::new(PutMode::Overwrite).with_metadata("bucket-lease-epoch", "7");
+    let written = store.put(&key, &body, &options).unwrap();
+    let object = store.head(&key, None).unwrap();
+    assert_eq!(object.version.etag, written.etag);
+    assert!(object.body.is_empty());
+    assert!(object
+        .metadata
+        .contains(&("bucket-lease-epoch".to_string(), "7".to_string())));
+    let missing = store.head(&format!("{key}-absent"), None).unwrap_err();
+    assert_eq!(missing.kind(), StoreErrorKind::NotFound, "{missing}");
+    store
+        .delete(&key, &DeleteMode::Unconditional, None)
+        .unwrap();
+}
+
+#[test]
 // The pushes are each behind a profile's feature.
 #[allow(clippy::vec_init_then_push)]
 fn a_url_and_an_injected_environment_open_a_working_store() {
