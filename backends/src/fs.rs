@@ -315,10 +315,7 @@ impl<'a> Request<'a> {
     /// object's version, and is not read.
     /// Open the object at `path` and read its header only: its ETag and
     /// metadata, whatever the size of its body. `None` when absent.
-    fn open_header(
-        &self,
-        path: &Path,
-    ) -> Result<Option<(Header, Vec<u8>, BufReader<File>)>, StoreError> {
+    fn open_header(&self, path: &Path) -> Result<Option<Opened>, StoreError> {
         let file = match File::open(path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -327,14 +324,23 @@ impl<'a> Request<'a> {
         let mut reader = BufReader::new(file);
         let raw = read_header(&mut reader).map_err(|e| self.io_error("read", path, e))?;
         let header = parse_header(&raw).map_err(|detail| self.corrupt(path, &detail))?;
-        Ok(Some((header, raw, reader)))
+        Ok(Some(Opened {
+            header,
+            header_length: raw.len(),
+            reader,
+        }))
     }
 
     /// Read the object at `path`: its header and a body of at most
     /// `max_body` bytes ([`StoreErrorKind::TooLarge`], with the version,
     /// beyond that). `None` when absent.
     fn read(&self, path: &Path, max_body: usize) -> Result<Option<(Header, Vec<u8>)>, StoreError> {
-        let Some((header, raw, mut reader)) = self.open_header(path)? else {
+        let Some(Opened {
+            header,
+            header_length,
+            mut reader,
+        }) = self.open_header(path)?
+        else {
             return Ok(None);
         };
         let too_large = || {
@@ -352,7 +358,7 @@ impl<'a> Request<'a> {
             .metadata()
             .map_err(|e| self.io_error("inspect", path, e))?
             .len();
-        let header_length = u64::try_from(raw.len()).unwrap_or(u64::MAX);
+        let header_length = u64::try_from(header_length).unwrap_or(u64::MAX);
         let cap = u64::try_from(max_body).unwrap_or(u64::MAX);
         if length.saturating_sub(header_length) > cap {
             return Err(too_large());
@@ -594,7 +600,7 @@ impl Store for DirStore {
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
         match request.open_header(&at.object)? {
-            Some((header, ..)) => Ok(Object {
+            Some(Opened { header, .. }) => Ok(Object {
                 body: Vec::new(),
                 version: Version::etag(header.etag),
                 metadata: header.metadata,
@@ -625,7 +631,7 @@ impl Store for DirStore {
             },
             PutMode::Update(wanted) => match request.open_header(&at.object)? {
                 None => return Err(request.refusal(StoreErrorKind::Precondition, "NoSuchKey")),
-                Some((current, ..)) if !is_version(&current.etag, wanted) => {
+                Some(opened) if !is_version(&opened.header.etag, wanted) => {
                     return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
                 }
                 Some(_) => {}
@@ -652,7 +658,7 @@ impl Store for DirStore {
         if let DeleteMode::IfVersion(wanted) = mode {
             match request.open_header(&at.object)? {
                 None => return Ok(()),
-                Some((current, ..)) if !is_version(&current.etag, wanted) => {
+                Some(opened) if !is_version(&opened.header.etag, wanted) => {
                     return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
                 }
                 Some(_) => {}
@@ -667,6 +673,15 @@ impl Store for DirStore {
 
         request.sync_dir(&at.dir)
     }
+}
+
+/// An object file opened with its header read: the body follows in
+/// `reader`.
+struct Opened {
+    header: Header,
+    /// How many bytes of the file the header takes.
+    header_length: usize,
+    reader: BufReader<File>,
 }
 
 #[cfg(test)]
