@@ -4,7 +4,8 @@
 
 mod cli_common;
 
-use cli_common::Target;
+use cli_common::{BucketLock, Target, USAGE};
+use std::time::{Duration, Instant};
 
 #[test]
 fn second_run_is_held_then_waits() {
@@ -39,6 +40,95 @@ fn sigint_releases_and_stops_the_command() {
 #[test]
 fn the_command_status_is_propagated() {
     cli_common::the_command_status_is_propagated(&Target::fs("status"));
+}
+
+#[test]
+fn renewals_that_hang_stop_the_command_by_the_write_deadline() {
+    let t = Target::fs("hang");
+    let dir = t.bucket_dir().expect("a file:// bucket");
+    let mut lock = None;
+    // Holding the bucket's lock makes every write, renewals included, wait.
+    cli_common::renewals_that_hang_stop_the_command_by_the_write_deadline(&t, &mut |on| {
+        lock = on.then(|| BucketLock::take(&dir));
+    });
+}
+
+#[test]
+fn inspect_shows_who_released_the_lease() {
+    cli_common::inspect_shows_who_released_the_lease(&Target::fs("released"));
+}
+
+#[test]
+fn store_text_is_shown_escaped() {
+    cli_common::store_text_is_shown_escaped(&Target::fs("evil"));
+}
+
+#[test]
+fn inspect_survives_absurd_records() {
+    cli_common::inspect_survives_absurd_records(&Target::fs("absurd"));
+}
+
+#[test]
+fn a_ttl_outside_1_to_3600_s_is_a_usage_error() {
+    let t = Target::fs("ttl-range");
+    let url = t.url("ttl");
+    for ttl in [
+        "0",
+        "3601",
+        "86400",
+        "18446744073709551615",
+        "99999999999999999999999",
+    ] {
+        for cmd in ["run", "bench"] {
+            let mut args = vec![cmd, "--ttl", ttl, url.as_str()];
+            if cmd == "run" {
+                args.extend(["--", "touch", "started"]);
+            }
+            let done = t.run(&args);
+            assert_eq!(done.code, Some(USAGE), "{args:?}: {done:?}");
+            assert!(done.stderr.contains("1 to 3600"), "{args:?}: {done:?}");
+            assert!(!done.stderr.contains("panicked"), "{args:?}: {done:?}");
+        }
+    }
+    assert_eq!(t.inspect(&url)["state"], "free", "nothing was taken");
+    let done = t.run(["run", "--ttl", "3600", url.as_str(), "--", "true"]);
+    assert_eq!(done.code, Some(0), "the maximum itself is fine: {done:?}");
+}
+
+#[test]
+fn huge_durations_are_refused_not_overflowed() {
+    let t = Target::fs("huge");
+    let url = t.url("huge");
+    for (option, value) in [
+        ("--wait", "1e300"),
+        ("--wait", "inf"),
+        ("--wait", "NaN"),
+        ("--grace", "18446744073709551616"),
+        ("--grace", "1e10"),
+    ] {
+        let args = ["run", option, value, url.as_str(), "--", "true"];
+        let done = t.run(args);
+        assert_eq!(done.code, Some(USAGE), "{args:?}: {done:?}");
+        assert!(
+            done.stderr.contains(&format!("{option}: expected")) && done.stderr.contains("up to"),
+            "{args:?}: the range is named: {done:?}"
+        );
+        assert!(!done.stderr.contains("panicked"), "{args:?}: {done:?}");
+    }
+    // The largest accepted values run normally.
+    let started = Instant::now();
+    let done = t.run([
+        "run",
+        "--wait",
+        "1000000000",
+        "--grace",
+        "1000000000",
+        url.as_str(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    assert!(started.elapsed() < Duration::from_secs(30));
 }
 
 #[test]

@@ -6,7 +6,8 @@
 
 mod cli_common;
 
-use cli_common::Target;
+use cli_common::{Proxy, Target};
+use std::time::{Duration, Instant};
 
 macro_rules! on_moto {
     ($($name:ident),* $(,)?) => {$(
@@ -27,7 +28,75 @@ on_moto!(
     break_a_stale_holder,
     sigint_releases_and_stops_the_command,
     the_command_status_is_propagated,
+    store_text_is_shown_escaped,
+    inspect_survives_absurd_records,
+    inspect_shows_who_released_the_lease,
 );
+
+/// moto behind a [`Proxy`] the test controls.
+fn moto_behind_a_proxy(test: &str) -> Option<(Target, Proxy)> {
+    let target = Target::moto(test)?;
+    let proxy = Proxy::start(target.endpoint().expect("moto's endpoint"));
+    Some((target.through(proxy.endpoint()), proxy))
+}
+
+#[test]
+fn renewals_that_hang_stop_the_command_by_the_write_deadline() {
+    let Some((t, proxy)) = moto_behind_a_proxy("hang") else {
+        return;
+    };
+    cli_common::renewals_that_hang_stop_the_command_by_the_write_deadline(&t, &mut |on| {
+        proxy.black_hole(on)
+    });
+}
+
+/// An acquire so slow that the lease is fenced by the time it is taken
+/// (each request held 0.8 s; the probe alone outlasts 2/3 of a 3 s TTL)
+/// never starts the command.
+#[test]
+fn a_lease_fenced_during_its_acquire_never_starts_the_command() {
+    let Some((t, proxy)) = moto_behind_a_proxy("slow-acquire") else {
+        return;
+    };
+    proxy.delay(Duration::from_millis(800));
+    let url = t.url("slow");
+    let marker = t.path("started");
+    let done = t.run([
+        "run",
+        "--ttl",
+        "3",
+        "--wait",
+        "1",
+        url.as_str(),
+        "--",
+        "sh",
+        "-c",
+        &format!("touch '{}'; sleep 1", marker.display()),
+    ]);
+    // (A command started and stopped at once may not have run `touch`.)
+    assert!(
+        !marker.exists() && !done.stderr.contains("the command was stopped"),
+        "the command was started: {done:?}"
+    );
+    assert_ne!(done.code, Some(0), "{done:?}");
+}
+
+/// A bucket that does not exist fails at once with exit 78, however long
+/// `--wait` is.
+#[test]
+fn a_missing_bucket_fails_at_once_with_78() {
+    let Some(t) = Target::moto("no-bucket") else {
+        return;
+    };
+    let endpoint = t.endpoint().expect("moto's endpoint").to_string();
+    let t = Target::http("no-bucket", &endpoint, "bucket-lease-no-such-bucket");
+    let started = Instant::now();
+    let url = t.url("lease");
+    let done = t.run(["run", "--wait", "30", url.as_str(), "--", "true"]);
+    assert_eq!(done.code, Some(cli_common::CONFIG), "{done:?}");
+    assert!(done.stderr.contains("does not exist"), "{done:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{done:?}");
+}
 
 #[test]
 fn bench_runs_against_moto() {

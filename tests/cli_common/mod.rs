@@ -4,11 +4,17 @@
 //! user would, on a prefix of its own, with TTLs of one to three seconds.
 #![allow(dead_code)]
 
+use bucket_lease::store::{PutMode, PutOptions};
+use bucket_lease::Store;
 use rustix::process::{kill_process, test_kill_process, Pid, Signal};
 use serde_json::Value;
 use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The exit codes the command documents.
@@ -17,6 +23,14 @@ pub const HELD: i32 = 75;
 pub const LOST: i32 = 76;
 /// `break` refused.
 pub const REFUSED: i32 = 1;
+/// A bad or missing argument.
+pub const USAGE: i32 = 64;
+/// A store request failed.
+pub const STORE: i32 = 69;
+/// The store refused the credentials or the permissions.
+pub const NO_PERMISSION: i32 = 77;
+/// The configuration (here: the bucket) cannot be used.
+pub const CONFIG: i32 = 78;
 
 /// Where the scenarios run: a store URL base and the environment it needs.
 pub struct Target {
@@ -82,6 +96,65 @@ impl Target {
             ],
             scratch: scratch_dir(test),
         })
+    }
+
+    /// A target on the HTTP endpoint `endpoint` (a test server on
+    /// 127.0.0.1), through an `s3://` URL on bucket `bucket`.
+    pub fn http(test: &str, endpoint: &str, bucket: &str) -> Target {
+        Target {
+            base: format!("s3://{bucket}/cli-{test}-{}", unique()),
+            env: vec![
+                ("AWS_ENDPOINT_URL", endpoint.to_string()),
+                ("AWS_ACCESS_KEY_ID", "test-key".into()),
+                ("AWS_SECRET_ACCESS_KEY", "test-secret".into()),
+                ("AWS_REGION", "us-east-1".into()),
+            ],
+            scratch: scratch_dir(test),
+        }
+    }
+
+    /// This target with its HTTP endpoint replaced by `endpoint` (a proxy).
+    pub fn through(mut self, endpoint: &str) -> Target {
+        self.env.retain(|(name, _)| *name != "AWS_ENDPOINT_URL");
+        self.env.push(("AWS_ENDPOINT_URL", endpoint.to_string()));
+        self
+    }
+
+    /// The HTTP endpoint the command is pointed at, if any.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(name, _)| *name == "AWS_ENDPOINT_URL")
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// For a `file://` target: the directory used as the bucket.
+    pub fn bucket_dir(&self) -> Option<PathBuf> {
+        self.base.strip_prefix("file://").map(PathBuf::from)
+    }
+
+    /// The store and prefix `url` names, opened with this target's
+    /// environment, to put records the command never writes.
+    pub fn store(&self, url: &str) -> (Arc<dyn Store>, String) {
+        let env = |name: &str| {
+            self.env
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.clone())
+        };
+        bucket_lease::backends::config::open_with_env(url, env).expect("the test store opens")
+    }
+
+    /// Write `body` as the `LEASE` object of `url`, over whatever is there.
+    pub fn put_lease(&self, url: &str, body: &[u8]) {
+        let (store, prefix) = self.store(url);
+        store
+            .put(
+                &bucket_lease::lease_key(&prefix),
+                body,
+                &PutOptions::new(PutMode::Overwrite),
+            )
+            .expect("the record is written");
     }
 
     /// The URL of the lease `name` of this target.
@@ -270,6 +343,192 @@ pub fn pid_then_sleep(name: &str) -> String {
     format!(
         "echo $$ > \"$DIR/{name}.tmp\" && mv \"$DIR/{name}.tmp\" \"$DIR/{name}\" && exec sleep 30"
     )
+}
+
+// ------------------------------------------------------ network and locks
+
+/// A TCP proxy on 127.0.0.1 in front of an HTTP endpoint. It forwards both
+/// ways until [`black_hole`](Self::black_hole) is switched on; from then on
+/// it keeps every connection (old and new) open and reads what clients
+/// send, but passes nothing on and answers nothing: the network of a
+/// partition, where requests time out. [`delay`](Self::delay) holds each
+/// chunk a client sends before passing it on.
+pub struct Proxy {
+    endpoint: String,
+    black_hole: Arc<AtomicBool>,
+    delay_ms: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    /// A proxy in front of `upstream` (`http://host:port`).
+    pub fn start(upstream: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let black_hole = Arc::new(AtomicBool::new(false));
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let (hole, delay) = (Arc::clone(&black_hole), Arc::clone(&delay_ms));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let (upstream, hole, delay) = (upstream.clone(), hole.clone(), delay.clone());
+                std::thread::spawn(move || forward(client, &upstream, hole, delay));
+            }
+        });
+        Proxy {
+            endpoint,
+            black_hole,
+            delay_ms,
+        }
+    }
+
+    /// The proxy's URL, for `AWS_ENDPOINT_URL`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Swallow everything from now on (`true`), or forward again.
+    pub fn black_hole(&self, on: bool) {
+        self.black_hole.store(on, Ordering::SeqCst);
+    }
+
+    /// Hold each chunk a client sends for `delay` first.
+    pub fn delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.delay_ms.store(ms, Ordering::SeqCst);
+    }
+}
+
+/// One proxied connection: client to server on a thread of its own, server
+/// to client here; while `hole` is on, bytes either way are dropped.
+fn forward(client: TcpStream, upstream: &str, hole: Arc<AtomicBool>, delay: Arc<AtomicU64>) {
+    let Ok(server) = TcpStream::connect(upstream) else {
+        swallow(client);
+        return;
+    };
+    let (Ok(mut from_client), Ok(mut to_server)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    let up_hole = Arc::clone(&hole);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n @ 1..) = from_client.read(&mut buf) {
+            std::thread::sleep(Duration::from_millis(delay.load(Ordering::SeqCst)));
+            if up_hole.load(Ordering::SeqCst) {
+                continue;
+            }
+            if to_server.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let (mut from_server, mut to_client) = (server, client);
+    let mut buf = [0u8; 16 * 1024];
+    while let Ok(n @ 1..) = from_server.read(&mut buf) {
+        if hole.load(Ordering::SeqCst) {
+            continue;
+        }
+        if to_client.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+}
+
+/// Read and drop everything `client` sends, never answering, until it
+/// closes the connection.
+fn swallow(mut client: TcpStream) {
+    let mut buf = [0u8; 16 * 1024];
+    while let Ok(1..) = client.read(&mut buf) {}
+}
+
+/// An endpoint on 127.0.0.1 that accepts connections, reads the requests
+/// and never answers: every request to it runs into its timeout.
+pub fn black_hole() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            std::thread::spawn(move || swallow(client));
+        }
+    });
+    endpoint
+}
+
+/// An endpoint on 127.0.0.1 that answers every request with `status` (such
+/// as `403 Forbidden`) and an S3 error body carrying `code`.
+pub fn answering(status: &'static str, code: &'static str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            std::thread::spawn(move || answer_each(client, status, code));
+        }
+    });
+    endpoint
+}
+
+/// Read one request after another from `client` (head, then as many body
+/// bytes as `Content-Length` says) and answer each with the canned error.
+fn answer_each(mut client: TcpStream, status: &str, code: &str) {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>\
+         <Message>canned {code}</Message><RequestId>test</RequestId></Error>"
+    );
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") else {
+            match client.read(&mut buf) {
+                Ok(n @ 1..) => pending.extend_from_slice(&buf[..n]),
+                _ => return,
+            }
+            continue;
+        };
+        let head = String::from_utf8_lossy(&pending[..end]).to_ascii_lowercase();
+        let length = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        while pending.len() < end + 4 + length {
+            match client.read(&mut buf) {
+                Ok(n @ 1..) => pending.extend_from_slice(&buf[..n]),
+                _ => return,
+            }
+        }
+        pending.drain(..end + 4 + length);
+        let is_head = head.starts_with("head ");
+        let answer = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\
+             x-amz-request-id: test\r\n\r\n{}",
+            body.len(),
+            if is_head { "" } else { body.as_str() }
+        );
+        if client.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// The exclusive lock a `file://` bucket's writes take (see
+/// `backends/src/fs.rs`), held by the test until dropped: every write to
+/// the bucket, renewals included, waits for it.
+pub struct BucketLock {
+    _file: std::fs::File,
+}
+
+impl BucketLock {
+    /// Take the lock of the `file://` bucket in `dir`.
+    pub fn take(dir: &Path) -> BucketLock {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(".bucket-lease.lock"))
+            .expect("the bucket's lock file opens");
+        file.lock().expect("the bucket's lock is taken");
+        BucketLock { _file: file }
+    }
 }
 
 // ---------------------------------------------------------------- scenarios
@@ -535,4 +794,195 @@ pub fn the_command_status_is_propagated(t: &Target) {
         "{env:?}"
     );
     assert_eq!(t.inspect(&url)["state"], "free");
+}
+
+/// A script that ignores SIGTERM (as a command busy in cleanup does),
+/// records its pid in `$DIR/NAME` and then becomes `sleep SECONDS`.
+pub fn pid_then_sleep_ignoring_sigterm(name: &str, seconds: u32) -> String {
+    format!(
+        "trap '' TERM; echo $$ > \"$DIR/{name}.tmp\" && mv \"$DIR/{name}.tmp\" \"$DIR/{name}\" \
+         && exec sleep {seconds}"
+    )
+}
+
+/// When renewals stop landing (`cut(true)` black-holes them), the command
+/// is dead by the write deadline, two thirds of the TTL after the last
+/// renewal that could have landed, even though it ignores SIGTERM; `run`
+/// exits 76 soon after, not when the command would have ended by itself.
+/// `cut(false)` puts things back.
+pub fn renewals_that_hang_stop_the_command_by_the_write_deadline(
+    t: &Target,
+    cut: &mut dyn FnMut(bool),
+) {
+    let url = t.url("hang");
+    let mut cmd = t.command([
+        "run",
+        "--ttl",
+        "3",
+        url.as_str(),
+        "--",
+        "sh",
+        "-c",
+        &pid_then_sleep_ignoring_sigterm("pid", 8),
+    ]);
+    cmd.env("DIR", &t.scratch)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let holder = cmd.spawn().expect("the binary starts");
+    let pid = wait_for_file(&t.path("pid"), Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    let cut_at = Instant::now();
+    cut(true);
+    // Every renewal that can land was sent before the cut, and its write
+    // deadline is 2/3 of the 3 s TTL after it was sent.
+    let deadline = cut_at + Duration::from_secs(2);
+    // What the test can see: the kernel's bookkeeping and our polling.
+    let observation = Duration::from_millis(600);
+    while alive(&pid) && Instant::now() < deadline + observation {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let still_alive = alive(&pid);
+    if still_alive {
+        kill_pid(&pid);
+    }
+    let done = finish(holder, Duration::from_secs(20));
+    let ended = cut_at.elapsed();
+    cut(false);
+    assert!(
+        !still_alive,
+        "the command was alive {observation:?} after the write deadline: {done:?}"
+    );
+    assert_eq!(done.code, Some(LOST), "{done:?}");
+    assert!(
+        ended < Duration::from_secs(7),
+        "run ended {ended:?} after the cut, TTL 3 s, the command 8 s: {done:?}"
+    );
+}
+
+/// An `instance_id` holding terminal escape sequences and other control
+/// characters reaches the terminal escaped: in `inspect`, in `run`'s
+/// "held by" message and its log, and in `break`.
+pub fn store_text_is_shown_escaped(t: &Target) {
+    let url = t.url("evil");
+    let evil = "evil\u{1b}[2J\u{1b}]0;pwned\u{7}\r\u{9b}31m\u{202e}";
+    let now = bucket_lease::record::format_stamp(SystemTime::now());
+    let record = serde_json::json!({
+        "instance_id": evil,
+        "acquired_at": now,
+        "renewed_at": now,
+        "ttl_s": 30,
+        "epoch": 1,
+    });
+    t.put_lease(&url, record.to_string().as_bytes());
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}')
+    };
+
+    let inspected = t.run(["inspect", url.as_str()]);
+    assert_eq!(inspected.code, Some(0), "{inspected:?}");
+    assert!(inspected.stdout.contains("evil"), "{inspected:?}");
+    assert!(!raw(&inspected.stdout), "inspect: {inspected:?}");
+    assert!(!raw(&inspected.stderr), "inspect: {inspected:?}");
+    let json = t.inspect(&url);
+    assert_eq!(
+        json["holder"], evil,
+        "--json keeps the exact id, escaped as JSON"
+    );
+
+    let held = t.run(["run", url.as_str(), "--", "true"]);
+    assert_eq!(held.code, Some(HELD), "{held:?}");
+    assert!(held.stderr.contains("held by instance evil"), "{held:?}");
+    assert!(!raw(&held.stderr), "run: {held:?}");
+
+    let waited = t.run(["run", "-vv", "--wait", "0.5", url.as_str(), "--", "true"]);
+    assert_eq!(waited.code, Some(HELD), "{waited:?}");
+    assert!(!raw(&waited.stderr), "run -vv: {waited:?}");
+
+    let broke = t.run(["break", "--holder", evil, url.as_str()]);
+    assert_eq!(broke.code, Some(0), "{broke:?}");
+    assert!(
+        !raw(&broke.stdout) && !raw(&broke.stderr),
+        "break: {broke:?}"
+    );
+    let again = t.run(["break", "--holder", evil, url.as_str()]);
+    assert_eq!(again.code, Some(REFUSED), "{again:?}");
+    assert!(!raw(&again.stderr), "break refused: {again:?}");
+}
+
+/// Records no holder of ours would write (a TTL of 2^64-1 s stamped far in
+/// the future, epoch 2^64-1) are shown, not panicked on.
+pub fn inspect_survives_absurd_records(t: &Target) {
+    let url = t.url("absurd");
+    for (renewed_at, ttl_s, epoch) in [
+        ("9999-12-31T23:59:59Z", u64::MAX, u64::MAX),
+        ("0001-01-01T00:00:00Z", u64::MAX, 0),
+        ("9999-12-31T23:59:59Z", 0, u64::MAX),
+        ("not a stamp", u64::MAX, u64::MAX),
+    ] {
+        let record = serde_json::json!({
+            "instance_id": "absurd",
+            "acquired_at": renewed_at,
+            "renewed_at": renewed_at,
+            "ttl_s": ttl_s,
+            "epoch": epoch,
+        });
+        t.put_lease(&url, record.to_string().as_bytes());
+        for args in [
+            vec!["inspect", url.as_str()],
+            vec!["inspect", "--json", url.as_str()],
+        ] {
+            let done = t.run(&args);
+            assert_eq!(done.code, Some(0), "{record} {args:?}: {done:?}");
+            assert!(!done.stderr.contains("panicked"), "{done:?}");
+            assert!(done.stdout.contains("absurd"), "{record}: {done:?}");
+        }
+    }
+}
+
+/// After a release the lease is free, and `inspect` says who released it,
+/// when, and the last epoch; the next holder takes the next epoch.
+pub fn inspect_shows_who_released_the_lease(t: &Target) {
+    let url = t.url("released");
+    let first = t.run([
+        "run",
+        url.as_str(),
+        "--",
+        "sh",
+        "-c",
+        "echo $BUCKET_LEASE_INSTANCE_ID",
+    ]);
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let id = first.stdout.trim();
+    let human = t.run(["inspect", url.as_str()]);
+    assert_eq!(human.code, Some(0), "{human:?}");
+    assert!(
+        human
+            .stdout
+            .contains(&format!("is free (released by {id} at ")),
+        "{human:?}"
+    );
+    assert!(human.stdout.contains("), last epoch 1"), "{human:?}");
+    let json = t.inspect(&url);
+    assert_eq!(json["state"], "free", "{json}");
+    assert_eq!(json["released"], true, "{json}");
+    assert_eq!(json["holder"], id, "{json}");
+    assert_eq!(json["epoch"], 1, "{json}");
+    assert!(
+        json["released_at"]
+            .as_str()
+            .is_some_and(|s| s.ends_with('Z')),
+        "{json}"
+    );
+    let second = t.run([
+        "run",
+        url.as_str(),
+        "--",
+        "sh",
+        "-c",
+        "echo $BUCKET_LEASE_EPOCH",
+    ]);
+    assert_eq!(second.stdout.trim(), "2", "epochs only grow: {second:?}");
+    let fresh = t.url("never-taken");
+    assert_eq!(t.inspect(&fresh)["released"], false);
 }

@@ -18,7 +18,8 @@
 //!   request exits 69.
 
 use crate::{
-    exit, human_secs, open_store, parse_whole_seconds, require_url, set_url, Failure, Parser, Token,
+    exit, human_secs, lease_error_code, lease_error_summary, open_store, parse_ttl, require_url,
+    set_url, Failure, Parser, Token,
 };
 use bucket_lease::record::new_instance_id;
 use bucket_lease::{Exclusion, Lease, LeaseOptions};
@@ -42,7 +43,7 @@ checks the service honours conditions); a renewal one; a release one.
 
 Options:
   --iters N       how many acquire/renew/release rounds (default 20)
-  --ttl S         the TTL of the scratch leases in whole seconds (default 30)
+  --ttl S         the TTL of the scratch leases in whole seconds, 1 to 3600 (default 30)
   --best-effort   measure a best-effort lease (also BUCKET_LEASE_CONDITIONAL=off)
   --json          one JSON object on stdout
   -v, -q          more or less on stderr (-q: no progress)
@@ -97,7 +98,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
                 };
             }
             Token::Long(ref name, _) if name == "ttl" => {
-                ttl_s = parse_whole_seconds(cmd, "--ttl", &p.value(&tok)?)?;
+                ttl_s = parse_ttl(cmd, "--ttl", &p.value(&tok)?)?;
             }
             Token::Long(ref name, _) if name == "json" => {
                 p.flag(&tok)?;
@@ -134,8 +135,14 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
             break;
         }
         let started = Instant::now();
-        let lease = Lease::acquire(store.clone(), &scratch, options.clone())
-            .map_err(|e| Failure::new(exit::STORE, format!("bench: acquire {}: {e}", i + 1)))?;
+        let lease = Lease::acquire(store.clone(), &scratch, options.clone()).map_err(|e| {
+            let code = match lease_error_code(&e) {
+                code @ (exit::NO_PERMISSION | exit::CONFIG) => code,
+                _ => exit::STORE,
+            };
+            let summary = lease_error_summary(&e);
+            Failure::new(code, format!("bench: acquire {}: {summary}{e}", i + 1))
+        })?;
         acquire.push(started.elapsed());
         exclusion = Some(lease.exclusion());
         let started = Instant::now();
@@ -210,7 +217,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
                 "bucket-lease: bench: interrupted after {} rounds",
                 acquire.len()
             );
-            Ok(128 + sig as u8)
+            Ok(crate::signal_exit_code(sig))
         }
         None => Ok(exit::OK),
     }
@@ -290,7 +297,7 @@ fn histogram(samples: &[Duration]) -> Vec<String> {
             } else {
                 format!(">= {} ms", EDGES_MS[i - 1])
             };
-            let width = (counts[i] * 40).div_ceil(most);
+            let width = counts[i].saturating_mul(40).div_ceil(most);
             format!("  {label:>11} |{:<40} {}", "#".repeat(width), counts[i])
         })
         .collect()

@@ -16,8 +16,14 @@
 //!   record changed between the read and the write (the holder renewed,
 //!   released, or someone took over) it says so: exit 75. A failed request
 //!   exits 69 (a write with no answer may have landed: inspect to see).
+//! - Text from the records is escaped in the human output and in messages
+//!   ([`printable`]); `--json` carries it exactly, JSON-escaped.
 
-use crate::{exit, open_store, require_url, set_url, Failure, Parser, Token};
+use crate::text::printable;
+use crate::{
+    exit, open_store, require_url, set_url, store_error_code, store_error_summary, Failure, Parser,
+    Token,
+};
 use bucket_lease::inspect::{break_lease, BreakError, Broken};
 use bucket_lease::SystemClock;
 use serde_json::json;
@@ -90,13 +96,17 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         Err(e) => {
             let code = match &e {
                 BreakError::Changed { .. } => exit::HELD,
-                BreakError::Store(_) => exit::STORE,
+                BreakError::Store(e) => store_error_code(e),
                 _ => exit::REFUSED,
             };
             if json {
                 println!("{}", refusal_json(&url, &e));
             }
-            Err(Failure::new(code, format!("break: {e}")))
+            let summary = match &e {
+                BreakError::Store(e) => store_error_summary(e),
+                _ => "",
+            };
+            Err(Failure::new(code, format!("break: {summary}{e}")))
         }
     }
 }
@@ -147,28 +157,29 @@ fn refusal_json(url: &str, e: &BreakError) -> serde_json::Value {
 }
 
 fn print_human(url: &str, b: &Broken) {
+    let replaced = printable(&b.replaced.instance_id);
     println!("broke lease {url} ({})", b.key);
     println!(
-        "  replaced  instance {} (epoch {}, acquired_at {}, renewed_at {}, ttl_s {}; {} by this \
-         machine's clock; etag {})",
-        b.replaced.instance_id,
+        "  replaced  instance {replaced} (epoch {}, acquired_at {}, renewed_at {}, ttl_s {}; {} \
+         by this machine's clock; etag {})",
         b.replaced.epoch,
-        b.replaced.acquired_at,
-        b.replaced.renewed_at,
+        printable(&b.replaced.acquired_at),
+        printable(&b.replaced.renewed_at),
         b.replaced.ttl_s,
         if b.was_fresh {
             "still fresh"
         } else {
             "already stale"
         },
-        b.replaced_version.etag.as_deref().unwrap_or("(none)"),
+        printable(b.replaced_version.etag.as_deref().unwrap_or("(none)")),
     );
     println!(
         "  with      {} (epoch {}, ttl_s {}, already expired)",
-        b.record.instance_id, b.record.epoch, b.record.ttl_s
+        printable(&b.record.instance_id),
+        b.record.epoch,
+        b.record.ttl_s
     );
     println!(
-        "the next contender takes the lease at once; instance {}'s next renewal fails",
-        b.replaced.instance_id
+        "the next contender takes the lease at once; instance {replaced}'s next renewal fails"
     );
 }

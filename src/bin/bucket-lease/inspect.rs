@@ -7,15 +7,27 @@
 //! - Age and freshness are judged by this machine's wall clock against the
 //!   TTL the holder wrote, exactly as a contender here would judge them.
 //! - A missing lease is not an error: it prints that the lease is free and
-//!   exits 0. Every successful read exits 0, free or held; a failed request
-//!   exits 69, an unusable URL or environment 78.
+//!   exits 0. A record its holder released is free too: it shows "free
+//!   (released by X at T), last epoch N". Every successful read exits 0,
+//!   free or held; a failed request exits 69, an unusable URL or
+//!   environment 78.
 //! - `--json` prints one object on stdout: `url`, `key`, `state` (`free`,
-//!   `held`, `expired` or `unreadable`), and for a record `holder`,
-//!   `acquired_at`, `renewed_at`, `ttl_s`, `epoch`, `age_s`,
+//!   `held`, `expired` or `unreadable`), `released` (whether a record
+//!   says its holder released it), and for a record `holder` (for a
+//!   released one: the last holder), `acquired_at`, `renewed_at`,
+//!   `released_at` (`null` unless released), `ttl_s`, `epoch`, `age_s`
+//!   (`null` for a released record),
 //!   `expires_in_s`, `fresh`, `suspect`, `broken`, `etag`, `version_id`,
 //!   `read_at`.
+//! - Text from the record (ids, stamps, ETags) is escaped in the human
+//!   output ([`printable`]): a record cannot send escape sequences to the
+//!   terminal. `--json` carries it exactly, JSON-escaped.
 
-use crate::{exit, human_secs, open_store, require_url, set_url, Failure, Parser, Token};
+use crate::text::printable;
+use crate::{
+    exit, human_secs, open_store, require_url, set_url, store_error_code, store_error_summary,
+    Failure, Parser, Token,
+};
 use bucket_lease::inspect::{inspect, Inspection};
 use bucket_lease::record::format_stamp;
 use bucket_lease::SystemClock;
@@ -30,10 +42,13 @@ Usage: bucket-lease inspect [OPTIONS] URL
 Prints the holder's instance id, when it took and last renewed the lease,
 its age and freshness by this machine's clock, whether the record is
 suspect (stamped far in the future or with an absurd TTL), its epoch and
-ETag. Writes nothing. A missing lease prints that it is free and exits 0.
+ETag. Writes nothing. A missing lease prints that it is free and exits 0; a
+released one prints who released it, when, and the last epoch. Text from
+the record is shown with control characters escaped.
 
 Options:
-  --json          one JSON object on stdout (state: free, held, expired or unreadable)
+  --json          one JSON object on stdout (state: free, held, expired or unreadable;
+                  released: true for a released record)
   -v, -q          more or less on stderr
   -h, --help      this help
 ";
@@ -59,8 +74,12 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     let url = require_url(p.command, url)?;
     p.init_logging();
     let (store, prefix) = open_store(&url)?;
-    let seen = inspect(&*store, &prefix, &SystemClock)
-        .map_err(|e| Failure::new(exit::STORE, format!("inspect: reading the lease: {e}")))?;
+    let seen = inspect(&*store, &prefix, &SystemClock).map_err(|e| {
+        Failure::new(
+            store_error_code(&e),
+            format!("inspect: {}reading the lease: {e}", store_error_summary(&e)),
+        )
+    })?;
     let key = bucket_lease::lease_key(&prefix);
     if json {
         println!("{}", to_json(&url, &key, seen.as_ref()));
@@ -74,6 +93,7 @@ fn state(seen: Option<&Inspection>) -> &'static str {
     match seen {
         None => "free",
         Some(s) if s.record.is_none() => "unreadable",
+        Some(s) if s.is_released() => "free",
         Some(s) if s.fresh => "held",
         Some(_) => "expired",
     }
@@ -85,15 +105,18 @@ fn millis(s: Option<f64>) -> Option<f64> {
 
 /// The `--json` object.
 pub fn to_json(url: &str, key: &str, seen: Option<&Inspection>) -> Value {
-    let mut out = json!({ "url": url, "key": key, "state": state(seen) });
+    let released = seen.is_some_and(Inspection::is_released);
+    let mut out = json!({ "url": url, "key": key, "state": state(seen), "released": released });
     let Some(s) = seen else { return out };
     let fields = json!({
         "holder": s.holder(),
         "acquired_at": s.record.as_ref().map(|r| r.acquired_at.clone()),
         "renewed_at": s.record.as_ref().map(|r| r.renewed_at.clone()),
+        "released_at": s.released_at(),
         "ttl_s": s.record.as_ref().map(|r| r.ttl_s),
         "epoch": s.record.as_ref().map(|r| r.epoch),
-        "age_s": millis(s.age_s()),
+        // A released record's renewed_at is the epoch: no age to speak of.
+        "age_s": millis(s.age_s().filter(|_| !s.is_released())),
         "expires_in_s": millis(s.expires_in_s()),
         "fresh": s.fresh,
         "suspect": s.suspect,
@@ -121,14 +144,32 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
         print_version(s);
         return;
     };
+    let holder = printable(&record.instance_id);
+    if let Some(released_at) = s.released_at() {
+        println!(
+            "lease {url} ({key}) is free (released by {holder} at {}), last epoch {}",
+            printable(released_at),
+            record.epoch
+        );
+        println!("  last holder  {holder}");
+        println!("  acquired_at  {}", printable(&record.acquired_at));
+        println!("  released_at  {}", printable(released_at));
+        println!(
+            "  epoch        {} (the next holder takes {})",
+            record.epoch,
+            next_epoch(record.epoch)
+        );
+        print_version(s);
+        return;
+    }
     let verdict = match (s.fresh, s.is_broken()) {
         (_, true) => "broken (free for the next contender)",
         (true, _) => "held",
         (false, _) => "expired (free for the next contender)",
     };
     println!("lease {url} ({key}) is {verdict}");
-    println!("  holder       {}", record.instance_id);
-    println!("  acquired_at  {}", record.acquired_at);
+    println!("  holder       {holder}");
+    println!("  acquired_at  {}", printable(&record.acquired_at));
     let age = match s.age_s() {
         Some(age) if age < 0.0 => {
             format!("{} in the future by this machine's clock", human_secs(-age))
@@ -136,11 +177,12 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
         Some(age) => format!("{} ago by this machine's clock", human_secs(age)),
         None => "does not parse: the record counts as expired".to_string(),
     };
-    println!("  renewed_at   {} ({age})", record.renewed_at);
+    println!("  renewed_at   {} ({age})", printable(&record.renewed_at));
     println!("  ttl_s        {}", record.ttl_s);
     let freshness = match s.expires_in_s() {
         Some(left) if s.fresh => format!("fresh: expires in {}", human_secs(left)),
         Some(left) => format!("expired {} ago", human_secs(-left)),
+        None if s.fresh => "fresh: expires too far ahead to say when".to_string(),
         None => "expired".to_string(),
     };
     println!("  state        {freshness}");
@@ -157,12 +199,20 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
     print_version(s);
 }
 
+/// The epoch the next holder takes after `epoch`, in words.
+fn next_epoch(epoch: u64) -> String {
+    match epoch.checked_add(1) {
+        Some(next) => next.to_string(),
+        None => "none: the epoch is at its maximum".to_string(),
+    }
+}
+
 fn print_version(s: &Inspection) {
     println!(
         "  etag         {}",
-        s.version.etag.as_deref().unwrap_or("(none)")
+        printable(s.version.etag.as_deref().unwrap_or("(none)"))
     );
     if let Some(id) = &s.version.version_id {
-        println!("  version_id   {id}");
+        println!("  version_id   {}", printable(id));
     }
 }

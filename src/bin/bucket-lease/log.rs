@@ -12,10 +12,14 @@
 //!   client's chatter stays out of the way.
 //! - A line is written whole (stderr is locked for it); a failed write is
 //!   ignored, never a panic.
+//! - Control characters in a record's text (which may quote a lease
+//!   record's `instance_id` or a service's answer) are escaped
+//!   ([`printable_lines`]): nothing logged can drive the terminal.
 //!
 //! So best-effort leases, suspect takeovers, retried renewals and breaks
 //! show on stderr by default.
 
+use crate::text::printable_lines;
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use std::io::Write;
 
@@ -44,16 +48,16 @@ impl Log for StderrLogger {
             Level::Debug => "debug",
             Level::Trace => "trace",
         };
+        let message = printable_lines(&record.args().to_string());
         let mut err = std::io::stderr().lock();
         let _ = if self.level >= LevelFilter::Debug {
             writeln!(
                 err,
-                "bucket-lease: {level}: [{}] {}",
-                record.target(),
-                record.args()
+                "bucket-lease: {level}: [{}] {message}",
+                printable_lines(record.target()),
             )
         } else {
-            writeln!(err, "bucket-lease: {level}: {}", record.args())
+            writeln!(err, "bucket-lease: {level}: {message}")
         };
     }
 

@@ -17,10 +17,14 @@
 //! | 64 | usage: a bad or missing argument |
 //! | 69 | a store request failed, or the store ignores conditional writes |
 //! | 75 | `run`: the lease is held by another instance (after `--wait`, if given); `break`: the lease changed meanwhile |
-//! | 76 | `run`: the lease was lost or fenced while the command ran; the command was stopped |
-//! | 78 | configuration: the URL, the environment or the store's settings cannot be used |
+//! | 76 | `run`: the lease was lost or fenced while the command ran (the command was stopped), or before it could start (it was not started) |
+//! | 77 | the service refused the credentials or the permissions (`AccessDenied`, `InvalidAccessKeyId`, `SignatureDoesNotMatch`) |
+//! | 78 | configuration: the URL, the environment or the store's settings cannot be used, or the bucket does not exist |
 //! | 126, 127 | `run`: the command could not be executed, or was not found |
-//! | 130, 143 | `run`: interrupted by SIGINT or SIGTERM, the command stopped by a signal |
+//! | 130, 143, 129 | `run`: interrupted by SIGINT, SIGTERM or SIGHUP, the command stopped by a signal |
+//!
+//! Text that came from the bucket or the service is escaped before it
+//! reaches the terminal ([`text::printable`]).
 #![forbid(unsafe_code)]
 
 mod bench;
@@ -29,9 +33,11 @@ mod child;
 mod inspect;
 mod log;
 mod run;
+mod text;
 
 use bucket_lease::backends::config::{self, ConfigError};
-use bucket_lease::Store;
+use bucket_lease::store::{StoreError, StoreErrorKind};
+use bucket_lease::{LeaseError, Store};
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fmt;
@@ -52,8 +58,12 @@ pub mod exit {
     /// The lease is held by another instance (`EX_TEMPFAIL`, as `flock -n`
     /// can be told to exit).
     pub const HELD: u8 = 75;
-    /// The lease was lost or fenced while the command ran (`EX_PROTOCOL`).
+    /// The lease was lost or fenced while the command ran, or before it
+    /// could start (`EX_PROTOCOL`).
     pub const LOST: u8 = 76;
+    /// The service refused the credentials or the permissions
+    /// (`EX_NOPERM`).
+    pub const NO_PERMISSION: u8 = 77;
     /// The configuration cannot be used (`EX_CONFIG`).
     pub const CONFIG: u8 = 78;
     /// The command was found but could not be executed (as shells do).
@@ -70,10 +80,14 @@ Exit codes:
   64       usage: a bad or missing argument
   69       a store request failed, or the store ignores conditional writes
   75       `run`: held by another instance (after --wait); `break`: it changed meanwhile
-  76       `run`: the lease was lost or fenced while the command ran; it was stopped
-  78       configuration: the URL or the environment cannot make a store
+  76       `run`: the lease was lost or fenced while the command ran (it was stopped),
+           or before it could start (it was not started)
+  77       the service refused the credentials or the permissions
+  78       configuration: the URL or the environment cannot make a store, or the bucket
+           does not exist
   126/127  `run`: the command could not be executed / was not found
-  130/143  `run`: interrupted by SIGINT / SIGTERM (unless the command exited by itself)";
+  130/143/129  `run`: interrupted by SIGINT / SIGTERM / SIGHUP (unless the command exited
+           by itself)";
 
 const URL_HELP: &str = "\
 URL names the store and the prefix the lease is on ({prefix}/LEASE):
@@ -238,7 +252,8 @@ impl Failure {
     }
 
     fn print(&self) {
-        eprintln!("bucket-lease: {}", self.message);
+        // Messages quote records and service answers: escape what they hold.
+        eprintln!("bucket-lease: {}", text::printable_lines(&self.message));
         match self.usage_of {
             Some("") => eprintln!("try `bucket-lease --help`"),
             Some(command) => eprintln!("try `bucket-lease {command} --help`"),
@@ -451,30 +466,44 @@ pub fn describe(tok: &Token) -> String {
     }
 }
 
-/// Parse a whole number of seconds for `option`.
+/// Parse a lease TTL for `option`: whole seconds from 1 to
+/// [`MAX_SANE_TTL_S`](bucket_lease::record::MAX_SANE_TTL_S).
 ///
 /// # Errors
 ///
-/// A usage failure naming the option and the value.
-pub fn parse_whole_seconds(
-    command: &'static str,
-    option: &str,
-    value: &str,
-) -> Result<u64, Failure> {
-    match value.parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(Failure::usage(
-            command,
-            format!("{option}: expected a whole number of seconds above 0, got {value:?}"),
-        )),
-    }
+/// A usage failure naming the option, the value, the range and why.
+pub fn parse_ttl(command: &'static str, option: &str, value: &str) -> Result<u64, Failure> {
+    use bucket_lease::record::MAX_SANE_TTL_S;
+    let why = match value.parse::<u64>() {
+        Ok(n) if (1..=MAX_SANE_TTL_S).contains(&n) => return Ok(n),
+        Ok(0) => "",
+        // A number too large for u64 is too long a TTL too.
+        Ok(_) => LONG_TTL,
+        Err(_) if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => LONG_TTL,
+        Err(_) => "",
+    };
+    Err(Failure::usage(
+        command,
+        format!(
+            "{option}: expected a whole number of seconds from 1 to {MAX_SANE_TTL_S}, got \
+             {value:?}{why}"
+        ),
+    ))
 }
 
-/// Parse a duration in seconds (decimals allowed, 0 allowed) for `option`.
+const LONG_TTL: &str = " (every contender treats a record with a longer TTL as suspect, and \
+                        may take it over from a live holder)";
+
+/// The longest duration [`parse_seconds`] accepts: 10^9 s, about 31 years,
+/// far from any overflow when added to an instant.
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// Parse a duration in seconds (decimals allowed, 0 allowed, up to
+/// [`MAX_SECONDS`]) for `option`.
 ///
 /// # Errors
 ///
-/// A usage failure naming the option and the value.
+/// A usage failure naming the option, the value and the range.
 pub fn parse_seconds(
     command: &'static str,
     option: &str,
@@ -483,14 +512,71 @@ pub fn parse_seconds(
     value
         .parse::<f64>()
         .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
-        .map(std::time::Duration::from_secs_f64)
+        .filter(|s| s.is_finite() && (0.0..=MAX_SECONDS).contains(s))
+        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
         .ok_or_else(|| {
             Failure::usage(
                 command,
-                format!("{option}: expected a number of seconds, got {value:?}"),
+                format!(
+                    "{option}: expected a number of seconds from 0 up to {MAX_SECONDS:.0}, got \
+                     {value:?}"
+                ),
             )
         })
+}
+
+/// The exit code for a failed store request: [`exit::NO_PERMISSION`] for
+/// refused credentials or permissions, [`exit::CONFIG`] for a bucket that
+/// does not exist, else [`exit::STORE`].
+pub fn store_error_code(error: &StoreError) -> u8 {
+    if error.kind() == StoreErrorKind::PermissionDenied {
+        exit::NO_PERMISSION
+    } else if error.code() == Some("NoSuchBucket") {
+        exit::CONFIG
+    } else {
+        exit::STORE
+    }
+}
+
+/// What a failed store request means and what to fix, to go before its
+/// message: for the exit codes [`store_error_code`] gives besides
+/// [`exit::STORE`]; empty otherwise.
+pub fn store_error_summary(error: &StoreError) -> &'static str {
+    match store_error_code(error) {
+        exit::NO_PERMISSION => {
+            "the service refused the credentials or their permissions (check \
+             AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, and that they may \
+             read and write this prefix): "
+        }
+        exit::CONFIG => "the bucket does not exist (check its name in the URL): ",
+        _ => "",
+    }
+}
+
+/// The exit code for a lease error: [`exit::HELD`], [`exit::LOST`] for an
+/// acquire that outlasted its own fence, [`exit::USAGE`] for a TTL out of
+/// range, [`store_error_code`] for a failed request, else [`exit::STORE`].
+pub fn lease_error_code(error: &LeaseError) -> u8 {
+    match error {
+        LeaseError::Held { .. } => exit::HELD,
+        LeaseError::Fenced { .. } => exit::LOST,
+        LeaseError::TtlTooLong { .. } => exit::USAGE,
+        LeaseError::Store(e) => store_error_code(e),
+        _ => exit::STORE,
+    }
+}
+
+/// [`store_error_summary`] for the request behind a lease error, if any.
+pub fn lease_error_summary(error: &LeaseError) -> &'static str {
+    error.store_error().map_or("", store_error_summary)
+}
+
+/// The exit code for "stopped by signal `sig`": 128 + `sig`, as shells
+/// report it (255 for a number that does not fit).
+pub fn signal_exit_code(sig: i32) -> u8 {
+    sig.checked_add(128)
+        .and_then(|code| u8::try_from(code).ok())
+        .unwrap_or(u8::MAX)
 }
 
 /// The URL argument, once: a usage failure for a second one.
@@ -539,8 +625,12 @@ pub fn open_store(url: &str) -> Result<(Arc<dyn Store>, String), Failure> {
     config::open(url).map_err(|e: ConfigError| Failure::new(exit::CONFIG, e))
 }
 
-/// A number of seconds for people: `850 ms`, `3.2 s`, `4 min 5 s`.
+/// A number of seconds for people: `850 ms`, `3.2 s`, `4 min 5 s`, `5.1 h`,
+/// `12.5 days`, `2026 years`; never a panic, whatever the number.
 pub fn human_secs(seconds: f64) -> String {
+    if !seconds.is_finite() {
+        return "an unknown time".to_string();
+    }
     let a = seconds.abs();
     let sign = if seconds < 0.0 { "-" } else { "" };
     if a < 1.0 {
@@ -548,8 +638,39 @@ pub fn human_secs(seconds: f64) -> String {
     } else if a < 120.0 {
         format!("{sign}{a:.1} s")
     } else if a < 7200.0 {
+        // Below 7200, so both casts are exact.
         format!("{sign}{} min {} s", (a / 60.0) as u64, (a % 60.0) as u64)
-    } else {
+    } else if a < 172_800.0 {
         format!("{sign}{:.1} h", a / 3600.0)
+    } else if a < 3.0e7 {
+        format!("{sign}{:.1} days", a / 86_400.0)
+    } else {
+        format!("{sign}{:.0} years", a / 31_557_600.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_secs_reads_any_number() {
+        assert_eq!(human_secs(0.25), "250 ms");
+        assert_eq!(human_secs(-3.21), "-3.2 s");
+        assert_eq!(human_secs(245.0), "4 min 5 s");
+        assert_eq!(human_secs(7200.0), "2.0 h");
+        assert_eq!(human_secs(864_000.0), "10.0 days");
+        assert_eq!(human_secs(-3.15576e10), "-1000 years");
+        assert_eq!(human_secs(f64::NAN), "an unknown time");
+        assert_eq!(human_secs(f64::INFINITY), "an unknown time");
+    }
+
+    #[test]
+    fn signal_exit_codes_never_overflow() {
+        assert_eq!(signal_exit_code(2), 130);
+        assert_eq!(signal_exit_code(15), 143);
+        assert_eq!(signal_exit_code(127), 255);
+        assert_eq!(signal_exit_code(128), 255);
+        assert_eq!(signal_exit_code(i32::MAX), 255);
     }
 }

@@ -4,29 +4,48 @@
 //!
 //! What it promises:
 //!
-//! - **COMMAND starts only once the lease is held.** Without `--wait` there
-//!   is one attempt; a lease held by another instance exits 75 naming the
-//!   holder. With `--wait S` the same [`Contender`] (one instance id) tries
-//!   again every quarter of the TTL (between 0.2 and 1 s, jittered) until S
-//!   seconds have passed, so a write of ours whose answer was lost is
-//!   recognised as ours. SIGINT or SIGTERM while waiting gives up (130 or
-//!   143), removing any record of ours that landed unseen.
+//! - **COMMAND starts only while the lease may be written under.** Without
+//!   `--wait` there is one attempt; a lease held by another instance exits
+//!   75 naming the holder. With `--wait S` the same [`Contender`] (one
+//!   instance id) tries again every quarter of the TTL (between 0.2 and
+//!   1 s, jittered) until S seconds have passed, so a write of ours whose
+//!   answer was lost is recognised as ours. COMMAND is started only if
+//!   [`Lease::may_write`] is true at that instant; a lease fenced before
+//!   that (an acquire slower than two thirds of the TTL) is released and
+//!   run exits 76 without starting it.
+//! - **The wait is bounded.** Every request of an attempt, the probe's
+//!   included, is abandoned at the attempt's deadline:
+//!   `min(now + 10 s, max(start + S, start + 10 s))`, so `run` gives up
+//!   within `max(S, 10 s)`, plus at most 2 s to look for a record of ours
+//!   that may have landed unseen. Refused credentials or permissions (exit
+//!   77) and a missing bucket (exit 78) end it at once, with what to fix.
+//!   SIGINT or SIGTERM end the wait at once, even in the middle of a
+//!   request (130 or 143), after a bounded look for a record of ours.
 //! - **The lease is kept while COMMAND runs** by the renewal thread
 //!   ([`Keeper`]), every third of the TTL. Retried renewals are logged.
-//! - **A lost or fenced lease stops COMMAND**: SIGTERM at once, SIGKILL
-//!   after the grace period, which is then cut to a third of the TTL (the
-//!   margin between our fence and anyone else's takeover). Exit 76.
+//! - **COMMAND is dead by the write deadline.** The write deadline is two
+//!   thirds of the TTL after the last renewal that landed (sent). With
+//!   `W = min(grace, TTL/6)`: once the deadline is less than `W` away (a
+//!   renewal due at TTL/3 has not landed within TTL/6), COMMAND gets
+//!   SIGTERM, and SIGKILL [`KILL_MARGIN`] before the deadline. Once the
+//!   lease is fenced, SIGKILL at once. A lost lease (another instance holds
+//!   it) gets SIGTERM at once and SIGKILL `W` later, never later than just
+//!   before the last known deadline. The supervising loop reads the lease's
+//!   state on every turn, whatever the renewal thread reports, and wakes
+//!   for each of these instants. Once stopping has begun, a renewal that
+//!   lands later does not undo it. Exit 76.
 //! - **The exit status is COMMAND's**: its exit code, or 128+N when signal
 //!   N killed it. 126/127 when it could not be started (the lease is
 //!   released first).
 //! - **SIGINT, SIGTERM and SIGHUP release the lease**: the command is sent
-//!   SIGTERM (a second signal sends SIGKILL at once), is given the grace
-//!   period, then SIGKILL; then the lease is released. Exit COMMAND's own
-//!   exit code if it exited by itself, else 128 + the signal received
-//!   (130, 143, 129).
+//!   SIGTERM (a second signal sends SIGKILL at once) and SIGKILL after the
+//!   grace period, or just before the write deadline if that comes first;
+//!   then the lease is released. Exit COMMAND's own exit code if it exited
+//!   by itself, else 128 + the signal received (130, 143, 129).
 //! - **The lease is released when COMMAND exits**, whatever its status
-//!   (unless it was lost: a record naming someone else is left alone). A
-//!   failed release is logged; the record then expires after its TTL.
+//!   (unless it was lost: a record naming someone else is left alone),
+//!   within `min(5 s, max(1 s, TTL/3))`. A failed release is logged; the
+//!   record then expires after its TTL.
 //! - COMMAND sees `BUCKET_LEASE_URL`, `BUCKET_LEASE_KEY`,
 //!   `BUCKET_LEASE_INSTANCE_ID`, `BUCKET_LEASE_EPOCH`, `BUCKET_LEASE_TTL_S`,
 //!   `BUCKET_LEASE_ACQUIRED_AT` and `BUCKET_LEASE_EXCLUSION`
@@ -34,6 +53,9 @@
 //! - `--best-effort`, or `BUCKET_LEASE_CONDITIONAL=off`, takes a
 //!   best-effort lease on a service without conditional writes (logged as
 //!   a warning). A service caught ignoring conditions exits 69.
+//! - `--ttl` is 1 to 3600 s (a longer TTL makes every contender treat the
+//!   record as suspect); `--wait` and `--grace` up to 10^9 s. Anything else
+//!   is a usage error (64), never an overflow.
 //!
 //! - **COMMAND dies with `bucket-lease`.** On Linux, if `bucket-lease`
 //!   itself is killed with SIGKILL (it can then release nothing), the kernel
@@ -42,14 +64,21 @@
 //!
 //! What it cannot promise: only COMMAND itself is signalled (a shell
 //! script should `exec` its last command; its own children are not
-//! killed with it).
+//! killed with it). A write COMMAND sent before it died may still land
+//! after the deadline (the service received it); a process paused between
+//! its check and its write sends it when it wakes. A wait interrupted by a
+//! signal may leave a record of ours that lands after the look for it:
+//! it expires after its TTL.
 
 use crate::{
-    exit, human_secs, open_store, parse_seconds, parse_whole_seconds, Failure, Parser, Token,
+    exit, human_secs, lease_error_code, lease_error_summary, open_store, parse_seconds, parse_ttl,
+    signal_exit_code, Failure, Parser, Token,
 };
+use bucket_lease::keeper::DEFAULT_RELEASE_TIMEOUT;
 use bucket_lease::lease::{jittered, DEFAULT_TTL_S};
 use bucket_lease::{
     Contender, Event, Exclusion, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions, Released,
+    Store,
 };
 use rustix::process::{kill_process, Pid, Signal};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -57,6 +86,7 @@ use signal_hook::iterator::Signals;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// `bucket-lease run --help`.
@@ -66,33 +96,57 @@ bucket-lease run: run COMMAND while holding the lease on URL's prefix.
 Usage: bucket-lease run [OPTIONS] URL [--] COMMAND [ARG...]
 
 Takes the lease ({prefix}/LEASE), runs COMMAND while a thread renews the
-lease every third of the TTL, and releases it when COMMAND exits. If the
-lease is lost or fenced (renewals failing for two thirds of the TTL),
-COMMAND gets SIGTERM, then SIGKILL after the grace period (at most a third
-of the TTL), and run exits 76. SIGINT, SIGTERM and SIGHUP are passed on to
-COMMAND as SIGTERM; the lease is released once it has exited. Only COMMAND
-itself is signalled: end a shell script with `exec`. On Linux, if
-bucket-lease itself is killed with SIGKILL, the kernel kills COMMAND too.
+lease every third of the TTL, and releases it when COMMAND exits. COMMAND
+starts only while the lease may be written under.
+
+COMMAND is dead by the lease's write deadline (two thirds of the TTL after
+the last renewal that landed). When no renewal has landed by W =
+min(grace, TTL/6) before that deadline, COMMAND gets SIGTERM, then SIGKILL
+50 ms before the deadline, and run exits 76. If the lease is lost to
+another instance, SIGTERM at once and SIGKILL W later (never after the
+deadline); exit 76. SIGINT, SIGTERM and SIGHUP are passed on to COMMAND as
+SIGTERM, with SIGKILL after the grace period or 50 ms before the deadline,
+whichever comes first (a second signal: SIGKILL at once); the lease is
+released once COMMAND has exited. Only COMMAND itself is signalled: end a
+shell script with `exec`. On Linux, if bucket-lease itself is killed with
+SIGKILL, the kernel kills COMMAND too.
 
 COMMAND's environment gains BUCKET_LEASE_URL, BUCKET_LEASE_KEY,
 BUCKET_LEASE_INSTANCE_ID, BUCKET_LEASE_EPOCH, BUCKET_LEASE_TTL_S,
 BUCKET_LEASE_ACQUIRED_AT and BUCKET_LEASE_EXCLUSION.
 
 Options:
-  --ttl S         the lease's TTL in whole seconds (default 30)
-  --wait S        wait up to S seconds for a held lease (default: fail at once, exit 75)
-  --grace S       how long COMMAND may take to stop after SIGTERM (default 10)
+  --ttl S         the lease's TTL in whole seconds, 1 to 3600 (default 30)
+  --wait S        wait up to S seconds for a held lease (default: one attempt, exit 75
+                  if held). Every request is bounded: run gives up within max(S, 10)
+                  seconds plus 2; refused credentials (77) or a missing bucket (78)
+                  end it at once, and so do SIGINT and SIGTERM
+  --grace S       how long COMMAND may take to stop after SIGTERM (default 10); never
+                  past the write deadline
   --best-effort   read-then-write instead of conditional writes, for services without
                   them (also BUCKET_LEASE_CONDITIONAL=off); logged as a warning
   -v, -q          more or less on stderr
   -h, --help      this help
 ";
 
-/// How often the supervising loop looks at the command and the signals.
+/// How often the supervising loop looks at the command and the signals, at
+/// the least: it also wakes for each SIGTERM and SIGKILL instant.
 const TICK: Duration = Duration::from_millis(50);
 
 /// The default grace period after SIGTERM.
 const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// How long before the write deadline SIGKILL is sent, so that the command
+/// is dead by the deadline.
+pub const KILL_MARGIN: Duration = Duration::from_millis(50);
+
+/// The longest one acquire attempt (every request of it) may take, and the
+/// least a `--wait` is given.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the look for a record of ours left by a failed or interrupted
+/// attempt may take.
+const ABANDON_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct Options {
     url: String,
@@ -116,7 +170,7 @@ fn parse(p: &mut Parser) -> Result<Option<Options>, Failure> {
                 return Ok(None);
             }
             Token::Long(ref name, _) if name == "ttl" => {
-                ttl_s = parse_whole_seconds(cmd, "--ttl", &p.value(&tok)?)?;
+                ttl_s = parse_ttl(cmd, "--ttl", &p.value(&tok)?)?;
             }
             Token::Long(ref name, _) if name == "wait" => {
                 wait = Some(parse_seconds(cmd, "--wait", &p.value(&tok)?)?);
@@ -188,8 +242,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     if o.best_effort {
         options = options.best_effort(true);
     }
-    let mut contender = Contender::new(store, &prefix, options);
-    let lease = acquire(&mut contender, &o, &mut signals)?;
+    let lease = acquire(&store, &prefix, &options, &o, &mut signals)?;
     log::info!(
         "holding {} as {} (epoch {}, {}, ttl {} s)",
         lease.key(),
@@ -207,13 +260,23 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         .env("BUCKET_LEASE_TTL_S", lease.ttl_s().to_string())
         .env("BUCKET_LEASE_ACQUIRED_AT", lease.acquired_at())
         .env("BUCKET_LEASE_EXCLUSION", exclusion_name(lease.exclusion()));
-    let keeper =
-        Keeper::spawn(lease, KeeperOptions::new().thread_name("lease-keeper")).map_err(|e| {
-            Failure::new(
-                exit::STORE,
-                format!("run: cannot start the renewal thread: {e}"),
-            )
-        })?;
+    let keeper_options = KeeperOptions::new()
+        .thread_name("lease-keeper")
+        .release_timeout(release_timeout(o.ttl_s));
+    let keeper = Keeper::spawn(lease, keeper_options).map_err(|e| {
+        Failure::new(
+            exit::STORE,
+            format!("run: cannot start the renewal thread: {e}"),
+        )
+    })?;
+    if !keeper.may_write() {
+        release(keeper);
+        return Err(Failure::new(
+            exit::LOST,
+            "run: the lease was fenced before the command could start (taking it took two \
+             thirds of its TTL); the command was not started",
+        ));
+    }
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -234,18 +297,21 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     release(keeper);
     let status_text = describe_status(status);
     match stop {
-        Some(Stop::Lost(why)) => Err(Failure::new(
+        Some(Stop::Lease(why)) => Err(Failure::new(
             exit::LOST,
             format!("run: {why}; the command was stopped ({status_text})"),
         )),
         Some(Stop::Signal(sig)) => {
-            let code = status.code().map_or(128 + sig as u8, |c| c as u8);
+            let code = status.code().map_or(signal_exit_code(sig), exit_byte);
             log::info!("stopped by {}: the command {status_text}", signal_name(sig));
             Ok(code)
         }
         None if lost_meanwhile => Err(Failure::new(
             exit::LOST,
-            format!("run: the lease was lost while the command ran; the command {status_text}"),
+            format!(
+                "run: the lease was lost or fenced while the command ran; the command \
+                 {status_text}"
+            ),
         )),
         None => {
             log::info!("the command {status_text}");
@@ -254,89 +320,342 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     }
 }
 
-/// Take the lease, waiting as `--wait` says.
+/// How long the release at the end may take: a third of the TTL, between
+/// 1 s and the keeper's default. A release that fails leaves a record that
+/// expires after its TTL anyway.
+fn release_timeout(ttl_s: u64) -> Duration {
+    (Duration::from_secs(ttl_s) / 3).clamp(Duration::from_secs(1), DEFAULT_RELEASE_TIMEOUT)
+}
+
+// ------------------------------------------------------------- acquiring
+
+/// Take the lease, waiting as `--wait` says. See the [module docs](self).
 fn acquire(
-    contender: &mut Contender,
+    store: &Arc<dyn Store>,
+    prefix: &str,
+    options: &LeaseOptions,
     o: &Options,
     signals: &mut Signals,
 ) -> Result<Lease, Failure> {
-    let deadline = o.wait.map(|w| Instant::now() + w);
+    let start = Instant::now();
+    // No --wait: one attempt. (--wait is at most 10^9 s, so the sum fits;
+    // if it did not, there would be no end to the wait.)
+    let wait_until = match o.wait {
+        None => Some(start),
+        Some(wait) => start.checked_add(wait),
+    };
     let poll = Duration::from_millis(o.ttl_s.saturating_mul(250))
         .clamp(Duration::from_millis(200), Duration::from_secs(1));
+    let mut contender = Contender::new(Arc::clone(store), prefix, options.clone());
+    let id = contender.instance_id().to_string();
     let mut announced = false;
     loop {
-        let error = match contender.try_acquire() {
-            Ok(lease) => return Ok(lease),
-            Err(e) => e,
-        };
-        let code = match &error {
-            LeaseError::Held { .. } => exit::HELD,
-            LeaseError::Store(_) => exit::STORE,
-            _ => return Err(Failure::new(exit::STORE, format!("run: {error}"))),
-        };
-        let now = Instant::now();
-        let Some(deadline) = deadline.filter(|d| now < *d) else {
-            if code == exit::STORE {
-                abandon(contender);
+        let deadline = attempt_deadline(start, Instant::now(), wait_until);
+        let (returned, result) = match attempt(contender, deadline, signals)? {
+            Attempt::Done(done) => *done,
+            Attempt::Interrupted(sig) => {
+                // The contender is busy on the worker: look with its id.
+                let twin = Contender::new(Arc::clone(store), prefix, options.clone())
+                    .with_instance_id(id.clone());
+                abandon(&twin);
+                return Err(interrupted(sig));
             }
-            return Err(Failure::new(code, format!("run: {error}")));
+        };
+        contender = returned;
+        let error = match result {
+            Ok(lease) => return Ok(lease),
+            Err(error) => error,
+        };
+        let failure = || {
+            Failure::new(
+                lease_error_code(&error),
+                format!("run: {}{error}", lease_error_summary(&error)),
+            )
+        };
+        if error.is_permanent() {
+            return Err(failure());
+        }
+        let now = Instant::now();
+        let left = match wait_until {
+            Some(end) => end.checked_duration_since(now).filter(|d| !d.is_zero()),
+            None => Some(Duration::MAX),
+        };
+        let Some(left) = left else {
+            if matches!(error, LeaseError::Store(_)) {
+                abandon(&contender);
+            }
+            return Err(failure());
         };
         match &error {
             LeaseError::Held { holder, key } if !announced => {
                 log::info!(
                     "{key} is held by {holder}; waiting up to {}",
-                    human_secs((deadline - now).as_secs_f64())
+                    human_secs(left.as_secs_f64())
                 );
                 announced = true;
             }
-            LeaseError::Store(_) => log::warn!("taking the lease failed, retrying: {error}"),
-            _ => {}
+            LeaseError::Held { .. } => {}
+            _ => log::warn!("taking the lease failed, retrying: {error}"),
         }
-        let until = (now + jittered(poll)).min(deadline);
+        let pause = jittered(poll).min(left);
+        let until = now.checked_add(pause).unwrap_or(now);
         while Instant::now() < until {
             if let Some(sig) = signals.pending().next() {
-                abandon(contender);
-                return Err(Failure::new(
-                    128 + sig as u8,
-                    format!("run: {} while waiting for the lease", signal_name(sig)),
-                ));
+                abandon(&contender);
+                return Err(interrupted(sig));
             }
             std::thread::sleep(TICK.min(until.saturating_duration_since(Instant::now())));
         }
     }
 }
 
-/// Remove a record of ours that may have landed during a failed attempt.
+/// The deadline of an attempt starting at `now` of a wait that started at
+/// `start` and ends at `wait_until` (`None`: no end): at most
+/// [`ACQUIRE_TIMEOUT`] away, and not past the end of the wait, which is
+/// given at least [`ACQUIRE_TIMEOUT`].
+fn attempt_deadline(start: Instant, now: Instant, wait_until: Option<Instant>) -> Option<Instant> {
+    let this_attempt = now.checked_add(ACQUIRE_TIMEOUT);
+    let whole_wait = wait_until.map(|end| match start.checked_add(ACQUIRE_TIMEOUT) {
+        Some(least) => end.max(least),
+        None => end,
+    });
+    earliest(this_attempt, whole_wait)
+}
+
+/// The earlier of two optional instants; `None` only when both are.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// How an acquire attempt on the worker thread ended.
+enum Attempt {
+    /// It returned: the contender comes back with the result.
+    Done(Box<(Contender, Result<Lease, LeaseError>)>),
+    /// A signal arrived first; the attempt is left to finish on its own.
+    Interrupted(i32),
+}
+
+/// One acquire attempt bounded by `deadline`, on a worker thread, while
+/// this thread watches for SIGINT, SIGTERM and SIGHUP.
+fn attempt(
+    mut contender: Contender,
+    deadline: Option<Instant>,
+    signals: &mut Signals,
+) -> Result<Attempt, Failure> {
+    let (sender, results) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("acquire".to_string())
+        .spawn(move || {
+            let result = contender.try_acquire_before(deadline);
+            let _ = sender.send((contender, result));
+        })
+        .map_err(|e| Failure::new(exit::STORE, format!("run: cannot start a thread: {e}")))?;
+    loop {
+        if let Some(sig) = signals.pending().next() {
+            return Ok(Attempt::Interrupted(sig));
+        }
+        match results.recv_timeout(TICK) {
+            Ok(done) => return Ok(Attempt::Done(Box::new(done))),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(Failure::new(
+                    exit::STORE,
+                    "run: the attempt to take the lease panicked",
+                ))
+            }
+        }
+    }
+}
+
+/// The failure for a wait ended by signal `sig`.
+fn interrupted(sig: i32) -> Failure {
+    Failure::new(
+        signal_exit_code(sig),
+        format!("run: {} while waiting for the lease", signal_name(sig)),
+    )
+}
+
+/// Mark released a record of ours that may have landed during a failed or
+/// interrupted attempt; bounded by [`ABANDON_TIMEOUT`].
 fn abandon(contender: &Contender) {
-    if let Err(e) = contender.release_abandoned() {
+    let deadline = Instant::now().checked_add(ABANDON_TIMEOUT);
+    if let Err(e) = contender.release_abandoned_before(deadline) {
         log::warn!("could not check for an abandoned record of ours: {e}");
     }
 }
 
+// ------------------------------------------------------------ supervising
+
 /// Why the command was told to stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Stop {
     /// A signal to this process.
     Signal(i32),
-    /// The lease was lost or fenced, as said.
+    /// The lease was lost or fenced, or about to be, as said.
+    Lease(String),
+}
+
+/// The lease as the supervising loop sees it at one instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    /// Held, writable until this deadline.
+    Held(Instant),
+    /// Fenced: no renewal landed by the deadline.
+    Fenced,
+    /// Lost, as said.
     Lost(String),
 }
 
+/// When to send SIGTERM and SIGKILL: the rules of [`supervise`] (see the
+/// [module docs](self)) on instants given to it, without I/O.
+#[derive(Debug)]
+struct Plan {
+    grace: Duration,
+    /// How long before the write deadline SIGTERM goes when renewals fail.
+    term_window: Duration,
+    /// Why the command is being stopped, once it is. Never undone.
+    stop: Option<Stop>,
+    /// The SIGKILL instant fixed by the reasons so far (a signal's grace, a
+    /// loss, a fence); only ever moved earlier.
+    kill_by: Option<Instant>,
+    /// The write deadline now; `None` once fenced or lost.
+    deadline: Option<Instant>,
+    /// The last write deadline seen.
+    last_deadline: Option<Instant>,
+}
+
+impl Plan {
+    fn new(grace: Duration, ttl: Duration) -> Plan {
+        Plan {
+            grace,
+            term_window: grace.min(ttl / 6),
+            stop: None,
+            kill_by: None,
+            deadline: None,
+            last_deadline: None,
+        }
+    }
+
+    /// The lease at `now`. True when SIGTERM must go now.
+    fn observe(&mut self, now: Instant, seen: Seen) -> bool {
+        match seen {
+            Seen::Held(deadline) => {
+                self.deadline = Some(deadline);
+                self.last_deadline = Some(deadline);
+                if self.stop.is_some() || now < self.term_at(deadline, now) {
+                    return false;
+                }
+                let why = format!(
+                    "no renewal has landed and the lease's write deadline is {} away",
+                    human_secs(deadline.saturating_duration_since(now).as_secs_f64())
+                );
+                self.begin(Stop::Lease(why), Some(kill_before(deadline, now)))
+            }
+            Seen::Fenced => {
+                self.deadline = None;
+                let why = "the lease was fenced: no renewal landed in time".to_string();
+                self.begin(Stop::Lease(why), Some(now))
+            }
+            Seen::Lost(why) => {
+                self.deadline = None;
+                let by_deadline = self.last_deadline.map(|d| kill_before(d, now));
+                self.begin(
+                    Stop::Lease(why),
+                    earliest(now.checked_add(self.term_window), by_deadline),
+                )
+            }
+        }
+    }
+
+    /// Signal `sig` reached us at `now`. True when SIGTERM must go now.
+    fn signal(&mut self, now: Instant, sig: i32) -> bool {
+        if self.stop.is_some() {
+            // A second reason from the user: no more waiting.
+            self.kill_by = Some(now);
+            return false;
+        }
+        self.begin(Stop::Signal(sig), now.checked_add(self.grace))
+    }
+
+    fn begin(&mut self, why: Stop, kill_by: Option<Instant>) -> bool {
+        self.kill_by = earliest(self.kill_by, kill_by);
+        if self.stop.is_some() {
+            return false;
+        }
+        self.stop = Some(why);
+        true
+    }
+
+    /// When SIGTERM goes if no renewal lands: `term_window` (at least the
+    /// kill margin) before `deadline`.
+    fn term_at(&self, deadline: Instant, now: Instant) -> Instant {
+        deadline
+            .checked_sub(self.term_window.max(KILL_MARGIN))
+            .unwrap_or(now)
+    }
+
+    /// When SIGKILL goes: the earliest of the fixed instant and, while the
+    /// lease is held, just before its current write deadline. `None` while
+    /// the command is not being stopped.
+    fn kill_at(&self, now: Instant) -> Option<Instant> {
+        self.stop.as_ref()?;
+        earliest(self.kill_by, self.deadline.map(|d| kill_before(d, now)))
+    }
+
+    fn kill_due(&self, now: Instant) -> bool {
+        self.kill_at(now).is_some_and(|at| now >= at)
+    }
+
+    /// The next instant at which something may be due.
+    fn next_wake(&self, now: Instant) -> Option<Instant> {
+        match self.stop {
+            Some(_) => self.kill_at(now),
+            None => self.deadline.map(|d| self.term_at(d, now)),
+        }
+    }
+}
+
+/// [`KILL_MARGIN`] before `deadline` (`now` if that is not an instant).
+fn kill_before(deadline: Instant, now: Instant) -> Instant {
+    deadline.checked_sub(KILL_MARGIN).unwrap_or(now)
+}
+
+/// The lease as its state says now, whatever the events said.
+fn seen(keeper: &Keeper) -> Seen {
+    match keeper.write_deadline() {
+        Some(deadline) => Seen::Held(deadline),
+        None if keeper.lease().is_lost() => Seen::Lost(lost_to(keeper.lease().lost_to(), None)),
+        None => Seen::Fenced,
+    }
+}
+
+fn lost_to(holder: Option<String>, reason: Option<&str>) -> String {
+    let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+    match holder {
+        Some(h) => format!("the lease was lost to instance {h}{reason}"),
+        None => format!("the lease was lost{reason}"),
+    }
+}
+
 /// Wait for the command, stopping it when a signal arrives or the lease is
-/// lost or fenced. Returns its status and why it was stopped, if it was.
+/// about to be, or is, fenced or lost (see [`Plan`]). Returns its status
+/// and why it was stopped, if it was.
 fn supervise(
     mut child: Child,
     keeper: &Keeper,
     signals: &mut Signals,
     grace: Duration,
 ) -> Result<(ExitStatus, Option<Stop>), Failure> {
-    let loss_grace = grace.min(Duration::from_millis(keeper.lease().ttl_s() * 1000 / 3));
-    let mut stop: Option<Stop> = None;
-    // When to send SIGKILL, once SIGTERM has been sent.
-    let mut kill_at: Option<Instant> = None;
+    let mut plan = Plan::new(grace, Duration::from_secs(keeper.lease().ttl_s()));
+    let mut reported: Option<Seen> = None;
+    let mut events_open = true;
     let mut killed = false;
     loop {
         match child.try_wait() {
-            Ok(Some(status)) => return Ok((status, stop)),
+            Ok(Some(status)) => return Ok((status, plan.stop)),
             Ok(None) => {}
             Err(e) => {
                 let _ = child.kill();
@@ -347,52 +666,60 @@ fn supervise(
                 ));
             }
         }
-        let mut begin = |why: Stop, grace: Duration, child: &Child| {
-            if stop.is_none() {
-                terminate(child);
-                stop = Some(why);
-                kill_at = Some(Instant::now() + grace);
-            } else {
-                // A second reason (a second Ctrl-C): no more waiting.
-                kill_at = Some(Instant::now());
+        let now = Instant::now();
+        let mut terminate_now = false;
+        if let Some(event) = reported.take() {
+            terminate_now |= plan.observe(now, event);
+        }
+        terminate_now |= plan.observe(now, seen(keeper));
+        for sig in signals.pending() {
+            log::info!(
+                "{}: stopping the command (SIGTERM, SIGKILL after {} or just before the write \
+                 deadline) and releasing the lease",
+                signal_name(sig),
+                human_secs(grace.as_secs_f64())
+            );
+            terminate_now |= plan.signal(now, sig);
+        }
+        if terminate_now {
+            if let Some(Stop::Lease(why)) = &plan.stop {
+                let kill = plan
+                    .kill_at(now)
+                    .map_or("no SIGKILL planned".to_string(), |at| {
+                        format!(
+                            "SIGKILL in {}",
+                            human_secs(at.saturating_duration_since(now).as_secs_f64())
+                        )
+                    });
+                log::error!("{why}: stopping the command (SIGTERM now, {kill})");
             }
+            terminate(&child);
+        }
+        if !killed && plan.kill_due(now) {
+            log::warn!("the command did not stop in time: sending SIGKILL");
+            let _ = child.kill();
+            killed = true;
+        }
+        let wait = match plan.next_wake(now) {
+            Some(at) if !killed => at.saturating_duration_since(now).min(TICK),
+            _ => TICK,
         };
-        match keeper.events().recv_timeout(TICK) {
+        if !events_open {
+            std::thread::sleep(wait);
+            continue;
+        }
+        match keeper.events().recv_timeout(wait) {
             Ok(Event::Lost { holder, reason }) => {
-                let why = match holder {
-                    Some(h) => format!("the lease was lost to instance {h} ({reason})"),
-                    None => format!("the lease was lost ({reason})"),
-                };
-                log::error!("{why}: stopping the command");
-                begin(Stop::Lost(why), loss_grace, &child);
+                reported = Some(Seen::Lost(lost_to(holder, Some(&reason))));
             }
-            Ok(Event::Fenced) => {
-                let why = "the lease was fenced: no renewal landed in time".to_string();
-                log::error!("{why}: stopping the command");
-                begin(Stop::Lost(why), loss_grace, &child);
-            }
+            Ok(Event::Fenced) => reported = Some(Seen::Fenced),
             Ok(Event::Renewed { latency }) => log::debug!("renewed in {latency:?}"),
             Ok(_) => {}
             Err(e) if e.is_timeout() => {}
             Err(_) => {
-                let why = "the renewal thread ended".to_string();
-                log::error!("{why}: stopping the command");
-                begin(Stop::Lost(why), loss_grace, &child);
+                events_open = false;
+                reported = Some(Seen::Lost("the renewal thread ended".to_string()));
             }
-        }
-        let received: Vec<i32> = signals.pending().collect();
-        for sig in received {
-            log::info!(
-                "{}: stopping the command (SIGTERM, SIGKILL after {}) and releasing the lease",
-                signal_name(sig),
-                human_secs(grace.as_secs_f64())
-            );
-            begin(Stop::Signal(sig), grace, &child);
-        }
-        if !killed && kill_at.is_some_and(|at| Instant::now() >= at) {
-            log::warn!("the command did not stop in time: sending SIGKILL");
-            let _ = child.kill();
-            killed = true;
         }
     }
 }
@@ -404,21 +731,21 @@ fn terminate(child: &Child) {
     }
 }
 
-/// Whether the keeper reported the lease lost or fenced after the command
-/// had already exited.
+/// Whether the lease was lost or fenced by the time the command exited by
+/// itself: reported by the keeper, or seen in the lease's state.
 fn lost_in(keeper: &Keeper) -> bool {
     let pending_loss = keeper
         .events()
         .try_iter()
         .any(|e| matches!(e, Event::Lost { .. } | Event::Fenced));
-    pending_loss || keeper.lease().is_lost()
+    pending_loss || !keeper.may_write()
 }
 
 /// Stop renewing and release, saying what happened.
 fn release(keeper: Keeper) {
     match keeper.stop() {
-        Ok(Released::Deleted) => log::info!("released the lease"),
-        Ok(Released::AlreadyGone) => log::info!("the lease record was already gone"),
+        Ok(Released::Freed) => log::info!("released the lease"),
+        Ok(Released::AlreadyFree) => log::info!("the lease was already free"),
         Ok(Released::LeftAlone { holder: Some(h) }) => {
             log::warn!("not releasing: the lease is held by instance {h} now")
         }
@@ -429,10 +756,15 @@ fn release(keeper: Keeper) {
     }
 }
 
+/// An exit status as the byte a shell sees (Unix statuses are 0 to 255).
+fn exit_byte(code: i32) -> u8 {
+    u8::try_from(code & 0xff).unwrap_or(u8::MAX)
+}
+
 fn exit_code(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        (Some(code), _) => exit_byte(code),
+        (None, Some(sig)) => signal_exit_code(sig),
         (None, None) => 1,
     }
 }
@@ -459,5 +791,163 @@ fn exclusion_name(exclusion: Exclusion) -> &'static str {
     match exclusion {
         Exclusion::Conditional => "conditional",
         Exclusion::BestEffort => "best-effort",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+    const MS: Duration = Duration::from_millis(1);
+
+    /// TTL 30 s, grace 10 s: SIGTERM 5 s before the deadline.
+    fn plan() -> Plan {
+        Plan::new(10 * S, 30 * S)
+    }
+
+    #[test]
+    fn failing_renewals_get_sigterm_a_window_before_the_deadline_and_sigkill_before_it() {
+        let t0 = Instant::now();
+        let deadline = t0 + 20 * S;
+        let mut p = plan();
+        assert!(!p.observe(t0, Seen::Held(deadline)));
+        assert_eq!(p.next_wake(t0), Some(t0 + 15 * S), "wakes for the SIGTERM");
+        let just_before = t0 + 15 * S - MS;
+        assert!(!p.observe(just_before, Seen::Held(deadline)));
+        assert!(!p.kill_due(just_before));
+        let term = t0 + 15 * S;
+        assert!(p.observe(term, Seen::Held(deadline)), "SIGTERM");
+        assert!(matches!(p.stop, Some(Stop::Lease(_))));
+        assert!(!p.observe(term, Seen::Held(deadline)), "SIGTERM once");
+        assert_eq!(p.kill_at(term), Some(deadline - KILL_MARGIN));
+        assert_eq!(p.next_wake(term), Some(deadline - KILL_MARGIN));
+        assert!(!p.kill_due(deadline - KILL_MARGIN - MS));
+        assert!(p.kill_due(deadline - KILL_MARGIN), "dead by the deadline");
+    }
+
+    #[test]
+    fn a_renewal_that_lands_after_the_sigterm_does_not_undo_the_stop() {
+        let t0 = Instant::now();
+        let mut p = plan();
+        let deadline = t0 + 20 * S;
+        assert!(p.observe(t0 + 16 * S, Seen::Held(deadline)));
+        // Renewed: the deadline moves on, the stop and its SIGKILL do not.
+        assert!(!p.observe(t0 + 17 * S, Seen::Held(t0 + 37 * S)));
+        assert!(p.stop.is_some());
+        assert!(p.kill_due(deadline - KILL_MARGIN));
+    }
+
+    #[test]
+    fn a_fenced_lease_gets_sigkill_at_once() {
+        let t0 = Instant::now();
+        let mut p = plan();
+        assert!(!p.observe(t0, Seen::Held(t0 + 20 * S)));
+        assert!(p.observe(t0 + S, Seen::Fenced), "SIGTERM");
+        assert!(p.kill_due(t0 + S), "and SIGKILL at once");
+        // Fenced while stopping for a signal: SIGKILL at once too.
+        let mut p = plan();
+        assert!(p.signal(t0, SIGTERM));
+        assert!(!p.kill_due(t0 + S));
+        assert!(!p.observe(t0 + S, Seen::Fenced));
+        assert!(p.kill_due(t0 + S));
+    }
+
+    #[test]
+    fn a_lost_lease_gets_the_window_but_never_past_the_last_deadline() {
+        let t0 = Instant::now();
+        let mut p = plan();
+        assert!(!p.observe(t0, Seen::Held(t0 + 20 * S)));
+        assert!(
+            p.observe(t0 + S, Seen::Lost("lost".into())),
+            "SIGTERM at once"
+        );
+        assert!(!p.kill_due(t0 + 6 * S - MS));
+        assert!(p.kill_due(t0 + 6 * S), "the 5 s window");
+        // Lost 2 s before the deadline: SIGKILL just before it.
+        let mut p = plan();
+        assert!(!p.observe(t0, Seen::Held(t0 + 20 * S)));
+        assert!(p.observe(t0 + 18 * S, Seen::Lost("lost".into())));
+        assert_eq!(p.kill_at(t0 + 18 * S), Some(t0 + 20 * S - KILL_MARGIN));
+        // Seen again on the next turn: the SIGKILL does not move later.
+        assert!(!p.observe(t0 + 19 * S, Seen::Lost("lost".into())));
+        assert_eq!(p.kill_at(t0 + 19 * S), Some(t0 + 20 * S - KILL_MARGIN));
+    }
+
+    #[test]
+    fn a_signal_keeps_the_grace_but_never_past_the_current_deadline() {
+        let t0 = Instant::now();
+        // Renewals landing: the full grace.
+        let mut p = plan();
+        assert!(p.signal(t0, SIGINT));
+        for i in 0..10 {
+            assert!(!p.observe(t0 + i * S, Seen::Held(t0 + (i + 18) * S)));
+        }
+        assert!(!p.kill_due(t0 + 10 * S - MS));
+        assert!(p.kill_due(t0 + 10 * S));
+        // Renewals failing: just before the deadline.
+        let mut p = plan();
+        assert!(!p.observe(t0, Seen::Held(t0 + 8 * S)));
+        assert!(p.signal(t0, SIGINT));
+        assert_eq!(p.kill_at(t0), Some(t0 + 8 * S - KILL_MARGIN));
+        // A second signal: SIGKILL at once.
+        assert!(!p.signal(t0 + S, SIGINT));
+        assert!(p.kill_due(t0 + S));
+    }
+
+    #[test]
+    fn a_short_grace_or_ttl_keeps_the_order_of_sigterm_and_sigkill() {
+        let t0 = Instant::now();
+        // TTL 3 s, grace 10 s: SIGTERM 0.5 s before the deadline.
+        let mut p = Plan::new(10 * S, 3 * S);
+        let deadline = t0 + 2 * S;
+        assert!(!p.observe(t0 + 1499 * MS, Seen::Held(deadline)));
+        assert!(p.observe(t0 + 1500 * MS, Seen::Held(deadline)));
+        assert_eq!(p.kill_at(t0 + 1500 * MS), Some(deadline - KILL_MARGIN));
+        // Grace 0: SIGTERM and SIGKILL together, before the deadline.
+        let mut p = Plan::new(Duration::ZERO, 30 * S);
+        assert!(p.observe(deadline - KILL_MARGIN, Seen::Held(deadline)));
+        assert!(p.kill_due(deadline - KILL_MARGIN));
+        // A signal with the longest grace there is.
+        let mut p = Plan::new(Duration::MAX, 30 * S);
+        assert!(p.signal(t0, SIGHUP));
+        assert!(!p.kill_due(t0 + 1000 * S));
+    }
+
+    #[test]
+    fn attempts_are_bounded_by_the_wait_and_the_acquire_timeout() {
+        let start = Instant::now();
+        let t = ACQUIRE_TIMEOUT;
+        // No --wait: one attempt of at most ACQUIRE_TIMEOUT.
+        assert_eq!(attempt_deadline(start, start, Some(start)), Some(start + t));
+        // --wait 2: still ACQUIRE_TIMEOUT in all.
+        let end = start + 2 * S;
+        assert_eq!(attempt_deadline(start, start, Some(end)), Some(start + t));
+        assert_eq!(
+            attempt_deadline(start, start + 4 * S, Some(end)),
+            Some(start + t)
+        );
+        // --wait 60: each attempt ACQUIRE_TIMEOUT, the last cut at the end.
+        let end = start + 60 * S;
+        assert_eq!(
+            attempt_deadline(start, start + 20 * S, Some(end)),
+            Some(start + 20 * S + t)
+        );
+        assert_eq!(
+            attempt_deadline(start, start + 55 * S, Some(end)),
+            Some(end)
+        );
+        // No end to the wait: each attempt ACQUIRE_TIMEOUT.
+        assert_eq!(attempt_deadline(start, start, None), Some(start + t));
+    }
+
+    #[test]
+    fn exit_bytes_never_overflow() {
+        assert_eq!(exit_byte(7), 7);
+        assert_eq!(exit_byte(255), 255);
+        assert_eq!(exit_byte(256), 0);
+        assert_eq!(exit_byte(-1), 255);
+        assert_eq!(release_timeout(3), Duration::from_secs(1));
+        assert_eq!(release_timeout(30), DEFAULT_RELEASE_TIMEOUT);
     }
 }

@@ -1,0 +1,69 @@
+//! Text that came from elsewhere (a record in the bucket, an error from the
+//! service, the library's log) made safe for a terminal.
+//!
+//! Anyone who can write `{prefix}/LEASE` chooses its `instance_id` and
+//! stamps. Printed raw, an escape sequence there could clear the screen,
+//! retitle the terminal, hide text or make the next line lie about who
+//! holds the lease. [`printable`] escapes every control character (C0, DEL
+//! and C1, carriage return and tab included) and the invisible characters
+//! that reorder or hide text (bidirectional overrides and isolates,
+//! zero-width marks), the way Rust's `{:?}` does: `\x1b`, `\u{202e}`.
+//! Everything else, other non-ASCII text included, is left as it is.
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+/// `text` with every character a terminal could act on escaped; borrowed
+/// when there is none.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if !needs_escape(c) {
+            out.push(c);
+        } else if c.is_ascii() {
+            let _ = write!(out, "\\x{:02x}", u32::from(c));
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`printable`], keeping line breaks: for multi-line messages.
+pub fn printable_lines(text: &str) -> String {
+    text.split('\n')
+        .map(printable)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200b}'..='\u{200f}'     // zero-width space/joiners, LRM, RLM
+            | '\u{2028}'..='\u{202e}'   // line/paragraph separators, embeddings, overrides
+            | '\u{2060}'..='\u{2069}'   // word joiner, invisible operators, isolates
+            | '\u{feff}'                // zero-width no-break space
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        assert!(matches!(printable("4f3c-é-ü ok"), Cow::Borrowed(_)));
+        assert_eq!(printable("a\u{1b}[2Jb"), "a\\x1b[2Jb");
+        assert_eq!(printable("bell\u{7}\r\n\t"), "bell\\x07\\x0d\\x0a\\x09");
+        assert_eq!(printable("del\u{7f}"), "del\\x7f");
+        assert_eq!(printable("csi\u{9b}31m"), "csi\\u{9b}31m");
+        assert_eq!(printable("rtl\u{202e}txt"), "rtl\\u{202e}txt");
+        assert_eq!(printable("iso\u{2066}x\u{2069}"), "iso\\u{2066}x\\u{2069}");
+        assert_eq!(printable_lines("one\u{1b}\ntwo"), "one\\x1b\ntwo");
+    }
+}

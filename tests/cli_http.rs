@@ -1,0 +1,91 @@
+//! The `bucket-lease` command against HTTP endpoints on 127.0.0.1 that
+//! misbehave in one fixed way: one that never answers (a black hole), and
+//! one that refuses every request with a permanent error. No server needed.
+
+mod cli_common;
+
+use cli_common::{black_hole, finish, signal, Target, CONFIG, NO_PERMISSION, STORE};
+use rustix::process::Signal;
+use std::time::{Duration, Instant};
+
+/// `run --wait 2` on an endpoint that never answers ends after one bounded
+/// acquire attempt (about 10 s), not after two full request timeouts.
+#[test]
+fn a_wait_on_a_black_hole_ends_within_the_acquire_timeout() {
+    let t = Target::http("black-hole-wait", &black_hole(), "bucket");
+    let url = t.url("lease");
+    for wait in ["0", "2"] {
+        let started = Instant::now();
+        let done = t.run(["run", "--wait", wait, url.as_str(), "--", "true"]);
+        let took = started.elapsed();
+        assert_eq!(done.code, Some(STORE), "--wait {wait}: {done:?}");
+        assert!(
+            took < Duration::from_secs(30),
+            "--wait {wait} took {took:?}: {done:?}"
+        );
+    }
+    let started = Instant::now();
+    let done = t.run(["run", url.as_str(), "--", "true"]);
+    assert_eq!(done.code, Some(STORE), "no --wait: {done:?}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{done:?}");
+}
+
+/// SIGINT or SIGTERM ends a wait at once, even in the middle of a request
+/// that will never be answered.
+#[test]
+fn a_signal_ends_a_wait_at_once() {
+    let t = Target::http("black-hole-signal", &black_hole(), "bucket");
+    let url = t.url("lease");
+    for (sig, code) in [(Signal::INT, 130), (Signal::TERM, 143)] {
+        let child = t.spawn(["run", "--wait", "60", url.as_str(), "--", "true"]);
+        std::thread::sleep(Duration::from_millis(1500));
+        let sent = Instant::now();
+        signal(&child, sig);
+        let done = finish(child, Duration::from_secs(30));
+        let took = sent.elapsed();
+        assert_eq!(done.code, Some(code), "{sig:?}: {done:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "{sig:?} ended the wait after {took:?}: {done:?}"
+        );
+    }
+}
+
+/// Refused credentials or permissions end `run` at once with exit 77 and
+/// what to check, however long `--wait` is.
+#[test]
+fn refused_credentials_fail_at_once_with_77() {
+    for code in [
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+    ] {
+        let t = Target::http(
+            "denied",
+            &cli_common::answering("403 Forbidden", code),
+            "bucket",
+        );
+        let url = t.url("lease");
+        let started = Instant::now();
+        let done = t.run(["run", "--wait", "30", url.as_str(), "--", "true"]);
+        assert_eq!(done.code, Some(NO_PERMISSION), "{code}: {done:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{code}: {done:?}"
+        );
+        assert!(done.stderr.contains("credentials"), "{code}: {done:?}");
+    }
+}
+
+/// A bucket that does not exist ends `run` at once with exit 78 saying so.
+#[test]
+fn a_missing_bucket_fails_at_once_with_78() {
+    let endpoint = cli_common::answering("404 Not Found", "NoSuchBucket");
+    let t = Target::http("no-bucket", &endpoint, "no-such-bucket");
+    let url = t.url("lease");
+    let started = Instant::now();
+    let done = t.run(["run", "--wait", "30", url.as_str(), "--", "true"]);
+    assert_eq!(done.code, Some(CONFIG), "{done:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{done:?}");
+    assert!(done.stderr.contains("does not exist"), "{done:?}");
+}
