@@ -5,11 +5,14 @@
 //!
 //! - It never touches a real lease: every lease it takes is on a scratch
 //!   prefix under the URL's, `{prefix}/bench-{8 random hex digits}`, and
-//!   each is released before the next is taken. A lease it cannot release
-//!   expires after its TTL.
+//!   each is released before the next is taken. When it ends, however it
+//!   ends (done, interrupted, or a failed request), it deletes the scratch
+//!   `LEASE` object it created; if that delete fails it says which key is
+//!   left.
 //! - Each iteration is one acquire (a read, a conditional write and the
 //!   probe's three refused writes), one renewal (one conditional write) and
-//!   one release (one conditional delete), timed on the monotonic clock.
+//!   one release (one conditional write of the released record), timed on
+//!   the monotonic clock.
 //! - It reports p50, p90, p99 and max per operation (nearest rank) and a
 //!   text histogram; `--json` prints one object instead. Progress goes to
 //!   stderr (not with `-q`).
@@ -21,12 +24,13 @@ use crate::{
     exit, human_secs, lease_error_code, lease_error_summary, open_store, parse_ttl, require_url,
     set_url, Failure, Parser, Token,
 };
-use bucket_lease::record::new_instance_id;
-use bucket_lease::{Exclusion, Lease, LeaseOptions};
+use bucket_lease::record::{lease_key, new_instance_id};
+use bucket_lease::{DeleteMode, Exclusion, Lease, LeaseOptions, Store};
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::io::{IsTerminal, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `bucket-lease bench --help`.
@@ -125,6 +129,10 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     if best_effort {
         options = options.best_effort(true);
     }
+    let _cleanup = ScratchLease {
+        store: store.clone(),
+        key: lease_key(&scratch),
+    };
     let progress = Progress::new(iters, p.quiet);
     let (mut acquire, mut renew, mut release) = (Vec::new(), Vec::new(), Vec::new());
     let mut exclusion = None;
@@ -368,5 +376,29 @@ mod tests {
         assert!(lines[1].ends_with(" 0"));
         let slow = [Duration::from_secs(20)];
         assert!(histogram(&slow)[0].contains(">= 10000 ms"));
+    }
+}
+
+/// The scratch `LEASE` object, deleted when the bench ends however it
+/// ends: it is the bench's own key, named at random, and never a real
+/// lease.
+struct ScratchLease {
+    store: Arc<dyn Store>,
+    key: String,
+}
+
+impl Drop for ScratchLease {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        match self
+            .store
+            .delete(&self.key, &DeleteMode::Unconditional, Some(deadline))
+        {
+            Ok(()) => log::debug!("removed the scratch lease {}", self.key),
+            Err(e) => log::warn!(
+                "could not remove the scratch lease {} (remove it by hand): {e}",
+                self.key
+            ),
+        }
     }
 }
