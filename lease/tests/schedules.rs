@@ -320,6 +320,18 @@ struct SlowProbe {
     deadlines: std::sync::Mutex<Vec<Option<Instant>>>,
 }
 
+impl SlowProbe {
+    fn new(clock: &TestClock, delay: Duration) -> Arc<Self> {
+        Arc::new(SlowProbe {
+            inner: MemoryStore::new(),
+            clock: clock.clone(),
+            delay,
+            puts: AtomicUsize::new(0),
+            deadlines: Default::default(),
+        })
+    }
+}
+
 impl Store for SlowProbe {
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         self.deadlines.lock().unwrap().push(deadline);
@@ -346,13 +358,7 @@ impl Store for SlowProbe {
 #[test]
 fn an_acquire_never_hands_out_an_already_fenced_lease() {
     let clock = TestClock::new();
-    let store = Arc::new(SlowProbe {
-        inner: MemoryStore::new(),
-        clock: clock.clone(),
-        delay: secs(8),
-        puts: AtomicUsize::new(0),
-        deadlines: Default::default(),
-    });
+    let store = SlowProbe::new(&clock, secs(8));
     let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
     match Lease::acquire(store.clone(), "db", options) {
         Ok(lease) => panic!(
@@ -366,13 +372,7 @@ fn an_acquire_never_hands_out_an_already_fenced_lease() {
 #[test]
 fn every_request_of_an_acquire_is_bounded_by_its_deadline() {
     let clock = TestClock::new();
-    let store = Arc::new(SlowProbe {
-        inner: MemoryStore::new(),
-        clock: clock.clone(),
-        delay: Duration::ZERO,
-        puts: AtomicUsize::new(0),
-        deadlines: Default::default(),
-    });
+    let store = SlowProbe::new(&clock, Duration::ZERO);
     let deadline = clock.now() + secs(5);
     let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
     let mut contender = Contender::new(store.clone(), "db", options);
