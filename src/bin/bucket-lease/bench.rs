@@ -348,6 +348,30 @@ impl Progress {
     }
 }
 
+/// The scratch `LEASE` object, deleted when the bench ends however it
+/// ends: it is the bench's own key, named at random, and never a real
+/// lease.
+struct ScratchLease {
+    store: Arc<dyn Store>,
+    key: String,
+}
+
+impl Drop for ScratchLease {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        match self
+            .store
+            .delete(&self.key, &DeleteMode::Unconditional, Some(deadline))
+        {
+            Ok(()) => log::debug!("removed the scratch lease {}", self.key),
+            Err(e) => log::warn!(
+                "could not remove the scratch lease {} (remove it by hand): {e}",
+                self.key
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,29 +400,5 @@ mod tests {
         assert!(lines[1].ends_with(" 0"));
         let slow = [Duration::from_secs(20)];
         assert!(histogram(&slow)[0].contains(">= 10000 ms"));
-    }
-}
-
-/// The scratch `LEASE` object, deleted when the bench ends however it
-/// ends: it is the bench's own key, named at random, and never a real
-/// lease.
-struct ScratchLease {
-    store: Arc<dyn Store>,
-    key: String,
-}
-
-impl Drop for ScratchLease {
-    fn drop(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        match self
-            .store
-            .delete(&self.key, &DeleteMode::Unconditional, Some(deadline))
-        {
-            Ok(()) => log::debug!("removed the scratch lease {}", self.key),
-            Err(e) => log::warn!(
-                "could not remove the scratch lease {} (remove it by hand): {e}",
-                self.key
-            ),
-        }
     }
 }
