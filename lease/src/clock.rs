@@ -27,6 +27,24 @@ pub trait Clock: Send + Sync + fmt::Debug {
     /// `at` (at once if it already has). For use in `select!` beside other
     /// channels.
     fn timer(&self, at: Instant) -> Receiver<Instant>;
+
+    /// `base` scaled by a random factor between one half and three halves:
+    /// the pause before a retry, so that contenders that failed together do
+    /// not retry together. The default draws from the operating system; a
+    /// simulation draws from its seed, so that one seed replays one run.
+    fn jitter(&self, base: Duration) -> Duration {
+        jittered(base)
+    }
+}
+
+/// `base` scaled by a random factor between one half and three halves,
+/// drawn from the operating system.
+pub fn jittered(base: Duration) -> Duration {
+    let mut bytes = [0u8; 2];
+    // Without randomness the pause is merely not jittered.
+    let _ = getrandom::fill(&mut bytes);
+    let permille = 500 + u32::from(u16::from_le_bytes(bytes)) % 1000;
+    base * permille / 1000
 }
 
 /// The operating system's clocks.

@@ -1,7 +1,9 @@
 //! The renewal thread: one named OS thread per held lease.
 //!
 //! A [`Keeper`] owns a [`Lease`] and renews it every third of its TTL until
-//! it is stopped, dropped, lost or fenced. What it promises:
+//! it is stopped, dropped, lost or fenced. Its decisions are a machine
+//! without I/O, [`RenewalSchedule`], which the thread drives with real waits
+//! and a simulation can drive on simulated time. What it promises:
 //!
 //! - **The application never waits on I/O to ask.** [`Keeper::may_write`]
 //!   and [`Keeper::write_deadline`] read the lease's state under a mutex held
@@ -33,7 +35,7 @@
 
 use crate::clock::Clock;
 use crate::error::LeaseError;
-use crate::lease::{jittered, Lease, LeaseStatus, Released};
+use crate::lease::{Lease, LeaseStatus, Released};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -220,14 +222,132 @@ struct Renewer {
     release_timeout: Duration,
 }
 
-/// How one renewal attempt ended.
-enum Attempt {
+/// How one renewal attempt ended, as [`RenewalSchedule::record`] takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// The renewal landed after `latency`.
     Renewed(Duration),
+    /// The renewal failed without losing the lease.
     Failed(LeaseError),
+    /// The lease is lost; `reason` says why.
     Lost {
+        /// Who holds it now, when known.
         holder: Option<String>,
+        /// Why: the renewal's error, or the message of a panic in it.
         reason: String,
     },
+}
+
+/// What the renewal loop does next, as [`RenewalSchedule::step`] decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing is due before `until`: the next renewal, or the write
+    /// deadline when that comes first.
+    Wait {
+        /// When to ask again.
+        until: Instant,
+    },
+    /// Renew now, every request bounded by `deadline` (the write deadline).
+    Renew {
+        /// The write deadline.
+        deadline: Instant,
+    },
+    /// The lease is over for this holder: report this event
+    /// ([`Event::Fenced`] or [`Event::Lost`]) and renew no more.
+    End(Event),
+}
+
+/// The renewal loop's decisions, without I/O or threads: when to renew,
+/// when to retry, and when the lease is over.
+///
+/// Every step starts from [`Lease::status`], so each answer is one of three
+/// and none is "wait for nothing": wait until a definite instant (the next
+/// renewal, never past the write deadline), renew now, or end with the
+/// event that says why. A renewal that fails at or after the deadline is
+/// followed at once by [`Step::End`]. The [`Keeper`]'s thread drives this
+/// machine with real waits; a simulation drives the same machine on
+/// simulated time.
+#[derive(Debug)]
+pub struct RenewalSchedule {
+    interval: Duration,
+    next: Instant,
+    failures: u32,
+    lost_reason: Option<String>,
+}
+
+impl RenewalSchedule {
+    /// The schedule of `lease`: the first renewal a third of a TTL after its
+    /// last confirmed write.
+    pub fn new(lease: &Lease) -> Self {
+        let interval = lease.renew_interval();
+        RenewalSchedule {
+            interval,
+            next: lease.confirmed_at() + interval,
+            failures: 0,
+            lost_reason: None,
+        }
+    }
+
+    /// What to do now, by the lease's status and clock.
+    pub fn step(&mut self, lease: &Lease) -> Step {
+        let deadline = match lease.status() {
+            LeaseStatus::Held { deadline } => deadline,
+            LeaseStatus::Lost { holder } => {
+                let reason = self
+                    .lost_reason
+                    .take()
+                    .unwrap_or_else(|| "a refused write marked it lost".to_string());
+                return Step::End(Event::Lost { holder, reason });
+            }
+            LeaseStatus::Fenced | LeaseStatus::Released => return Step::End(Event::Fenced),
+        };
+        if lease.clock().now() < self.next {
+            Step::Wait {
+                until: self.next.min(deadline),
+            }
+        } else {
+            Step::Renew { deadline }
+        }
+    }
+
+    /// Take the outcome of the renewal the last [`Step::Renew`] asked for,
+    /// and say what to report: [`Event::Renewed`] or
+    /// [`Event::RenewalFailed`]; `None` for a loss, which the next step
+    /// reports as [`Step::End`].
+    pub fn record(&mut self, lease: &Lease, attempt: Attempt) -> Option<Event> {
+        match attempt {
+            Attempt::Renewed(latency) => {
+                self.failures = 0;
+                self.next = lease.confirmed_at() + self.interval;
+                Some(Event::Renewed { latency })
+            }
+            Attempt::Lost { reason, .. } => {
+                lease.mark_lost(None);
+                self.lost_reason = Some(reason);
+                None
+            }
+            Attempt::Failed(error) => {
+                self.failures = self.failures.saturating_add(1);
+                let pause = lease
+                    .clock()
+                    .jitter(retry_pause(self.failures, self.interval));
+                self.next = lease.clock().now() + pause;
+                let retrying = lease.write_deadline().is_some_and(|d| self.next < d);
+                if retrying {
+                    log::warn!(
+                        "{}: renewal failed, retrying in {pause:?}: {error}",
+                        lease.key()
+                    );
+                } else {
+                    log::warn!(
+                        "{}: renewal failed, no time left before the fence: {error}",
+                        lease.key()
+                    );
+                }
+                Some(Event::RenewalFailed { error, retrying })
+            }
+        }
+    }
 }
 
 impl Renewer {
@@ -259,64 +379,29 @@ impl Renewer {
         self.lease.clock()
     }
 
-    /// Renew on schedule. Returns false when asked to stop, true once the
-    /// lease is lost or fenced, after reporting which.
-    ///
-    /// Each turn starts from the lease's status, so the loop is always in
-    /// one of two places: waiting until the next renewal (never past the
-    /// write deadline) or reporting the end. A renewal that fails at or
-    /// after the deadline is followed at once by the report.
+    /// Drive the [`RenewalSchedule`]. Returns false when asked to stop, true
+    /// once the lease is lost or fenced, after reporting which.
     fn renew_until_stopped(&self) -> bool {
-        let interval = self.lease.renew_interval();
-        let mut next = self.lease.confirmed_at() + interval;
-        let mut failures: u32 = 0;
+        let mut schedule = RenewalSchedule::new(&self.lease);
         loop {
-            let deadline = match self.lease.status() {
-                LeaseStatus::Held { deadline } => deadline,
-                LeaseStatus::Lost { holder } => {
-                    let reason = "a refused write marked it lost".to_string();
-                    let _ = self.events.send(Event::Lost { holder, reason });
-                    return true;
-                }
-                LeaseStatus::Fenced | LeaseStatus::Released => {
-                    log::warn!("{}: fenced: no renewal landed in time", self.lease.key());
-                    let _ = self.events.send(Event::Fenced);
-                    return true;
-                }
-            };
-            if self.clock().now() < next {
-                if !self.wait_for(Some(next.min(deadline))) {
-                    return false;
-                }
-                continue;
-            }
-            match self.renew_once(deadline) {
-                Attempt::Renewed(latency) => {
-                    failures = 0;
-                    let _ = self.events.send(Event::Renewed { latency });
-                    next = self.lease.confirmed_at() + interval;
-                }
-                Attempt::Lost { holder, reason } => {
-                    let _ = self.events.send(Event::Lost { holder, reason });
-                    return true;
-                }
-                Attempt::Failed(error) => {
-                    failures = failures.saturating_add(1);
-                    let pause = jittered(retry_pause(failures, interval));
-                    next = self.clock().now() + pause;
-                    let retrying = self.lease.write_deadline().is_some_and(|d| next < d);
-                    if retrying {
-                        log::warn!(
-                            "{}: renewal failed, retrying in {pause:?}: {error}",
-                            self.lease.key()
-                        );
-                    } else {
-                        log::warn!(
-                            "{}: renewal failed, no time left before the fence: {error}",
-                            self.lease.key()
-                        );
+            match schedule.step(&self.lease) {
+                Step::Wait { until } => {
+                    if !self.wait_for(Some(until)) {
+                        return false;
                     }
-                    let _ = self.events.send(Event::RenewalFailed { error, retrying });
+                }
+                Step::Renew { deadline } => {
+                    let attempt = self.renew_once(deadline);
+                    if let Some(event) = schedule.record(&self.lease, attempt) {
+                        let _ = self.events.send(event);
+                    }
+                }
+                Step::End(event) => {
+                    if event == Event::Fenced {
+                        log::warn!("{}: fenced: no renewal landed in time", self.lease.key());
+                    }
+                    let _ = self.events.send(event);
+                    return true;
                 }
             }
         }
@@ -336,7 +421,6 @@ impl Renewer {
             Err(panic) => {
                 let message = panic_message(&*panic);
                 log::error!("{}: the renewal panicked: {message}", self.lease.key());
-                self.lease.mark_lost(None);
                 Attempt::Lost {
                     holder: None,
                     reason: format!("the renewal panicked: {message}"),

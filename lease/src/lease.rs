@@ -68,6 +68,7 @@
 //! Fenced writes (create-only objects, conditional pointers) make such late
 //! writes harmless where the service honours conditions.
 
+pub use crate::clock::jittered;
 use crate::clock::{system_clock, Clock};
 use crate::error::{IgnoredCondition, LeaseError, CONDITIONAL_ENV};
 use crate::record::{format_stamp, lease_key, new_instance_id, LeaseRecord, MAX_SANE_TTL_S};
@@ -1045,7 +1046,7 @@ pub(crate) fn put_retrying(
         match store.put(key, body, &options) {
             Err(e) if e.kind() == StoreErrorKind::Conflict && retries < CONFLICT_RETRIES => {
                 retries += 1;
-                let pause = jittered(Duration::from_millis(25) * 2u32.pow(retries - 1));
+                let pause = clock.jitter(Duration::from_millis(25) * 2u32.pow(retries - 1));
                 if deadline.is_some_and(|d| clock.now() + pause >= d) {
                     return Err(e);
                 }
@@ -1055,13 +1056,4 @@ pub(crate) fn put_retrying(
             answer => return answer,
         }
     }
-}
-
-/// `base` scaled by a random factor between one half and three halves.
-pub fn jittered(base: Duration) -> Duration {
-    let mut bytes = [0u8; 2];
-    // Without randomness the pause is merely not jittered.
-    let _ = getrandom::fill(&mut bytes);
-    let permille = 500 + u32::from(u16::from_le_bytes(bytes)) % 1000;
-    base * permille / 1000
 }

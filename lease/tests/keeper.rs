@@ -220,3 +220,71 @@ fn a_lease_marked_lost_by_a_writer_ends_the_renewals() {
     }
     assert_eq!(store.inner.puts(), puts);
 }
+
+#[test]
+fn the_schedule_never_waits_for_nothing() {
+    use bucket_lease_core::keeper::{Attempt, RenewalSchedule, Step};
+    use bucket_lease_core::LeaseError;
+    let store = Recording::new();
+    let clock = TestClock::new();
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let lease = Lease::acquire(store.clone(), "db", options).unwrap();
+    let deadline = lease.write_deadline().unwrap();
+    let mut schedule = RenewalSchedule::new(&lease);
+    assert_eq!(
+        schedule.step(&lease),
+        Step::Wait {
+            until: clock.now() + secs(10)
+        }
+    );
+    clock.advance(secs(10));
+    assert_eq!(schedule.step(&lease), Step::Renew { deadline });
+    // The renewal hung until the deadline and failed there.
+    clock.advance(secs(10));
+    let failed = LeaseError::Fenced { key: KEY.into() };
+    assert!(matches!(
+        schedule.record(&lease, Attempt::Failed(failed)),
+        Some(Event::RenewalFailed {
+            retrying: false,
+            ..
+        })
+    ));
+    assert_eq!(schedule.step(&lease), Step::End(Event::Fenced));
+
+    // A failure with time left is retried before the deadline, never after.
+    let lease = Lease::acquire(
+        store.clone(),
+        "other",
+        LeaseOptions::new(30).clock(Arc::new(clock.clone())),
+    )
+    .unwrap();
+    let deadline = lease.write_deadline().unwrap();
+    let mut schedule = RenewalSchedule::new(&lease);
+    clock.advance(secs(10));
+    assert_eq!(schedule.step(&lease), Step::Renew { deadline });
+    let failed = LeaseError::Fenced { key: KEY.into() };
+    schedule.record(&lease, Attempt::Failed(failed));
+    match schedule.step(&lease) {
+        Step::Wait { until } => assert!(until > clock.now() && until <= deadline),
+        other => panic!("expected a wait for the retry, got {other:?}"),
+    }
+    // A loss ends the schedule with its reason.
+    let reason = "the record was replaced or deleted".to_string();
+    assert_eq!(
+        schedule.record(
+            &lease,
+            Attempt::Lost {
+                holder: None,
+                reason: reason.clone()
+            }
+        ),
+        None
+    );
+    assert_eq!(
+        schedule.step(&lease),
+        Step::End(Event::Lost {
+            holder: None,
+            reason
+        })
+    );
+}
