@@ -195,18 +195,24 @@ fn fenced_writes_carry_the_epoch_and_refuse_a_second_writer() {
     let latest = format!("{prefix}/LATEST");
     writer.put_pointer(&latest, b"1").unwrap();
     writer.put_pointer(&latest, b"2").unwrap();
+    // A writer that does not fence moves the pointer: no proof of a newer
+    // holder, so the next swap reads it and goes on it.
     store
-        .put(
-            &latest,
-            b"theirs",
-            &bucket_lease::PutOptions::new(bucket_lease::PutMode::Overwrite),
-        )
+        .put(&latest, b"plain", &PutOptions::new(PutMode::Overwrite))
         .unwrap();
+    writer.put_pointer(&latest, b"3").unwrap();
+    assert!(!lease.is_lost());
+    // A newer holder moves it: the stale writer is superseded.
+    let newer = PutOptions::new(PutMode::Overwrite)
+        .with_metadata(EPOCH_METADATA, "2")
+        .with_metadata(bucket_lease::fence::HOLDER_METADATA, "successor");
+    store.put(&latest, b"theirs", &newer).unwrap();
     assert!(matches!(
-        writer.put_pointer(&latest, b"3"),
+        writer.put_pointer(&latest, b"4"),
         Err(WriteError::Superseded(_))
     ));
     assert!(lease.is_lost());
+    assert_eq!(store.get(&latest, None).unwrap().body, b"theirs");
 }
 
 /// A service that honours conditional PUT but ignores `If-Match` on DELETE:
