@@ -285,3 +285,51 @@ fn best_effort_is_taken_and_said() {
     let done = cli_common::Done::from(cmd.output().unwrap());
     assert_eq!(done.stdout.trim(), "best-effort", "{done:?}");
 }
+
+#[test]
+fn every_process_of_the_command_is_stopped_when_the_lease_is_lost() {
+    cli_common::every_process_of_the_command_is_stopped_when_the_lease_is_lost(&Target::fs(
+        "lost-family",
+    ));
+}
+
+#[test]
+fn every_process_of_the_command_is_dead_by_the_deadline_when_renewals_hang() {
+    let t = Target::fs("fenced-family");
+    let dir = t.bucket_dir().expect("a file:// bucket");
+    let mut lock = None;
+    cli_common::every_process_of_the_command_is_dead_by_the_deadline_when_renewals_hang(
+        &t,
+        &mut |on| lock = on.then(|| BucketLock::take(&dir)),
+    );
+}
+
+#[test]
+fn a_child_that_ignores_sigterm_is_killed_at_the_deadline() {
+    let t = Target::fs("stubborn");
+    let dir = t.bucket_dir().expect("a file:// bucket");
+    let mut lock = None;
+    cli_common::a_child_that_ignores_sigterm_is_killed_at_the_deadline(&t, &mut |on| {
+        lock = on.then(|| BucketLock::take(&dir));
+    });
+}
+
+#[test]
+fn a_signal_to_run_stops_every_process_of_the_command() {
+    cli_common::a_signal_to_run_stops_every_process_of_the_command(&Target::fs("signal-family"));
+}
+
+#[test]
+fn every_process_of_the_command_dies_with_a_killed_run() {
+    cli_common::every_process_of_the_command_dies_with_a_killed_run(&Target::fs("killed-family"));
+}
+
+#[test]
+fn every_process_dies_when_the_supervisor_is_killed() {
+    cli_common::every_process_dies_when_the_supervisor_is_killed(&Target::fs("supervisor"));
+}
+
+#[test]
+fn what_the_command_leaves_behind_is_stopped() {
+    cli_common::what_the_command_leaves_behind_is_stopped(&Target::fs("leftovers"));
+}

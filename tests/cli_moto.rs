@@ -31,6 +31,9 @@ on_moto!(
     store_text_is_shown_escaped,
     inspect_survives_absurd_records,
     inspect_shows_who_released_the_lease,
+    every_process_of_the_command_is_stopped_when_the_lease_is_lost,
+    a_signal_to_run_stops_every_process_of_the_command,
+    every_process_of_the_command_dies_with_a_killed_run,
 );
 
 /// moto behind a [`Proxy`] the test controls.
@@ -46,6 +49,27 @@ fn renewals_that_hang_stop_the_command_by_the_write_deadline() {
         return;
     };
     cli_common::renewals_that_hang_stop_the_command_by_the_write_deadline(&t, &mut |on| {
+        proxy.black_hole(on)
+    });
+}
+
+#[test]
+fn every_process_of_the_command_is_dead_by_the_deadline_when_renewals_hang() {
+    let Some((t, proxy)) = moto_behind_a_proxy("fenced-family") else {
+        return;
+    };
+    cli_common::every_process_of_the_command_is_dead_by_the_deadline_when_renewals_hang(
+        &t,
+        &mut |on| proxy.black_hole(on),
+    );
+}
+
+#[test]
+fn a_child_that_ignores_sigterm_is_killed_at_the_deadline() {
+    let Some((t, proxy)) = moto_behind_a_proxy("stubborn") else {
+        return;
+    };
+    cli_common::a_child_that_ignores_sigterm_is_killed_at_the_deadline(&t, &mut |on| {
         proxy.black_hole(on)
     });
 }

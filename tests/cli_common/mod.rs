@@ -986,3 +986,415 @@ pub fn inspect_shows_who_released_the_lease(t: &Target) {
     let fresh = t.url("never-taken");
     assert_eq!(t.inspect(&fresh)["released"], false);
 }
+
+// ------------------------------------------- every process of the command
+
+/// `$DIR/rec.sh NAME SECONDS`: record this process's pid in `$DIR/NAME`,
+/// then become `sleep SECONDS`.
+const REC_SH: &str =
+    "echo $$ > \"$DIR/$1.tmp\" && mv \"$DIR/$1.tmp\" \"$DIR/$1\"\nexec sleep \"$2\"\n";
+
+/// `$DIR/stubborn.sh NAME`: record this process's pid in `$DIR/NAME`, and
+/// survive SIGTERM, noting each one in `$DIR/NAME.term`; only SIGKILL ends
+/// it. It forks a `sleep` every 0.1 s meanwhile.
+const STUBBORN_SH: &str = "trap 'echo TERM >> \"$DIR/$1.term\"' TERM\n\
+     echo $$ > \"$DIR/$1.tmp\" && mv \"$DIR/$1.tmp\" \"$DIR/$1\"\n\
+     while :; do sleep 0.1; done\n";
+
+/// The start time of process `pid` (clock ticks since boot, field 22 of
+/// `/proc/PID/stat`): with the pid, it names one process, never a later
+/// one that reuses the pid.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The processes a command started, each recording its pid in a file of
+/// the scratch directory, checked by pid. Dropping it SIGKILLs `run` and
+/// every recorded process still alive (the same process: its start time
+/// is checked), so a failing test leaves nothing behind.
+pub struct Family {
+    dir: PathBuf,
+    names: Vec<&'static str>,
+    seen: std::cell::RefCell<Vec<(String, i32, u64)>>,
+}
+
+impl Family {
+    /// A family whose members will record their pids under `names`; writes
+    /// `rec.sh` and `stubborn.sh` into the target's scratch directory.
+    pub fn new(t: &Target, names: &[&'static str]) -> Family {
+        std::fs::write(t.path("rec.sh"), REC_SH).unwrap();
+        std::fs::write(t.path("stubborn.sh"), STUBBORN_SH).unwrap();
+        Family {
+            dir: t.scratch.clone(),
+            names: names.to_vec(),
+            seen: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Watch process `pid` too (killed on drop if still the same process).
+    pub fn watch(&self, name: &str, pid: u32) {
+        let pid = i32::try_from(pid).expect("a pid");
+        if let Some(start) = start_time(pid) {
+            self.seen.borrow_mut().push((name.to_string(), pid, start));
+        }
+    }
+
+    /// Wait until every member has recorded its pid; the pids.
+    pub fn wait(&self, limit: Duration) -> Vec<(String, i32)> {
+        let deadline = Instant::now() + limit;
+        let mut out = Vec::new();
+        for name in &self.names {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let text = wait_for_file(&self.dir.join(name), left.max(Duration::from_millis(1)));
+            let pid: i32 = text.parse().expect("a pid in the file");
+            if let Some(start) = start_time(pid) {
+                self.seen.borrow_mut().push((name.to_string(), pid, start));
+            }
+            out.push((name.to_string(), pid));
+        }
+        out
+    }
+
+    /// The members (by name and pid) still alive now.
+    pub fn alive(&self) -> Vec<String> {
+        self.members()
+            .into_iter()
+            .filter(|(_, pid)| alive(&pid.to_string()))
+            .map(|(name, pid)| format!("{name} (pid {pid})"))
+            .collect()
+    }
+
+    /// Whether member `name` is alive.
+    pub fn is_alive(&self, name: &str) -> bool {
+        self.members()
+            .iter()
+            .any(|(n, pid)| n == name && alive(&pid.to_string()))
+    }
+
+    fn members(&self) -> Vec<(String, i32)> {
+        self.seen
+            .borrow()
+            .iter()
+            .filter(|(name, _, _)| self.names.contains(&name.as_str()))
+            .map(|(name, pid, _)| (name.clone(), *pid))
+            .collect()
+    }
+
+    /// Poll until no member is alive or `by` has passed; the ones alive.
+    pub fn dead_by(&self, by: Instant) -> Vec<String> {
+        loop {
+            let left = self.alive();
+            if left.is_empty() || Instant::now() >= by {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Family {
+    fn drop(&mut self) {
+        // `run` first (the watched ones come first), then the others.
+        for (_, pid, start) in self.seen.borrow().iter() {
+            if start_time(*pid) == Some(*start) {
+                if let Some(pid) = Pid::from_raw(*pid) {
+                    let _ = kill_process(pid, Signal::KILL);
+                }
+            }
+        }
+    }
+}
+
+/// The members of [`FAMILY_SCRIPT`].
+pub const FAMILY: &[&str] = &[
+    "sh",
+    "child",
+    "pipe1",
+    "pipe2",
+    "daemon",
+    "session",
+    "session-daemon",
+    "foreground",
+];
+
+/// A shell script that starts what real jobs start: a background child, a
+/// pipeline, a double-forked daemon (orphaned at once), a child in a new
+/// session (`setsid`), a double-forked daemon in a new session, and a
+/// foreground program the shell waits for. Each records its pid.
+pub const FAMILY_SCRIPT: &str = "\
+echo $$ > \"$DIR/sh.tmp\" && mv \"$DIR/sh.tmp\" \"$DIR/sh\"
+sh \"$DIR/rec.sh\" child 300 &
+sh \"$DIR/rec.sh\" pipe1 300 | sh \"$DIR/rec.sh\" pipe2 300 &
+sh -c '(sh \"$DIR/rec.sh\" daemon 300 &) &'
+setsid sh \"$DIR/rec.sh\" session 300 &
+setsid sh -c 'sh \"$DIR/rec.sh\" session-daemon 300 &' &
+sh \"$DIR/rec.sh\" foreground 300
+echo done
+";
+
+/// `run --ttl TTL --grace 2 URL -- sh -c SCRIPT` with `$DIR` set, and a
+/// family watching `names` and `run` itself. Its output goes to files
+/// (see [`finish_run`]).
+pub fn spawn_family(
+    t: &Target,
+    url: &str,
+    ttl_s: u64,
+    script: &str,
+    names: &[&'static str],
+) -> (Child, Family) {
+    let family = Family::new(t, names);
+    let ttl = ttl_s.to_string();
+    let mut cmd = t.command([
+        "run", "--ttl", &ttl, "--grace", "2", url, "--", "sh", "-c", script,
+    ]);
+    let out = std::fs::File::create(t.path("run.out")).unwrap();
+    let err = std::fs::File::create(t.path("run.err")).unwrap();
+    cmd.env("DIR", &t.scratch).stdout(out).stderr(err);
+    let holder = cmd.spawn().expect("the binary starts");
+    family.watch("run", holder.id());
+    (holder, family)
+}
+
+/// Wait for a `run` started by [`spawn_family`] to exit within `limit`
+/// (kill it and fail otherwise); its output is read from files, so
+/// processes it leaves behind, which would hold a pipe open, cannot hold
+/// up the test.
+pub fn finish_run(t: &Target, mut child: Child, limit: Duration) -> Done {
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let done = Done {
+        code: status.and_then(|s| s.code()),
+        stdout: std::fs::read_to_string(t.path("run.out")).unwrap_or_default(),
+        stderr: std::fs::read_to_string(t.path("run.err")).unwrap_or_default(),
+    };
+    assert!(
+        status.is_some(),
+        "run did not exit within {limit:?}: {done:?}"
+    );
+    done
+}
+
+/// The issue's example, with every kind of descendant: after a `break`,
+/// `run` exits 76 and every process the command started is dead, by pid,
+/// before the write deadline the lost lease had.
+pub fn every_process_of_the_command_is_stopped_when_the_lease_is_lost(t: &Target) {
+    let url = t.url("lost-family");
+    let (holder, family) = spawn_family(t, &url, 3, FAMILY_SCRIPT, FAMILY);
+    family.wait(Duration::from_secs(10));
+    let id = t.holder(&url).expect("held");
+    let broke = t.run(["break", "--holder", id.as_str(), url.as_str()]);
+    let broken_at = Instant::now();
+    assert_eq!(broke.code, Some(0), "{broke:?}");
+    // Every renewal that landed was sent before the break: the deadline is
+    // at most 2/3 of the 3 s TTL after it. Plus what polling can see.
+    let left = family.dead_by(broken_at + Duration::from_millis(2600));
+    let done = finish_run(t, holder, Duration::from_secs(20));
+    assert!(
+        left.is_empty(),
+        "alive after the write deadline: {left:?}; {done:?}"
+    );
+    assert_eq!(done.code, Some(LOST), "{done:?}");
+    assert!(family.alive().is_empty(), "alive after run exited");
+}
+
+/// Renewals that stop landing (`cut(true)`): every process of the command
+/// is dead by the write deadline, and `run` exits 76.
+pub fn every_process_of_the_command_is_dead_by_the_deadline_when_renewals_hang(
+    t: &Target,
+    cut: &mut dyn FnMut(bool),
+) {
+    let url = t.url("fenced-family");
+    let (holder, family) = spawn_family(t, &url, 3, FAMILY_SCRIPT, FAMILY);
+    family.wait(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    let cut_at = Instant::now();
+    cut(true);
+    let left = family.dead_by(cut_at + Duration::from_millis(2600));
+    let done = finish_run(t, holder, Duration::from_secs(20));
+    cut(false);
+    assert!(
+        left.is_empty(),
+        "alive after the write deadline: {left:?}; {done:?}"
+    );
+    assert_eq!(done.code, Some(LOST), "{done:?}");
+}
+
+/// One child survives SIGTERM (it notes it and goes on), another exits on
+/// it: when renewals hang, the first is seen alive after the second died
+/// (so it got SIGTERM and survived it), and is dead by the write deadline
+/// all the same: it was sent SIGKILL. It runs in a new session, orphaned,
+/// outside the command's process group. TTL 6 s: SIGTERM 1 s before the
+/// deadline.
+pub fn a_child_that_ignores_sigterm_is_killed_at_the_deadline(
+    t: &Target,
+    cut: &mut dyn FnMut(bool),
+) {
+    let url = t.url("stubborn");
+    let script = "setsid sh -c 'sh \"$DIR/stubborn.sh\" stubborn &' &\n\
+                  sh \"$DIR/rec.sh\" meek 300\n";
+    let (holder, family) = spawn_family(t, &url, 6, script, &["stubborn", "meek"]);
+    family.wait(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    let cut_at = Instant::now();
+    cut(true);
+    let deadline = cut_at + Duration::from_secs(4);
+    let observation = Duration::from_millis(600);
+    while family.is_alive("meek") && Instant::now() < deadline + observation {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let meek_dead_at = Instant::now();
+    let stubborn_then = family.is_alive("stubborn");
+    let left = family.dead_by(deadline + observation);
+    let done = finish_run(t, holder, Duration::from_secs(20));
+    cut(false);
+    assert!(
+        meek_dead_at < deadline,
+        "the child that exits on SIGTERM was alive at the deadline: {done:?}"
+    );
+    assert!(
+        stubborn_then,
+        "the stubborn child died with the other: it never survived a SIGTERM: {done:?}"
+    );
+    assert!(
+        t.path("stubborn.term").exists(),
+        "the stubborn child never got SIGTERM: {done:?}"
+    );
+    assert!(
+        left.is_empty(),
+        "alive after the write deadline: {left:?}; {done:?}"
+    );
+    assert_eq!(done.code, Some(LOST), "{done:?}");
+    assert!(done.stderr.contains("SIGKILL"), "{done:?}");
+}
+
+/// SIGINT and SIGTERM to `run`: every process of the command is gone when
+/// `run` exits (130, 143), and the lease is released. SIGTSTP before them
+/// is ignored (said on stderr).
+pub fn a_signal_to_run_stops_every_process_of_the_command(t: &Target) {
+    for (sig, code, name) in [(Signal::INT, 130, "int"), (Signal::TERM, 143, "term")] {
+        let url = t.url(&format!("signal-family-{name}"));
+        for member in FAMILY {
+            let _ = std::fs::remove_file(t.path(member));
+        }
+        let (holder, family) = spawn_family(t, &url, 3, FAMILY_SCRIPT, FAMILY);
+        family.wait(Duration::from_secs(10));
+        // Not suspended: a stopped run could neither renew nor stop them.
+        signal(&holder, Signal::TSTP);
+        std::thread::sleep(Duration::from_millis(300));
+        let state = std::fs::read_to_string(format!("/proc/{}/stat", holder.id()))
+            .ok()
+            .and_then(|stat| stat.rsplit(") ").next().map(|r| r.chars().next()));
+        assert_ne!(state, Some(Some('T')), "SIGTSTP stopped run");
+        signal(&holder, sig);
+        let done = finish_run(t, holder, Duration::from_secs(20));
+        assert!(done.stderr.contains("SIGTSTP ignored"), "{done:?}");
+        let left = family.alive();
+        assert!(left.is_empty(), "{sig:?}: alive after run exited: {left:?}");
+        assert_eq!(done.code, Some(code), "{sig:?}: {done:?}");
+        assert_eq!(t.inspect(&url)["state"], "free", "{sig:?}: {done:?}");
+    }
+}
+
+/// `run` killed with SIGKILL (it can neither signal nor release): every
+/// process of the command dies with it, within moments.
+pub fn every_process_of_the_command_dies_with_a_killed_run(t: &Target) {
+    let url = t.url("killed-family");
+    let (mut holder, family) = spawn_family(t, &url, 3, FAMILY_SCRIPT, FAMILY);
+    family.wait(Duration::from_secs(10));
+    holder.kill().expect("SIGKILL");
+    let killed_at = Instant::now();
+    let _ = holder.wait();
+    let left = family.dead_by(killed_at + Duration::from_secs(2));
+    assert!(left.is_empty(), "alive 2 s after run was killed: {left:?}");
+}
+
+/// The pids of the children of process `parent`.
+pub fn children_of(parent: u32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        if rest.split_whitespace().nth(1) == Some(parent.to_string().as_str()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// `run`'s child (the supervisor of the command) killed with SIGKILL, as
+/// the OOM killer might: `run` kills every process it left, releases the
+/// lease and exits.
+pub fn every_process_dies_when_the_supervisor_is_killed(t: &Target) {
+    let url = t.url("supervisor-killed");
+    let (holder, family) = spawn_family(t, &url, 3, FAMILY_SCRIPT, FAMILY);
+    family.wait(Duration::from_secs(10));
+    let children = children_of(holder.id());
+    assert_eq!(children.len(), 1, "run has one child: {children:?}");
+    let supervisor = children[0];
+    family.watch("supervisor", u32::try_from(supervisor).unwrap());
+    kill_pid(&supervisor.to_string());
+    let done = finish_run(t, holder, Duration::from_secs(20));
+    let left = family.alive();
+    assert!(
+        left.is_empty(),
+        "alive after run exited: {left:?}; {done:?}"
+    );
+    assert_eq!(done.code, Some(128 + 9), "{done:?}");
+    assert_eq!(t.inspect(&url)["state"], "free", "{done:?}");
+}
+
+/// A command that exits by itself leaving processes behind (one that exits
+/// on SIGTERM, one in a new session that survives it): they are stopped
+/// (SIGTERM, then SIGKILL after the grace period) before `run` exits, and
+/// `run` exits with the command's status.
+pub fn what_the_command_leaves_behind_is_stopped(t: &Target) {
+    for code in [0, 3] {
+        let url = t.url(&format!("leftovers-{code}"));
+        for member in ["left", "left-stubborn", "left-stubborn.term"] {
+            let _ = std::fs::remove_file(t.path(member));
+        }
+        let script = format!(
+            "sh \"$DIR/rec.sh\" left 300 &\n\
+             setsid sh -c 'sh \"$DIR/stubborn.sh\" left-stubborn &' &\n\
+             while ! test -e \"$DIR/left\" || ! test -e \"$DIR/left-stubborn\"; do sleep 0.05; done\n\
+             exit {code}\n"
+        );
+        let (holder, family) = spawn_family(t, &url, 3, &script, &["left", "left-stubborn"]);
+        family.wait(Duration::from_secs(10));
+        let done = finish_run(t, holder, Duration::from_secs(20));
+        let left = family.alive();
+        assert!(
+            left.is_empty(),
+            "alive after run exited: {left:?}; {done:?}"
+        );
+        assert_eq!(done.code, Some(code), "{done:?}");
+        assert!(
+            t.path("left-stubborn.term").exists(),
+            "SIGTERM came first: {done:?}"
+        );
+        assert_eq!(t.inspect(&url)["state"], "free", "{done:?}");
+    }
+}

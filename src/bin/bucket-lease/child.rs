@@ -1,79 +1,240 @@
-//! Starting `run`'s COMMAND so that it cannot outlive `bucket-lease`.
+//! Starting `run`'s COMMAND, and stopping every process it starts.
 //!
-//! If `bucket-lease run` is killed with SIGKILL it can neither stop COMMAND
-//! nor release the lease; the lease is taken over after its TTL, and a
-//! COMMAND still running would then write beside the new holder. So on
-//! Linux `run` does not start COMMAND itself: it starts its own executable
-//! as `bucket-lease __exec-child PID COMMAND [ARG...]`, which
+//! A job is rarely one process: a shell script runs programs in the
+//! background and in pipelines, a program forks workers, a daemon forks
+//! twice and calls `setsid`. Each of them may write to the bucket, so each
+//! must be dead by the lease's write deadline, and none may outlive `run`.
 //!
-//! 1. asks the kernel to SIGKILL it when its parent dies
-//!    (`PR_SET_PDEATHSIG`, which survives `exec`),
-//! 2. checks that its parent is still `PID` (the parent may have died
-//!    before step 1), and
-//! 3. replaces itself with COMMAND (`exec`), keeping its pid, so `run`
-//!    signals and waits for COMMAND itself.
+//! On Linux `run` ([`Job`]) becomes a child subreaper and starts its own
+//! executable as `bucket-lease __supervise PID GRACE_MS LOG COMMAND
+//! [ARG...]` ([`crate::supervise`]), in a process group of its own. The
+//! supervisor starts COMMAND in a new process group, is the subreaper of
+//! everything below it, and does what `run` asks: SIGTERM to COMMAND's
+//! group and to every descendant (found in `/proc`, whatever group or
+//! session it moved to), or SIGKILL to all of them until none is left.
+//! When COMMAND exits by itself, the processes it left get SIGTERM, then
+//! SIGKILL after the grace period. The supervisor exits once it has no
+//! process left under it, with COMMAND's status.
 //!
-//! Everything here is safe code: the death signal is set on the calling
-//! process, not between `fork` and `exec`. Elsewhere than on Linux, or when
-//! the executable cannot be found, COMMAND is started directly.
+//! - **At the write deadline** `run` does not rely on the supervisor
+//!   alone: it asks it to kill (SIGUSR1) and sends SIGKILL itself to every
+//!   process under it and to their groups ([`Job::kill`]).
+//! - **If `run` dies** (SIGKILL, a crash), the kernel sends the supervisor
+//!   SIGUSR2 (`PR_SET_PDEATHSIG`), and it kills every process of COMMAND
+//!   at once, then exits.
+//! - **If the supervisor dies** (SIGKILL, the OOM killer), the processes
+//!   it leaves are given to `run`, the next subreaper up, which kills and
+//!   reaps every one of them before it releases the lease ([`Job::sweep`]).
+//!   `run` also does so after a supervisor that exited normally: it exits
+//!   only when no process it started is left, or names those it could not
+//!   kill.
+//! - **Only if both die at once** (SIGKILL to both) can COMMAND's
+//!   processes live on.
+//!
+//! Everything here is safe code: groups are set with std's
+//! `CommandExt::process_group`, the death signal and the subreaper on the
+//! calling process, never between `fork` and `exec`. Elsewhere than on
+//! Linux (or without `/proc`), COMMAND is started directly in a process
+//! group of its own, and only that group is signalled: processes that
+//! leave it (`setsid`, daemons) are not stopped, nor is anything when
+//! `run` is killed with SIGKILL.
 
-use crate::exit;
+use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 use std::ffi::OsString;
-use std::process::Command;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus};
+use std::time::Duration;
 
-/// The hidden first argument that makes `bucket-lease` become COMMAND.
-pub const EXEC_CHILD: &str = "__exec-child";
+/// The hidden first argument that makes `bucket-lease` the supervisor of
+/// a command ([`crate::supervise`]).
+pub const SUPERVISE: &str = "__supervise";
 
-/// The command that starts `program` with `args` as `run`'s child.
-pub fn command(program: &OsString, args: &[OsString]) -> Command {
-    match std::env::current_exe() {
-        Ok(me) if cfg!(target_os = "linux") => {
-            let mut command = Command::new(me);
-            command
-                .arg(EXEC_CHILD)
-                .arg(std::process::id().to_string())
-                .arg(program)
-                .args(args);
-            command
-        }
-        _ => {
-            let mut command = Command::new(program);
-            command.args(args);
-            command
-        }
+/// How long a kill of what is left goes on in `run` before the processes
+/// still alive are named (the supervisor has tried for
+/// [`crate::supervise::KILL_BOUND`] already).
+#[cfg(target_os = "linux")]
+const SWEEP_BOUND: Duration = Duration::from_secs(5);
+
+/// The command that starts COMMAND (`program` with `args`) for `run`: its
+/// environment is `run`'s, plus what the caller adds. `grace` is for what
+/// COMMAND leaves when it exits; `verbose` and `quiet` are `run`'s logging
+/// flags, for the supervisor's messages.
+pub fn command(
+    program: &OsString,
+    args: &[OsString],
+    grace: Duration,
+    verbose: u8,
+    quiet: bool,
+) -> Start {
+    let supervised = cfg!(target_os = "linux") && std::path::Path::new(SELF_EXE).exists();
+    let mut command = if supervised {
+        let mut command = Command::new(SELF_EXE);
+        let log = if quiet {
+            "q".to_string()
+        } else {
+            verbose.to_string()
+        };
+        let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+        command
+            .arg0("bucket-lease")
+            .arg(SUPERVISE)
+            .arg(std::process::id().to_string())
+            .arg(grace_ms.to_string())
+            .arg(log)
+            .arg(program)
+            .args(args);
+        command
+    } else {
+        let mut command = Command::new(program);
+        command.args(args);
+        command
+    };
+    command.process_group(0);
+    Start {
+        command,
+        supervised,
     }
 }
 
-/// `bucket-lease __exec-child PID COMMAND [ARG...]`: become COMMAND, to be
-/// killed with the parent `PID`. Returns only when that fails, with the
-/// exit code to end on (127 not found, 126 cannot execute).
-pub fn exec_child(args: &[OsString]) -> u8 {
-    let [parent, program, rest @ ..] = args else {
-        eprintln!("bucket-lease: {EXEC_CHILD} is internal to `bucket-lease run`");
-        return exit::USAGE;
-    };
-    #[cfg(target_os = "linux")]
-    {
-        use rustix::process::{getppid, set_parent_process_death_signal, Signal};
-        if let Err(e) = set_parent_process_death_signal(Some(Signal::KILL)) {
-            eprintln!("bucket-lease: run: cannot tie the command to its supervisor: {e}");
-            return exit::CANNOT_EXECUTE;
+/// This executable, even if its file was replaced or removed since it
+/// started.
+const SELF_EXE: &str = "/proc/self/exe";
+
+/// A command ready to start; add to its environment, then [`Job::spawn`].
+pub struct Start {
+    /// The command; only its environment may be changed.
+    pub command: Command,
+    supervised: bool,
+}
+
+/// COMMAND, started: under its supervisor on Linux, else as the leader of
+/// a process group of its own.
+pub struct Job {
+    child: Child,
+    supervised: bool,
+}
+
+impl Job {
+    /// Start it. On Linux `run` becomes a child subreaper first.
+    ///
+    /// # Errors
+    ///
+    /// When the process cannot be started.
+    pub fn spawn(start: Start) -> io::Result<Job> {
+        let Start {
+            mut command,
+            supervised,
+        } = start;
+        #[cfg(target_os = "linux")]
+        if supervised {
+            if let Err(e) = rustix::process::set_child_subreaper(Some(Pid::INIT)) {
+                log::warn!(
+                    "cannot become a subreaper ({e}): if the command's supervisor dies, what it \
+                     leaves may outlive run"
+                );
+            }
         }
-        let parent_alive = getppid()
-            .is_some_and(|p| parent.to_str() == Some(p.as_raw_nonzero().to_string().as_str()));
-        if !parent_alive {
-            // `run` died before the death signal was set: it watches nothing.
-            return exit::LOST;
+        let child = command.spawn()?;
+        Ok(Job { child, supervised })
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_child(&self.child)
+    }
+
+    /// COMMAND's status, once it has exited; on Linux, read from its
+    /// supervisor, which exits only once no process of COMMAND is left (or
+    /// it has named those it could not kill).
+    ///
+    /// # Errors
+    ///
+    /// When waiting fails.
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        self.child.try_wait()
+    }
+
+    /// Ask every process of COMMAND to stop: SIGTERM.
+    pub fn terminate(&self) {
+        // The supervisor sends SIGTERM to each; without one, the group
+        // gets it, then SIGCONT in case it was stopped.
+        let sent = if self.supervised {
+            kill_process(self.pid(), Signal::TERM)
+        } else {
+            kill_process_group(self.pid(), Signal::TERM)
+                .and_then(|()| kill_process_group(self.pid(), Signal::CONT))
+        };
+        if let Err(e) = sent {
+            log::warn!("could not send SIGTERM to the command: {e}");
         }
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = parent;
-    use std::os::unix::process::CommandExt;
-    let error = Command::new(program).args(rest).exec();
-    eprintln!("bucket-lease: run: cannot run {program:?}: {error}");
-    if error.kind() == std::io::ErrorKind::NotFound {
-        exit::NOT_FOUND
-    } else {
-        exit::CANNOT_EXECUTE
+
+    /// SIGKILL every process of COMMAND: the supervisor is asked to (and
+    /// goes on until none is left), and `run` sends SIGKILL to every
+    /// process under the supervisor and to their groups itself, so that
+    /// they die now even if the supervisor is slow to run.
+    pub fn kill(&self) {
+        if !self.supervised {
+            if let Err(e) = kill_process_group(self.pid(), Signal::KILL) {
+                log::warn!("could not send SIGKILL to the command: {e}");
+            }
+            return;
+        }
+        if let Err(e) = kill_process(self.pid(), Signal::USR1) {
+            log::warn!("could not ask the command's supervisor to kill it: {e}");
+        }
+        #[cfg(target_os = "linux")]
+        {
+            let round = crate::procs::signal_all(
+                self.pid(),
+                Signal::KILL,
+                None,
+                &mut crate::procs::Sent::default(),
+            );
+            for (p, e) in round.failed {
+                log::warn!("could not send SIGKILL to {p}: {e}");
+            }
+        }
+    }
+
+    /// SIGKILL the supervisor itself (one that does not exit after a
+    /// kill); [`sweep`](Self::sweep) then kills what it leaves.
+    pub fn kill_supervisor(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    /// Once the supervisor has exited: kill and reap every process still
+    /// under `run` (left by a supervisor that was killed, or one that
+    /// could not kill them all), for at most [`SWEEP_BOUND`]. Without a
+    /// supervisor: SIGKILL to what is left of COMMAND's group. Logs what
+    /// it did; the processes it could not kill are named.
+    pub fn sweep(&self) {
+        if !self.supervised {
+            // The group outlives its leader while it has members.
+            let _ = kill_process_group(self.pid(), Signal::KILL);
+            return;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use rustix::process::{getpid, wait, WaitOptions};
+            let me = getpid();
+            let found = crate::procs::descendants(me);
+            if found.iter().any(crate::procs::Proc::alive) {
+                log::warn!(
+                    "the command's supervisor left {} process(es): killing them",
+                    found.iter().filter(|p| p.alive()).count()
+                );
+            }
+            // `run` has no other child: every one it can wait for now is
+            // an orphan the supervisor left.
+            let mut reap = || while let Ok(Some(_)) = wait(WaitOptions::NOHANG) {};
+            if let Err(left) = crate::procs::kill_all(me, None, SWEEP_BOUND, &mut reap) {
+                log::error!(
+                    "could not kill every process of the command within {} s: {}",
+                    SWEEP_BOUND.as_secs(),
+                    left.join("; ")
+                );
+            }
+        }
     }
 }

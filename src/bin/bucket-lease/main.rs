@@ -32,7 +32,11 @@ mod brk;
 mod child;
 mod inspect;
 mod log;
+#[cfg(target_os = "linux")]
+mod procs;
 mod run;
+#[cfg(target_os = "linux")]
+mod supervise;
 mod text;
 
 use bucket_lease::backends::config::{self, ConfigError};
@@ -124,8 +128,9 @@ Options:
 
 fn main() -> ExitCode {
     let args: VecDeque<OsString> = std::env::args_os().skip(1).collect();
-    if args.front().is_some_and(|a| a == child::EXEC_CHILD) {
-        return ExitCode::from(child::exec_child(&Vec::from(args)[1..]));
+    #[cfg(target_os = "linux")]
+    if args.front().is_some_and(|a| a == child::SUPERVISE) {
+        return ExitCode::from(supervise::main(&Vec::from(args)[1..]));
     }
     let code = match dispatch(Parser::new("", args)) {
         Ok(code) => code,

@@ -23,11 +23,13 @@
 //!   request (130 or 143), after a bounded look for a record of ours.
 //! - **The lease is kept while COMMAND runs** by the renewal thread
 //!   ([`Keeper`]), every third of the TTL. Retried renewals are logged.
-//! - **COMMAND is dead by the write deadline.** The write deadline is two
-//!   thirds of the TTL after the last renewal that landed (sent). With
+//! - **Every process of COMMAND is dead by the write deadline.** What is
+//!   signalled is COMMAND's process group and every process it started,
+//!   wherever it went (see "What is stopped" below). The write deadline is
+//!   two thirds of the TTL after the last renewal that landed (sent). With
 //!   `W = min(grace, TTL/6)`: once the deadline is less than `W` away (a
-//!   renewal due at TTL/3 has not landed within TTL/6), COMMAND gets
-//!   SIGTERM, and SIGKILL [`KILL_MARGIN`] before the deadline. Once the
+//!   renewal due at TTL/3 has not landed within TTL/6), they get SIGTERM,
+//!   and SIGKILL [`KILL_MARGIN`] before the deadline. Once the
 //!   lease is fenced, SIGKILL at once. A lost lease (another instance holds
 //!   it) gets SIGTERM at once and SIGKILL `W` later, never later than just
 //!   before the last known deadline. The supervising loop reads the lease's
@@ -35,16 +37,21 @@
 //!   for each of these instants. Once stopping has begun, a renewal that
 //!   lands later does not undo it. Exit 76.
 //! - **The exit status is COMMAND's**: its exit code, or 128+N when signal
-//!   N killed it. 126/127 when it could not be started (the lease is
-//!   released first).
-//! - **SIGINT, SIGTERM and SIGHUP release the lease**: the command is sent
-//!   SIGTERM (a second signal sends SIGKILL at once) and SIGKILL after the
-//!   grace period, or just before the write deadline if that comes first;
-//!   then the lease is released. Exit COMMAND's own exit code if it exited
+//!   N killed it, whatever the processes it left did. 126/127 when it
+//!   could not be started (the lease is released first).
+//! - **SIGINT, SIGTERM and SIGHUP release the lease**: every process of
+//!   the command is sent SIGTERM (a second signal sends SIGKILL at once)
+//!   and SIGKILL after the grace period, or just before the write deadline
+//!   if that comes first; then the lease is released. SIGTSTP is ignored
+//!   while the command runs: a suspended `run` could neither renew nor
+//!   stop it. Exit COMMAND's own exit code if it exited
 //!   by itself, else 128 + the signal received (130, 143, 129).
-//! - **The lease is released when COMMAND exits**, whatever its status
-//!   (unless it was lost: a record naming someone else is left alone),
-//!   within `min(5 s, max(1 s, TTL/3))`. A failed release is logged; the
+//! - **The lease is released when COMMAND exits and nothing it started is
+//!   left**: processes it left running get SIGTERM, then SIGKILL after the
+//!   grace period (or the deadline rule above, if that comes first). Then
+//!   the lease is released whatever the status (unless it was lost: a
+//!   record naming someone else is left alone), within
+//!   `min(5 s, max(1 s, TTL/3))`. A failed release is logged; the
 //!   record then expires after its TTL.
 //! - COMMAND sees `BUCKET_LEASE_URL`, `BUCKET_LEASE_KEY`,
 //!   `BUCKET_LEASE_INSTANCE_ID`, `BUCKET_LEASE_EPOCH`, `BUCKET_LEASE_TTL_S`,
@@ -57,19 +64,36 @@
 //!   record as suspect); `--wait` and `--grace` up to 10^9 s. Anything else
 //!   is a usage error (64), never an overflow.
 //!
-//! - **COMMAND dies with `bucket-lease`.** On Linux, if `bucket-lease`
-//!   itself is killed with SIGKILL (it can then release nothing), the kernel
-//!   kills COMMAND too, long before the lease can be taken over (see
-//!   [`crate::child`]).
+//! - **COMMAND's processes die with `bucket-lease`.** On Linux, if `run`
+//!   itself is killed with SIGKILL (it can then release nothing), its
+//!   supervisor kills every process of COMMAND within milliseconds, long
+//!   before the lease can be taken over; if the supervisor is killed,
+//!   `run` kills what it leaves before releasing.
 //!
-//! What it cannot promise: only COMMAND itself is signalled (a shell
-//! script should `exec` its last command; its own children are not
-//! killed with it). A write COMMAND sent before it died may still land
-//! after the deadline (the service received it); a process paused between
-//! its check and its write sends it when it wakes. A wait interrupted by a
-//! signal may leave a record of ours that lands after the look for it:
-//! it expires after its TTL.
+//! What is stopped (Linux; see [`crate::child`] and [`crate::supervise`]):
+//! COMMAND runs in a process group of its own under a supervisor that is
+//! the child subreaper of everything COMMAND starts, and `run` is the
+//! subreaper above it. Every descendant is found in `/proc`, including
+//! one that left the group or the session (`setsid`, a double fork, a
+//! daemon) or lives in a PID namespace it created; `run` exits only when
+//! none is left, or names the processes it could not kill (one running as
+//! another user, or stuck in the kernel). COMMAND is in the background of
+//! a terminal: one that reads the terminal is stopped (SIGTTIN); give it
+//! its input from a file or a pipe. Elsewhere than on Linux, only
+//! COMMAND's process group is signalled, and nothing when `run` is killed
+//! with SIGKILL.
+//!
+//! What it cannot promise: a process COMMAND did not start itself escapes
+//! (a service started through a service manager, such as `systemd-run`, or
+//! asked of another daemon, such as a container runtime or `at`; a process
+//! on another machine), and so do COMMAND's processes if `run` and its
+//! supervisor are both killed with SIGKILL at once. A write sent before
+//! its process died may still land after the deadline (the service
+//! received it); a process paused between its check and its write sends
+//! it when it wakes. A wait interrupted by a signal may leave a record of
+//! ours that lands after the look for it: it expires after its TTL.
 
+use crate::child::Job;
 use crate::{
     exit, human_secs, lease_error_code, lease_error_summary, open_store, parse_seconds, parse_ttl,
     signal_exit_code, Failure, Parser, Token,
@@ -80,12 +104,11 @@ use bucket_lease::{
     Contender, Event, Exclusion, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions, Released,
     Store,
 };
-use rustix::process::{kill_process, Pid, Signal};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGTSTP};
 use signal_hook::iterator::Signals;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -99,17 +122,30 @@ Takes the lease ({prefix}/LEASE), runs COMMAND while a thread renews the
 lease every third of the TTL, and releases it when COMMAND exits. COMMAND
 starts only while the lease may be written under.
 
-COMMAND is dead by the lease's write deadline (two thirds of the TTL after
-the last renewal that landed). When no renewal has landed by W =
-min(grace, TTL/6) before that deadline, COMMAND gets SIGTERM, then SIGKILL
-50 ms before the deadline, and run exits 76. If the lease is lost to
-another instance, SIGTERM at once and SIGKILL W later (never after the
-deadline); exit 76. SIGINT, SIGTERM and SIGHUP are passed on to COMMAND as
+COMMAND and every process it starts are dead by the lease's write deadline
+(two thirds of the TTL after the last renewal that landed). When no renewal
+has landed by W = min(grace, TTL/6) before that deadline, they get SIGTERM,
+then SIGKILL 50 ms before the deadline, and run exits 76. If the lease is
+lost to another instance, SIGTERM at once and SIGKILL W later (never after
+the deadline); exit 76. SIGINT, SIGTERM and SIGHUP are passed on to them as
 SIGTERM, with SIGKILL after the grace period or 50 ms before the deadline,
-whichever comes first (a second signal: SIGKILL at once); the lease is
-released once COMMAND has exited. Only COMMAND itself is signalled: end a
-shell script with `exec`. On Linux, if bucket-lease itself is killed with
-SIGKILL, the kernel kills COMMAND too.
+whichever comes first (a second signal: SIGKILL at once). When COMMAND
+exits, what it left running gets SIGTERM, then SIGKILL after the grace
+period; the lease is released once none is left, and run exits with
+COMMAND's status. SIGTSTP is ignored while COMMAND runs.
+
+What is stopped (Linux): COMMAND runs in a process group of its own, under
+a supervisor process that is the subreaper of everything COMMAND starts.
+Signals go to the group and to every descendant, also one that left the
+group or the session (setsid, a double fork, a daemon). If run is killed
+with SIGKILL, the supervisor kills them all within milliseconds; if the
+supervisor is killed, run does. A process run may not signal (another
+user's) is named. What escapes: a process started through a service
+manager or another daemon (systemd-run, a container runtime, at), a
+process on another machine, and everything if run and its supervisor are
+killed at once. COMMAND is in the background of the terminal: give it its
+input from a file or a pipe. Elsewhere than on Linux only COMMAND's
+process group is signalled.
 
 COMMAND's environment gains BUCKET_LEASE_URL, BUCKET_LEASE_KEY,
 BUCKET_LEASE_INSTANCE_ID, BUCKET_LEASE_EPOCH, BUCKET_LEASE_TTL_S,
@@ -139,6 +175,11 @@ const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 /// How long before the write deadline SIGKILL is sent, so that the command
 /// is dead by the deadline.
 pub const KILL_MARGIN: Duration = Duration::from_millis(50);
+
+/// How long after SIGKILL `run` waits for the command's supervisor to exit
+/// before killing it too (it goes on killing for at most
+/// `supervise::KILL_BOUND`, 10 s).
+const SUPERVISOR_TIMEOUT: Duration = Duration::from_secs(12);
 
 /// The longest one acquire attempt (every request of it) may take, and the
 /// least a `--wait` is given.
@@ -251,8 +292,10 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         exclusion_name(lease.exclusion()),
         lease.ttl_s()
     );
-    let mut command = crate::child::command(&o.command[0], &o.command[1..]);
-    command
+    let mut start =
+        crate::child::command(&o.command[0], &o.command[1..], o.grace, p.verbose, p.quiet);
+    start
+        .command
         .env("BUCKET_LEASE_URL", &o.url)
         .env("BUCKET_LEASE_KEY", lease.key())
         .env("BUCKET_LEASE_INSTANCE_ID", lease.instance_id())
@@ -277,8 +320,8 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
              thirds of its TTL); the command was not started",
         ));
     }
-    let child = match command.spawn() {
-        Ok(child) => child,
+    let job = match Job::spawn(start) {
+        Ok(job) => job,
         Err(e) => {
             release(keeper);
             let code = if e.kind() == std::io::ErrorKind::NotFound {
@@ -292,7 +335,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
             ));
         }
     };
-    let (status, stop) = supervise(child, &keeper, &mut signals, o.grace)?;
+    let (status, stop) = supervise(job, &keeper, &mut signals, o.grace)?;
     let lost_meanwhile = stop.is_none() && lost_in(&keeper);
     release(keeper);
     let status_text = describe_status(status);
@@ -644,7 +687,7 @@ fn lost_to(holder: Option<String>, reason: Option<&str>) -> String {
 /// about to be, or is, fenced or lost (see [`Plan`]). Returns its status
 /// and why it was stopped, if it was.
 fn supervise(
-    mut child: Child,
+    mut job: Job,
     keeper: &Keeper,
     signals: &mut Signals,
     grace: Duration,
@@ -652,14 +695,24 @@ fn supervise(
     let mut plan = Plan::new(grace, Duration::from_secs(keeper.lease().ttl_s()));
     let mut reported: Option<Seen> = None;
     let mut events_open = true;
-    let mut killed = false;
+    let mut killed_at: Option<Instant> = None;
+    let mut supervisor_killed = false;
+    // A suspended run could not renew the lease nor stop the command, which
+    // runs in a process group of its own and would go on.
+    if let Err(e) = signals.add_signal(SIGTSTP) {
+        log::warn!("cannot handle SIGTSTP: {e}");
+    }
     loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Ok((status, plan.stop)),
+        match job.try_wait() {
+            Ok(Some(status)) => {
+                job.sweep();
+                return Ok((status, plan.stop));
+            }
             Ok(None) => {}
             Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
+                job.kill();
+                job.kill_supervisor();
+                job.sweep();
                 return Err(Failure::new(
                     exit::STORE,
                     format!("run: cannot wait for the command: {e}"),
@@ -673,6 +726,13 @@ fn supervise(
         }
         terminate_now |= plan.observe(now, seen(keeper));
         for sig in signals.pending() {
+            if sig == SIGTSTP {
+                log::warn!(
+                    "SIGTSTP ignored: a suspended run can neither renew the lease nor stop the \
+                     command (SIGINT or SIGTERM stop both)"
+                );
+                continue;
+            }
             log::info!(
                 "{}: stopping the command (SIGTERM, SIGKILL after {} or just before the write \
                  deadline) and releasing the lease",
@@ -693,15 +753,25 @@ fn supervise(
                     });
                 log::error!("{why}: stopping the command (SIGTERM now, {kill})");
             }
-            terminate(&child);
+            job.terminate();
         }
-        if !killed && plan.kill_due(now) {
-            log::warn!("the command did not stop in time: sending SIGKILL");
-            let _ = child.kill();
-            killed = true;
+        if killed_at.is_none() && plan.kill_due(now) {
+            log::warn!("the command did not stop in time: sending SIGKILL to all its processes");
+            job.kill();
+            killed_at = Some(now);
+        }
+        if !supervisor_killed
+            && killed_at.is_some_and(|at| now.saturating_duration_since(at) >= SUPERVISOR_TIMEOUT)
+        {
+            log::error!(
+                "the command's supervisor has not exited {} s after SIGKILL: killing it",
+                SUPERVISOR_TIMEOUT.as_secs()
+            );
+            job.kill_supervisor();
+            supervisor_killed = true;
         }
         let wait = match plan.next_wake(now) {
-            Some(at) if !killed => at.saturating_duration_since(now).min(TICK),
+            Some(at) if killed_at.is_none() => at.saturating_duration_since(now).min(TICK),
             _ => TICK,
         };
         if !events_open {
@@ -721,13 +791,6 @@ fn supervise(
                 reported = Some(Seen::Lost("the renewal thread ended".to_string()));
             }
         }
-    }
-}
-
-/// Send SIGTERM to the command (not yet reaped, so its pid is still its).
-fn terminate(child: &Child) {
-    if let Err(e) = kill_process(Pid::from_child(child), Signal::TERM) {
-        log::warn!("could not send SIGTERM to the command: {e}");
     }
 }
 

@@ -1,0 +1,322 @@
+//! `bucket-lease __supervise RUN_PID GRACE_MS LOG COMMAND [ARG...]`: the
+//! process between `run` and COMMAND (Linux), which stops every process
+//! COMMAND starts, and outlives `run` only to kill them.
+//!
+//! `run` starts it in a process group of its own; it
+//!
+//! 1. asks the kernel for SIGUSR2 when `run` dies (`PR_SET_PDEATHSIG`),
+//!    and checks that its parent is still `RUN_PID` (it may have died
+//!    before);
+//! 2. becomes a child subreaper (`PR_SET_CHILD_SUBREAPER`): a process
+//!    orphaned anywhere below it (a double fork, a daemon) is given to it,
+//!    not to init, so every descendant stays in its tree;
+//! 3. starts COMMAND in a new process group (led by COMMAND), and reaps
+//!    every child it is given until none is left.
+//!
+//! What it does, and when ([`Phase`]):
+//!
+//! | signal or event | what it does |
+//! |---|---|
+//! | SIGTERM, SIGINT, SIGHUP (from `run`) | SIGTERM to COMMAND's group and to every descendant (then SIGCONT to a stopped one), and every 250 ms to those forked since; SIGKILL after GRACE_MS, unless `run` asks for it earlier |
+//! | COMMAND exited, descendants left | the same |
+//! | SIGUSR1 (from `run`: SIGKILL is due) | SIGKILL to the group and every descendant, round after round, until none is left |
+//! | SIGUSR2 (`run` died) | the same, at once |
+//!
+//! It exits once it has no child left: with COMMAND's exit code, or killed
+//! by the signal that killed COMMAND (raised again on itself, with core
+//! dumps off), so `run` reads COMMAND's status from it unchanged. A kill
+//! that cannot finish (a process in uninterruptible sleep, or one it may
+//! not signal) ends after [`KILL_BOUND`], naming the processes left.
+
+use crate::child::SUPERVISE;
+use crate::{exit, procs};
+use rustix::io::Errno;
+use rustix::process::{
+    getpid, getppid, getrlimit, set_child_subreaper, set_parent_process_death_signal, setrlimit,
+    wait, Pid, Resource, Rlimit, Signal, WaitOptions, WaitStatus,
+};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+use signal_hook::iterator::Signals;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The longest a kill goes on before the processes left are named and the
+/// supervisor exits all the same.
+pub const KILL_BOUND: Duration = Duration::from_secs(10);
+
+/// How often, at most, the tree is scanned again while processes are being
+/// stopped with SIGTERM (to reach those forked since).
+const RESCAN: Duration = Duration::from_millis(250);
+
+/// How often a waiting phase looks at the clock and the signals.
+const TICK: Duration = Duration::from_millis(20);
+
+/// Where the supervisor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// COMMAND runs; nothing asked. Sleeps until a signal or a child's
+    /// exit.
+    Running,
+    /// Stopping (told to, or COMMAND exited and left processes): every
+    /// process got SIGTERM, those forked since get it at `rescan_at`, and
+    /// SIGKILL goes at `kill_at` (`run` may ask for it earlier).
+    Stopping {
+        rescan_at: Instant,
+        kill_at: Option<Instant>,
+    },
+    /// SIGKILL to everything until none is left, then exit.
+    Killing,
+}
+
+/// Run the supervisor; returns the exit code (COMMAND's), or does not
+/// return when COMMAND was killed by a signal (it is raised on itself).
+pub fn main(args: &[OsString]) -> u8 {
+    let [parent, grace_ms, log, program, rest @ ..] = args else {
+        eprintln!("bucket-lease: {SUPERVISE} is internal to `bucket-lease run`");
+        return exit::USAGE;
+    };
+    let (verbose, quiet) = match log.to_str() {
+        Some("q") => (0, true),
+        Some(n) => (n.parse().unwrap_or(0), false),
+        None => (0, false),
+    };
+    crate::log::init(verbose, quiet);
+    let grace = grace_ms
+        .to_str()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_millis);
+    // The signals first: one from `run` that came before would be lost.
+    let mut signals = match Signals::new([SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2]) {
+        Ok(signals) => signals,
+        Err(e) => return setup_failed("cannot handle signals", &e),
+    };
+    if let Err(e) = set_parent_process_death_signal(Some(Signal::USR2)) {
+        return setup_failed("cannot tie the command to bucket-lease", &e);
+    }
+    let parent_alive =
+        getppid().is_some_and(|p| parent.to_str() == Some(p.as_raw_nonzero().to_string().as_str()));
+    if !parent_alive {
+        // `run` died before the death signal was set: nobody holds a lease.
+        return exit::LOST;
+    }
+    if let Err(e) = set_child_subreaper(Some(Pid::INIT)) {
+        return setup_failed("cannot become the subreaper of the command", &e);
+    }
+    let child = match Command::new(program).args(rest).process_group(0).spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("bucket-lease: run: cannot run {program:?}: {e}");
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+        }
+    };
+    // Reaped with wait() (waitpid(-1)) below, with every orphan; never through
+    // `child`, which would race it.
+    let command = Pid::from_child(&child);
+    drop(child);
+    let status = Supervisor {
+        command,
+        grace,
+        status: None,
+        phase: Phase::Running,
+        termed: procs::Sent::default(),
+    }
+    .run(&mut signals);
+    mirror(status)
+}
+
+fn setup_failed(what: &str, e: &dyn std::fmt::Display) -> u8 {
+    eprintln!("bucket-lease: run: {what}: {e}; the command was not started");
+    exit::CANNOT_EXECUTE
+}
+
+struct Supervisor {
+    command: Pid,
+    grace: Duration,
+    /// COMMAND's status, once reaped.
+    status: Option<WaitStatus>,
+    phase: Phase,
+    /// Who got SIGTERM already.
+    termed: procs::Sent,
+}
+
+impl Supervisor {
+    /// Supervise until no child is left; COMMAND's status.
+    fn run(mut self, signals: &mut Signals) -> Option<WaitStatus> {
+        loop {
+            if !self.reap() {
+                return self.status;
+            }
+            let now = Instant::now();
+            for sig in signals.pending() {
+                self.on_signal(sig, now);
+            }
+            if self.phase == Phase::Running && self.status.is_some() {
+                self.drain(now);
+            }
+            match self.phase {
+                Phase::Running => {
+                    // Nothing is timed: sleep until a signal (SIGCHLD too).
+                    for sig in signals.wait() {
+                        self.on_signal(sig, Instant::now());
+                    }
+                }
+                Phase::Stopping { kill_at, .. } if kill_at.is_some_and(|at| now >= at) => {
+                    log::warn!(
+                        "processes of the command did not stop within the grace period: sending \
+                         SIGKILL"
+                    );
+                    self.phase = Phase::Killing;
+                }
+                Phase::Stopping { rescan_at, kill_at } => {
+                    if now >= rescan_at {
+                        self.terminate(now, kill_at);
+                    }
+                    std::thread::sleep(TICK);
+                }
+                Phase::Killing => {
+                    self.kill_all();
+                    return self.status;
+                }
+            }
+        }
+    }
+
+    /// Reap every child that has exited; false once no child is left.
+    fn reap(&mut self) -> bool {
+        loop {
+            match wait(WaitOptions::NOHANG | WaitOptions::UNTRACED) {
+                Ok(Some((pid, status))) if status.stopped() => {
+                    if pid == self.command {
+                        warn_stopped(status);
+                    }
+                }
+                Ok(Some((pid, status))) => {
+                    if pid == self.command {
+                        self.status = Some(status);
+                    }
+                }
+                Ok(None) => return true,
+                Err(Errno::INTR) => {}
+                Err(Errno::CHILD) => return false,
+                Err(e) => {
+                    log::error!("run: cannot wait for the command: {e}");
+                    self.phase = Phase::Killing;
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn on_signal(&mut self, sig: i32, now: Instant) {
+        match sig {
+            // Once stopping, a second request changes nothing: `run` sends
+            // SIGUSR1 when SIGKILL is due.
+            SIGTERM | SIGINT | SIGHUP if self.phase == Phase::Running => {
+                self.terminate(now, now.checked_add(self.grace));
+            }
+            SIGUSR1 => self.phase = Phase::Killing,
+            SIGUSR2 => {
+                log::error!("bucket-lease run died: killing every process of the command");
+                self.phase = Phase::Killing;
+            }
+            _ => {}
+        }
+    }
+
+    /// COMMAND exited by itself: stop what it left, if anything.
+    fn drain(&mut self, now: Instant) {
+        let kill_at = now.checked_add(self.grace);
+        if self.terminate(now, kill_at) > 0 {
+            log::warn!(
+                "the command exited and left processes running: sent them SIGTERM, SIGKILL in {} \
+                 s",
+                self.grace.as_secs_f64()
+            );
+        } else {
+            self.phase = Phase::Running;
+        }
+    }
+
+    /// SIGTERM to every process not sent one yet (at a rescan, only those
+    /// forked since: a second SIGTERM is, to many programs, a request to
+    /// stop at once), and stop: SIGKILL at `kill_at`. How many processes
+    /// are left.
+    fn terminate(&mut self, now: Instant, kill_at: Option<Instant>) -> usize {
+        let round = procs::signal_all(getpid(), Signal::TERM, Some(self.command), &mut self.termed);
+        for (p, e) in round.failed {
+            log::warn!("cannot send SIGTERM to {p}: {e}");
+        }
+        self.phase = Phase::Stopping {
+            rescan_at: now.checked_add(RESCAN).unwrap_or(now),
+            kill_at,
+        };
+        round.found.len()
+    }
+
+    /// SIGKILL every descendant until none is left (reaping them), bounded.
+    fn kill_all(&mut self) {
+        let command = self.command;
+        let mut status = self.status;
+        let mut reap = || {
+            while let Ok(Some((pid, st))) = wait(WaitOptions::NOHANG) {
+                if pid == command {
+                    status = Some(st);
+                }
+            }
+        };
+        if let Err(left) = procs::kill_all(getpid(), Some(command), KILL_BOUND, &mut reap) {
+            log::error!(
+                "could not kill every process of the command within {} s: {}",
+                KILL_BOUND.as_secs(),
+                left.join("; ")
+            );
+        }
+        // What is still unreaped goes to `run` (a subreaper) when this exits.
+        reap();
+        self.status = status;
+    }
+}
+
+/// Say why COMMAND stopped, if it stopped for the terminal.
+fn warn_stopped(status: WaitStatus) {
+    if matches!(status.stopping_signal(), Some(s) if s == Signal::TTIN.as_raw() || s == Signal::TTOU.as_raw())
+    {
+        log::warn!(
+            "the command was stopped: it used the terminal, and it runs in a process group of \
+             its own, in the background (give it its input from a file or a pipe)"
+        );
+    }
+}
+
+/// Exit as COMMAND did: its exit code, or its signal raised on this
+/// process (no core dump).
+fn mirror(status: Option<WaitStatus>) -> u8 {
+    let Some(status) = status else {
+        log::error!("the command's status is unknown");
+        return 1;
+    };
+    if let Some(code) = status.exit_status() {
+        return u8::try_from(code & 0xff).unwrap_or(u8::MAX);
+    }
+    let Some(sig) = status.terminating_signal() else {
+        return 1;
+    };
+    let maximum = getrlimit(Resource::Core).maximum;
+    let _ = setrlimit(
+        Resource::Core,
+        Rlimit {
+            current: Some(0),
+            maximum,
+        },
+    );
+    let _ = signal_hook::low_level::emulate_default_handler(sig);
+    // A signal that does not kill by default (or that could not be
+    // raised): the status a shell would give.
+    crate::signal_exit_code(sig)
+}
