@@ -8,6 +8,7 @@
 //! - [`keeper`]: the renewal thread and its events.
 //! - [`fence`]: writes bound to a held lease, stamped with its epoch.
 //! - [`inspect`]: reading a lease from outside, and breaking a dead holder's.
+//! - [`supervision`]: when a command under the lease gets SIGTERM and SIGKILL.
 //! - [`clock`]: the monotonic and wall clocks, real and for tests.
 //! - [`error`]: why a lease operation failed.
 //! - `conformance` (feature `conformance`): the suite every store passes.
@@ -43,6 +44,7 @@ pub mod lease;
 pub mod memory;
 pub mod record;
 pub mod store;
+pub mod supervision;
 
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{IgnoredCondition, LeaseError};
