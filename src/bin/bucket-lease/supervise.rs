@@ -221,7 +221,7 @@ impl Supervisor {
                 self.terminate(now, now.checked_add(self.grace));
             }
             SIGUSR1 => self.phase = Phase::Killing,
-            SIGUSR2 => {
+            SIGUSR2 if self.phase != Phase::Killing => {
                 log::error!("bucket-lease run died: killing every process of the command");
                 self.phase = Phase::Killing;
             }
