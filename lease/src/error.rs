@@ -148,8 +148,8 @@ impl fmt::Display for LeaseError {
             LeaseError::ConditionsIgnored { key, condition } => write!(
                 f,
                 "lease {key} not taken: the store ignores {condition}, so it cannot keep a \
-                 second writer out (our record was removed again); use a service that honours \
-                 conditional writes, or accept a best-effort lease by setting \
+                 second writer out (our record was handed back, marked released); use a service \
+                 that honours conditional writes, or accept a best-effort lease by setting \
                  {CONDITIONAL_ENV}=off (LeaseOptions::best_effort in code)"
             ),
             LeaseError::Fenced { key } => write!(
