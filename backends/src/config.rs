@@ -7,9 +7,11 @@
 //! | `minio://bucket/prefix` | MinIO (`minio` feature) | `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (required); `AWS_REGION` |
 //! | `file:///dir/prefix` | the directory `/dir` as a bucket (`fs` feature) | nothing |
 //!
-//! The HTTP stores take their credentials from `AWS_ACCESS_KEY_ID`,
-//! `AWS_SECRET_ACCESS_KEY` and, for temporary credentials,
-//! `AWS_SESSION_TOKEN`. The prefix is everything after the bucket (for
+//! The HTTP stores take their credentials from the chain of
+//! [`credentials`](crate::credentials) (the environment, then the shared
+//! files' profile `AWS_PROFILE` or `default`, …). The profile's `region`
+//! and `endpoint_url` apply when `AWS_REGION` / `AWS_DEFAULT_REGION` and
+//! the endpoint variables are not set. The prefix is everything after the bucket (for
 //! `file://`, after the last `/`); it may be empty.
 //!
 //! Reading the environment is injectable ([`open_with_env`]), so tests
@@ -55,6 +57,9 @@ pub enum ConfigError {
     },
     /// Opening the store failed.
     Open(StoreError),
+    /// No credentials were found, or their source failed.
+    #[cfg(feature = "_http")]
+    Credentials(crate::credentials::CredentialsError),
 }
 
 impl fmt::Display for ConfigError {
@@ -78,6 +83,8 @@ impl fmt::Display for ConfigError {
                  rebuild with --features {feature}"
             ),
             ConfigError::Open(e) => write!(f, "opening the store: {e}"),
+            #[cfg(feature = "_http")]
+            ConfigError::Credentials(e) => write!(f, "opening the store: {e}"),
         }
     }
 }
@@ -86,6 +93,8 @@ impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ConfigError::Open(e) => Some(e),
+            #[cfg(feature = "_http")]
+            ConfigError::Credentials(e) => Some(e),
             _ => None,
         }
     }
@@ -314,11 +323,24 @@ pub fn http_builder(
     url: &StoreUrl,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<crate::HttpStoreBuilder, ConfigError> {
+    use crate::credentials::{self, profile::Profile, CredentialsError, Source};
     let var = |name: &str| env(name).filter(|v| !v.is_empty());
-    let endpoint = var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL"));
+    let profile = Profile::load(env).map_err(|why| {
+        ConfigError::Credentials(CredentialsError::Source {
+            source: Source::Profile {
+                name: Profile::selected_name(env),
+            },
+            why,
+        })
+    })?;
+    let endpoint = var("AWS_ENDPOINT_URL_S3")
+        .or_else(|| var("AWS_ENDPOINT_URL"))
+        .or_else(|| profile.get("endpoint_url").map(str::to_string));
     #[cfg(any(feature = "s3", feature = "minio"))]
-    let region = var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION"));
-    let (builder, bucket, what) = match url {
+    let region = var("AWS_REGION")
+        .or_else(|| var("AWS_DEFAULT_REGION"))
+        .or_else(|| profile.get("region").map(str::to_string));
+    let (builder, bucket) = match url {
         #[cfg(feature = "s3")]
         StoreUrl::S3 { bucket, .. } => {
             let mut b = crate::s3::builder();
@@ -328,7 +350,7 @@ pub fn http_builder(
             if let Some(endpoint) = endpoint {
                 b = b.endpoint(endpoint);
             }
-            (b, bucket, "s3")
+            (b, bucket)
         }
         #[cfg(feature = "r2")]
         StoreUrl::R2 { bucket, .. } => {
@@ -347,7 +369,7 @@ pub fn http_builder(
                     })
                 }
             };
-            (crate::r2::builder().endpoint(endpoint), bucket, "r2")
+            (crate::r2::builder().endpoint(endpoint), bucket)
         }
         #[cfg(feature = "minio")]
         StoreUrl::Minio { bucket, .. } => {
@@ -362,29 +384,15 @@ pub fn http_builder(
             if let Some(region) = region {
                 b = b.region(region);
             }
-            (b, bucket, "minio")
+            (b, bucket)
         }
         other => return Err(not_built(other)),
     };
-    let Some(access_key) = var("AWS_ACCESS_KEY_ID") else {
-        return Err(ConfigError::Missing {
-            what,
-            setting: "AWS_ACCESS_KEY_ID",
-            fix: "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
-        });
-    };
-    let Some(secret) = var("AWS_SECRET_ACCESS_KEY") else {
-        return Err(ConfigError::Missing {
-            what,
-            setting: "AWS_SECRET_ACCESS_KEY",
-            fix: "set AWS_SECRET_ACCESS_KEY beside AWS_ACCESS_KEY_ID",
-        });
-    };
-    let mut credentials = crate::Credentials::new(access_key, secret);
-    if let Some(token) = var("AWS_SESSION_TOKEN") {
-        credentials = credentials.with_session_token(token);
-    }
-    Ok(builder.bucket(bucket.clone()).credentials(credentials))
+    let provider =
+        credentials::chain_with_profile(env, &profile).map_err(ConfigError::Credentials)?;
+    Ok(builder
+        .bucket(bucket.clone())
+        .credentials_provider(provider))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! shows what was before its `@`.
 
 use crate::config::{redact_user_info, ConfigError};
+use crate::credentials::{CredentialsProvider, Source};
 use crate::sign::{Credentials, Signer};
 use crate::xml::ErrorBody;
 use bucket_lease_core::store::{
@@ -21,6 +22,7 @@ use bucket_lease_core::store::{
 use std::fmt;
 use std::io::Read;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use ureq::http::{self, HeaderMap, HeaderName, HeaderValue, Method};
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
@@ -90,7 +92,7 @@ pub struct HttpStoreBuilder {
     endpoint: Option<String>,
     bucket: Option<String>,
     region: Option<String>,
-    credentials: Option<Credentials>,
+    credentials: Option<Arc<CredentialsProvider>>,
     addressing: Addressing,
     conditional_delete: bool,
     unquoted_etags: bool,
@@ -156,9 +158,20 @@ impl HttpStoreBuilder {
         self
     }
 
-    /// The credentials to sign with (required).
+    /// The credentials to sign with, which never change (this or
+    /// [`credentials_provider`](Self::credentials_provider) is required).
     pub fn credentials(mut self, credentials: Credentials) -> Self {
-        self.credentials = Some(credentials);
+        self.credentials = Some(Arc::new(CredentialsProvider::fixed(credentials)));
+        self
+    }
+
+    /// Where to get the credentials for each request, such as the chain
+    /// ([`crate::credentials::chain`]): temporary credentials are refreshed
+    /// before they expire, and a `403` with `ExpiredToken` or
+    /// `InvalidToken` is answered by one refresh and one retry within the
+    /// request's deadline.
+    pub fn credentials_provider(mut self, provider: CredentialsProvider) -> Self {
+        self.credentials = Some(Arc::new(provider));
         self
     }
 
@@ -315,7 +328,8 @@ impl HttpStoreBuilder {
             profile: self.profile.name,
             base_url,
             bucket,
-            signer: Signer::new(credentials, region),
+            credentials,
+            region,
             conditional_delete: self.conditional_delete,
             unquoted_etags: self.unquoted_etags,
             timeout: self.timeout,
@@ -357,7 +371,8 @@ pub struct HttpStore {
     profile: &'static str,
     base_url: String,
     bucket: String,
-    signer: Signer,
+    credentials: Arc<CredentialsProvider>,
+    region: String,
     conditional_delete: bool,
     unquoted_etags: bool,
     timeout: Duration,
@@ -369,8 +384,8 @@ impl fmt::Debug for HttpStore {
         f.debug_struct("HttpStore")
             .field("profile", &self.profile)
             .field("base_url", &self.base_url)
-            .field("region", &self.signer.region())
-            .field("signer", &self.signer)
+            .field("region", &self.region)
+            .field("credentials", &self.credentials)
             .field("conditional_delete", &self.conditional_delete)
             .field("unquoted_etags", &self.unquoted_etags)
             .field("timeout", &self.timeout)
@@ -450,6 +465,17 @@ impl HttpStore {
         &self.bucket
     }
 
+    /// Where this store's credentials come from (never their values).
+    pub fn credentials_source(&self) -> &Source {
+        self.credentials.source()
+    }
+
+    /// When the credentials in use expire (`None` for credentials that do
+    /// not, or before the first request).
+    pub fn credentials_expire(&self) -> Option<SystemTime> {
+        self.credentials.expires()
+    }
+
     /// The URL an object's key is appended to (`…/bucket` path-style,
     /// `https://bucket.host` virtual-hosted).
     pub fn base_url(&self) -> &str {
@@ -519,16 +545,49 @@ impl HttpStore {
         Ok(request)
     }
 
-    /// `request`, signed as of `time`.
+    /// `request`, signed as of `time` with the current credentials.
+    #[cfg(test)]
     fn signed(
         &self,
+        op: Op,
+        key: &str,
+        request: http::Request<()>,
+        body: &[u8],
+        time: SystemTime,
+    ) -> Result<http::Request<()>, StoreError> {
+        let credentials = self.credentials_for(op, key, None)?;
+        self.signed_as(&credentials, op, key, request, body, time)
+    }
+
+    /// The credentials to sign with, refreshed first when they are due
+    /// (bounded by `deadline`). An error names the source; nothing was
+    /// sent, but it is a [`StoreErrorKind::Transport`] so a renewal retries
+    /// until its deadline (the source may answer again).
+    fn credentials_for(
+        &self,
+        op: Op,
+        key: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Credentials, StoreError> {
+        self.credentials.credentials(deadline).map_err(|e| {
+            StoreError::new(StoreErrorKind::Transport, op.method(), key)
+                .with_code("CredentialsUnavailable")
+                .with_message(format!("{e}; nothing was sent"))
+        })
+    }
+
+    /// `request`, signed as of `time` with `credentials`.
+    fn signed_as(
+        &self,
+        credentials: &Credentials,
         op: Op,
         key: &str,
         mut request: http::Request<()>,
         body: &[u8],
         time: SystemTime,
     ) -> Result<http::Request<()>, StoreError> {
-        self.signer.sign(&mut request, body, time).map_err(|e| {
+        let signer = Signer::new(credentials.clone(), self.region.clone());
+        signer.sign(&mut request, body, time).map_err(|e| {
             StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(e.to_string())
         })?;
         Ok(request)
@@ -556,7 +615,8 @@ impl HttpStore {
                 left.min(self.timeout)
             }
         };
-        let request = self.signed(op, key, request, body, SystemTime::now())?;
+        let credentials = self.credentials_for(op, key, deadline)?;
+        let request = self.signed_as(&credentials, op, key, request, body, SystemTime::now())?;
         let request = self
             .agent
             .configure_request(request.map(|()| body))
@@ -639,9 +699,41 @@ impl HttpStore {
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Result<Answer, StoreError> {
+        let again = self.credentials.refreshable().then(|| copy(&request));
         let answer = self.send(op, key, request, body, deadline)?;
-        self.check(op, key, answer)
+        match (self.check(op, key, answer), again) {
+            (Err(e), Some(again))
+                if e.kind() == StoreErrorKind::PermissionDenied
+                    && matches!(e.code(), Some("ExpiredToken" | "InvalidToken")) =>
+            {
+                // The service says the token is stale before we thought it
+                // was: fetch once more and try once more, within the deadline.
+                if !self.credentials.refresh_now(deadline) {
+                    return Err(e);
+                }
+                log::warn!(
+                    "{} {key}: the service refused the credentials from {} ({}); retrying \
+                     once with fresh ones",
+                    op.method(),
+                    self.credentials.source(),
+                    e.code().unwrap_or_default()
+                );
+                let answer = self.send(op, key, again, body, deadline)?;
+                self.check(op, key, answer)
+            }
+            (result, _) => result,
+        }
     }
+}
+
+/// An unsigned request's copy, for a retry.
+fn copy(request: &http::Request<()>) -> http::Request<()> {
+    let mut again = http::Request::new(());
+    *again.method_mut() = request.method().clone();
+    *again.uri_mut() = request.uri().clone();
+    *again.version_mut() = request.version();
+    *again.headers_mut() = request.headers().clone();
+    again
 }
 
 fn header(headers: &HeaderMap, name: &str) -> Option<String> {

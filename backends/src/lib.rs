@@ -34,6 +34,8 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+#[cfg(feature = "_http")]
+pub mod credentials;
 #[cfg(feature = "fs")]
 pub mod fs;
 #[cfg(feature = "_http")]

@@ -110,15 +110,6 @@ impl Signer {
         }
     }
 
-    pub(crate) fn region(&self) -> &str {
-        &self.region
-    }
-
-    #[cfg(test)]
-    pub(crate) fn credentials(&self) -> &Credentials {
-        &self.credentials
-    }
-
     /// Sign `request`, whose body is `payload`, as of `time`. The request's
     /// URI must already be percent-encoded as it will be sent.
     pub(crate) fn sign<B>(

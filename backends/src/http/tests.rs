@@ -469,11 +469,11 @@ fn signatures_match_botocore_for_each_profile() {
                 "20231114T221320Z".as_bytes().to_vec(),
                 unsigned.method().as_str().as_bytes().to_vec(),
                 unsigned.uri().to_string().into_bytes(),
-                store.signer.region().as_bytes().to_vec(),
+                store.region.as_bytes().to_vec(),
                 b"AKIDEXAMPLE".to_vec(),
                 b"wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".to_vec(),
             ];
-            let token = if store.signer.credentials().has_session_token() {
+            let token = if store.credentials.current().unwrap().has_session_token() {
                 b"FwoGZXIvYXdzEJr//////////token+/=".to_vec()
             } else {
                 Vec::new()
