@@ -540,7 +540,9 @@ pub(crate) mod tests {
     #[cfg(feature = "s3")]
     #[test]
     fn s3_needs_a_region_and_credentials_and_names_the_variables() {
-        let e = open_with_env("s3://b/p", env_of(&[])).err().unwrap();
+        let e = open_with_env("s3://b/p", env_of(&[("AWS_EC2_METADATA_DISABLED", "true")]))
+            .err()
+            .unwrap();
         assert!(
             e.to_string().contains("AWS_ACCESS_KEY_ID is not set"),
             "{e}"

@@ -13,7 +13,15 @@
 //!    A profile that needs SSO (`sso_*`), an assumed role (`role_arn`,
 //!    `source_profile`, `credential_source`), a web identity
 //!    (`web_identity_token_file`) or `login_session` is refused with an
-//!    error naming the key.
+//!    error naming the key;
+//! 3. container credentials (ECS, EKS Pod Identity):
+//!    `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` or `_FULL_URI`, with
+//!    `AWS_CONTAINER_AUTHORIZATION_TOKEN` or `_TOKEN_FILE`;
+//! 4. EC2 instance metadata, IMDSv2 only, unless
+//!    `AWS_EC2_METADATA_DISABLED=true` (endpoint
+//!    `AWS_EC2_METADATA_SERVICE_ENDPOINT`). Being last, it is the one
+//!    source asked to find out whether it is there: a machine that is not on
+//!    EC2 fails to connect within a second.
 //!
 //! A [`CredentialsProvider`] holds what its source last gave. Temporary
 //! credentials (those with an expiry) are fetched again on the thread that
@@ -25,8 +33,11 @@
 //! from, never what they are: no secret key, session token or
 //! web-identity token appears in `Debug`, `Display`, logs or errors.
 
+mod container;
+mod imds;
 mod process;
 pub(crate) mod profile;
+mod remote;
 
 use crate::sign::Credentials;
 use std::fmt;
@@ -35,6 +46,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How long before their expiry temporary credentials are fetched again.
 pub const DEFAULT_REFRESH_WINDOW: Duration = Duration::from_secs(5 * 60);
+
+/// How long the chain waits for instance metadata before deciding there is
+/// none.
+const IMDS_PROBE: Duration = Duration::from_secs(5);
 
 /// The longest a source is given to answer when the asker has no deadline.
 pub(crate) const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -58,6 +73,10 @@ pub enum Source {
         /// The profile's name.
         profile: String,
     },
+    /// The container credentials endpoint (ECS, EKS Pod Identity).
+    Container,
+    /// EC2 instance metadata (IMDSv2).
+    InstanceMetadata,
 }
 
 impl fmt::Display for Source {
@@ -74,6 +93,11 @@ impl fmt::Display for Source {
             Source::Process { profile } => {
                 write!(f, "the credential_process of profile {profile:?}")
             }
+            Source::Container => write!(
+                f,
+                "container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI)"
+            ),
+            Source::InstanceMetadata => write!(f, "EC2 instance metadata (IMDSv2)"),
         }
     }
 }
@@ -403,6 +427,28 @@ pub(crate) fn chain_with_profile(
     match profile.credentials()? {
         Some(provider) => return prime(provider),
         None => tried.push(profile.why_not_configured()),
+    }
+
+    // 3. Container credentials.
+    match container::provider(env) {
+        Ok(Some(provider)) => return prime(provider),
+        Ok(None) => tried.push("no AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI".into()),
+        Err(why) => {
+            return Err(CredentialsError::Source {
+                source: Source::Container,
+                why,
+            })
+        }
+    }
+
+    // 4. Instance metadata: asked, since only asking tells whether it is
+    // there.
+    match imds::provider(env) {
+        None => tried.push("AWS_EC2_METADATA_DISABLED is true".into()),
+        Some(provider) => match provider.credentials(Some(Instant::now() + IMDS_PROBE)) {
+            Ok(_) => return Ok(provider),
+            Err(e) => tried.push(format!("EC2 instance metadata: {e}")),
+        },
     }
 
     Err(CredentialsError::NotFound {

@@ -93,18 +93,30 @@ pub struct Canned {
 impl Canned {
     /// Serve `replies` in order, one per request; 500 after the last.
     pub fn start(replies: Vec<Reply>) -> Canned {
+        let replies = Mutex::new(replies.into_iter());
+        Canned::answering(move |_| {
+            replies
+                .lock()
+                .unwrap()
+                .next()
+                .unwrap_or_else(|| Reply::status(500))
+        })
+    }
+
+    /// Answer each request with what `answer` makes of it.
+    pub fn answering(answer: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Canned {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let replies = Arc::new(Mutex::new(replies.into_iter()));
+        let replies: Arc<Answer> = Arc::new(answer);
         let (c, s) = (connections.clone(), seen.clone());
         thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { return };
                 c.fetch_add(1, Ordering::SeqCst);
                 let (s, replies) = (s.clone(), replies.clone());
-                thread::spawn(move || serve(stream, &s, &replies));
+                thread::spawn(move || serve(stream, &s, &*replies));
             }
         });
         Canned {
@@ -130,7 +142,9 @@ impl Canned {
     }
 }
 
-fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, replies: &Mutex<std::vec::IntoIter<Reply>>) {
+type Answer = dyn Fn(&Seen) -> Reply + Send + Sync;
+
+fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, replies: &Answer) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
     loop {
@@ -164,17 +178,14 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, replies: &Mutex<std::vec::I
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        seen.lock().unwrap().push(Seen {
+        let request = Seen {
             method,
             path,
             headers,
             body,
-        });
-        let reply = replies
-            .lock()
-            .unwrap()
-            .next()
-            .unwrap_or_else(|| Reply::status(500));
+        };
+        let reply = replies(&request);
+        seen.lock().unwrap().push(request);
         thread::sleep(reply.delay);
         let mut head = format!("HTTP/1.1 {} Canned\r\n", reply.status);
         for (n, v) in &reply.headers {
