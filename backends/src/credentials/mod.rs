@@ -14,10 +14,14 @@
 //!    `source_profile`, `credential_source`), a web identity
 //!    (`web_identity_token_file`) or `login_session` is refused with an
 //!    error naming the key;
-//! 3. container credentials (ECS, EKS Pod Identity):
+//! 3. web identity (EKS service-account roles): `AWS_WEB_IDENTITY_TOKEN_FILE`
+//!    and `AWS_ROLE_ARN` (and `AWS_ROLE_SESSION_NAME`) exchanged by STS
+//!    `AssumeRoleWithWebIdentity` (endpoint `AWS_ENDPOINT_URL_STS`, else
+//!    the region's); the token file is read again at each refresh;
+//! 4. container credentials (ECS, EKS Pod Identity):
 //!    `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` or `_FULL_URI`, with
 //!    `AWS_CONTAINER_AUTHORIZATION_TOKEN` or `_TOKEN_FILE`;
-//! 4. EC2 instance metadata, IMDSv2 only, unless
+//! 5. EC2 instance metadata, IMDSv2 only, unless
 //!    `AWS_EC2_METADATA_DISABLED=true` (endpoint
 //!    `AWS_EC2_METADATA_SERVICE_ENDPOINT`). Being last, it is the one
 //!    source asked to find out whether it is there: a machine that is not on
@@ -38,6 +42,7 @@ mod imds;
 mod process;
 pub(crate) mod profile;
 mod remote;
+mod web_identity;
 
 use crate::sign::Credentials;
 use std::fmt;
@@ -73,6 +78,11 @@ pub enum Source {
         /// The profile's name.
         profile: String,
     },
+    /// STS `AssumeRoleWithWebIdentity` with a web-identity token file.
+    WebIdentity {
+        /// The role assumed (not secret).
+        role_arn: String,
+    },
     /// The container credentials endpoint (ECS, EKS Pod Identity).
     Container,
     /// EC2 instance metadata (IMDSv2).
@@ -93,6 +103,10 @@ impl fmt::Display for Source {
             Source::Process { profile } => {
                 write!(f, "the credential_process of profile {profile:?}")
             }
+            Source::WebIdentity { role_arn } => write!(
+                f,
+                "web identity (AWS_WEB_IDENTITY_TOKEN_FILE, role {role_arn})"
+            ),
             Source::Container => write!(
                 f,
                 "container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI)"
@@ -429,7 +443,17 @@ pub(crate) fn chain_with_profile(
         None => tried.push(profile.why_not_configured()),
     }
 
-    // 3. Container credentials.
+    // 3. Web identity.
+    let region = var("AWS_REGION")
+        .or_else(|| var("AWS_DEFAULT_REGION"))
+        .or_else(|| profile.get("region").map(str::to_string));
+    match web_identity::provider(env, region.as_deref()) {
+        Ok(Some(provider)) => return prime(provider),
+        Ok(None) => tried.push("no AWS_WEB_IDENTITY_TOKEN_FILE".into()),
+        Err((source, why)) => return Err(CredentialsError::Source { source, why }),
+    }
+
+    // 4. Container credentials.
     match container::provider(env) {
         Ok(Some(provider)) => return prime(provider),
         Ok(None) => tried.push("no AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI".into()),
@@ -441,7 +465,7 @@ pub(crate) fn chain_with_profile(
         }
     }
 
-    // 4. Instance metadata: asked, since only asking tells whether it is
+    // 5. Instance metadata: asked, since only asking tells whether it is
     // there.
     match imds::provider(env) {
         None => tried.push("AWS_EC2_METADATA_DISABLED is true".into()),
