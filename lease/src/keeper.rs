@@ -36,6 +36,7 @@
 use crate::clock::Clock;
 use crate::error::LeaseError;
 use crate::lease::{Lease, LeaseStatus, Released};
+use crate::mutant::{self, Mutant};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -298,6 +299,11 @@ impl RenewalSchedule {
                     .take()
                     .unwrap_or_else(|| "a refused write marked it lost".to_string());
                 return Step::End(Event::Lost { holder, reason });
+            }
+            LeaseStatus::Fenced if mutant::on(Mutant::KeeperNeverFences) => {
+                return Step::Wait {
+                    until: lease.clock().now() + Duration::from_secs(1 << 30),
+                }
             }
             LeaseStatus::Fenced | LeaseStatus::Released => return Step::End(Event::Fenced),
         };

@@ -71,6 +71,7 @@
 pub use crate::clock::jittered;
 use crate::clock::{system_clock, Clock};
 use crate::error::{IgnoredCondition, LeaseError, CONDITIONAL_ENV};
+use crate::mutant::{self, Mutant};
 use crate::record::{format_stamp, lease_key, new_instance_id, LeaseRecord, MAX_SANE_TTL_S};
 use crate::store::{DeleteMode, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -249,7 +250,7 @@ impl Contender {
     /// record may name this instance: try again with this contender, or
     /// [`release_abandoned_before`](Self::release_abandoned_before).
     pub fn try_acquire_before(&mut self, deadline: Option<Instant>) -> Result<Lease, LeaseError> {
-        if self.options.ttl_s > MAX_SANE_TTL_S {
+        if self.options.ttl_s > MAX_SANE_TTL_S && !mutant::on(Mutant::TtlAboveMax) {
             return Err(LeaseError::TtlTooLong {
                 ttl_s: self.options.ttl_s,
             });
@@ -281,6 +282,9 @@ impl Contender {
             };
             let (mode, exclusion) = match &current {
                 _ if best_effort => (PutMode::Overwrite, Exclusion::BestEffort),
+                Some((_, v)) if v.etag.is_none() && mutant::on(Mutant::MissingEtagDowngrade) => {
+                    (PutMode::Overwrite, Exclusion::BestEffort)
+                }
                 None => (PutMode::Create, Exclusion::Conditional),
                 Some((_, v)) => (
                     PutMode::Update(require_etag(v, "GET", &self.key)?),
@@ -289,6 +293,15 @@ impl Contender {
             };
             let body = record.to_bytes();
             let written = put_retrying(&*self.store, &*clock, &self.key, &body, mode, deadline);
+            let (version_written, exclusion) = match written {
+                Ok(version)
+                    if version.etag.is_none() && mutant::on(Mutant::MissingEtagDowngrade) =>
+                {
+                    (Ok(version), Exclusion::BestEffort)
+                }
+                other => (other, exclusion),
+            };
+            let written = version_written;
             let version = match written {
                 Ok(version) if exclusion == Exclusion::Conditional => {
                     require_etag(&version, "PUT", &self.key)?
@@ -575,6 +588,9 @@ impl Lease {
     /// How long after a confirmed renewal the holder may write: two thirds
     /// of the TTL.
     pub fn fence_after(&self) -> Duration {
+        if mutant::on(Mutant::FenceAtFullTtl) {
+            return Duration::from_secs(self.ttl_s);
+        }
         Duration::from_millis(self.ttl_s.saturating_mul(2000) / 3)
     }
 
@@ -868,6 +884,17 @@ impl Lease {
             // Marked lost by a refused write elsewhere: the record may still
             // name us, and nobody else will free it before its TTL.
             return target.release_if_ours(deadline);
+        }
+        if exclusion == Exclusion::Conditional
+            && version.etag.is_some()
+            && mutant::on(Mutant::ReleaseByDelete)
+        {
+            let mode = DeleteMode::IfVersion(version);
+            return match self.store.delete(&self.key, &mode, deadline) {
+                Ok(()) => Ok(Released::Freed),
+                Err(e) if e.is_refusal() => Ok(Released::LeftAlone { holder: None }),
+                Err(e) => Err(e.into()),
+            };
         }
         if exclusion == Exclusion::Conditional && version.etag.is_some() {
             let released = self.record(String::new()).released(self.clock.wall());

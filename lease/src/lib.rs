@@ -12,6 +12,8 @@
 //! - [`clock`]: the monotonic and wall clocks, real and for tests.
 //! - [`error`]: why a lease operation failed.
 //! - `conformance` (feature `conformance`): the suite every store passes.
+//! - `sim` (feature `simulation`): the deterministic simulation of many
+//!   contenders under faults, and its checker.
 //!
 //! ```
 //! use bucket_lease_core::{memory::MemoryStore, Lease, LeaseError, LeaseOptions};
@@ -42,7 +44,10 @@ pub mod inspect;
 pub mod keeper;
 pub mod lease;
 pub mod memory;
+mod mutant;
 pub mod record;
+#[cfg(feature = "simulation")]
+pub mod sim;
 pub mod store;
 pub mod supervision;
 

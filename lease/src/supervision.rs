@@ -25,6 +25,7 @@
 //! contender may take over before 30 s.
 
 use crate::lease::{Lease, LeaseStatus};
+use crate::mutant::{self, Mutant};
 use std::time::{Duration, Instant};
 
 /// How long before the write deadline SIGKILL is sent, so that the command
@@ -74,6 +75,9 @@ pub struct Plan {
     deadline: Option<Instant>,
     /// The last write deadline seen.
     last_deadline: Option<Instant>,
+    /// The TTL, for the mutant that kills at the full TTL.
+    #[cfg(feature = "mutants")]
+    ttl: Duration,
 }
 
 impl Plan {
@@ -87,7 +91,19 @@ impl Plan {
             kill_by: None,
             deadline: None,
             last_deadline: None,
+            #[cfg(feature = "mutants")]
+            ttl,
         }
+    }
+
+    /// [`KILL_MARGIN`] before `deadline`; with the mutant `kill-at-full-ttl`,
+    /// before the full TTL instead.
+    fn kill_before(&self, deadline: Instant, now: Instant) -> Instant {
+        #[cfg(feature = "mutants")]
+        if mutant::on(Mutant::KillAtFullTtl) {
+            return kill_before(deadline + self.ttl / 3, now);
+        }
+        kill_before(deadline, now)
     }
 
     /// The lease at `now`. True when SIGTERM must go now.
@@ -103,16 +119,20 @@ impl Plan {
                     "no renewal has landed and the lease's write deadline is {:.1} s away",
                     deadline.saturating_duration_since(now).as_secs_f64()
                 );
-                self.begin(Stop::Lease(why), Some(kill_before(deadline, now)))
+                self.begin(Stop::Lease(why), Some(self.kill_before(deadline, now)))
             }
             Seen::Fenced => {
                 self.deadline = None;
                 let why = "the lease was fenced: no renewal landed in time".to_string();
-                self.begin(Stop::Lease(why), Some(now))
+                let kill_by = match self.last_deadline {
+                    Some(d) if mutant::on(Mutant::KillAtFullTtl) => self.kill_before(d, now),
+                    _ => now,
+                };
+                self.begin(Stop::Lease(why), Some(kill_by))
             }
             Seen::Lost(why) => {
                 self.deadline = None;
-                let by_deadline = self.last_deadline.map(|d| kill_before(d, now));
+                let by_deadline = self.last_deadline.map(|d| self.kill_before(d, now));
                 self.begin(
                     Stop::Lease(why),
                     earliest(now.checked_add(self.term_window), by_deadline),
@@ -153,7 +173,10 @@ impl Plan {
     /// the command is not being stopped.
     pub fn kill_at(&self, now: Instant) -> Option<Instant> {
         self.stop.as_ref()?;
-        earliest(self.kill_by, self.deadline.map(|d| kill_before(d, now)))
+        earliest(
+            self.kill_by,
+            self.deadline.map(|d| self.kill_before(d, now)),
+        )
     }
 
     /// Whether SIGKILL is due at `now`.

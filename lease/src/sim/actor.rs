@@ -1,0 +1,284 @@
+//! One contender: the real [`Contender`], the real [`RenewalSchedule`]
+//! driven as the keeper thread drives it, the real [`FencedWriter`], and
+//! `bucket-lease run`'s real [`Plan`] deciding when the command dies.
+//!
+//! Each runs on its own simulated thread: the contender's main thread
+//! (acquire, then supervise the command), the keeper, and the command's
+//! writer.
+
+use super::env::{id, SimClock, SimStore};
+use super::sched::{current, Nanos, Shared, SEC};
+use crate::clock::Clock;
+use crate::keeper::{Attempt, Event, RenewalSchedule, Step};
+use crate::lease::{Contender, Lease, LeaseOptions};
+use crate::mutant::{self, Mutant};
+use crate::store::Store;
+use crate::supervision::{Plan, Seen};
+use crate::{FencedWriter, LeaseError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `run`'s longest wait between looks at the lease.
+const TICK: Nanos = 50_000_000;
+
+/// What the threads of one held lease share.
+#[derive(Debug, Default)]
+struct Hold {
+    stop: AtomicBool,
+    keeper_done: AtomicBool,
+    command_alive: AtomicBool,
+}
+
+fn now(sh: &Shared) -> Nanos {
+    sh.lock().sched.now
+}
+
+fn dur(n: Nanos) -> Duration {
+    Duration::from_nanos(n)
+}
+
+/// The contender's main thread: try to take the lease, and whenever it is
+/// taken run a command under it; poll again after a jittered pause.
+pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
+    let (ttl_s, poll) = {
+        let w = sh.lock();
+        let ttl = w.contenders[c].ttl_s;
+        (ttl, w.ttl_s * SEC / 5)
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SimClock {
+        sh: Arc::clone(&sh),
+        c,
+    });
+    let store: Arc<dyn Store> = Arc::new(SimStore {
+        sh: Arc::clone(&sh),
+        c,
+    });
+    let options = LeaseOptions::new(ttl_s).clock(Arc::clone(&clock));
+    let mut contender = Contender::new(store, "sim", options).with_instance_id(id(c));
+    loop {
+        let deadline = clock.now() + dur(poll);
+        let started = now(&sh);
+        match contender.try_acquire_before(Some(deadline)) {
+            Ok(lease) => {
+                let epoch = lease.epoch();
+                {
+                    let mut w = sh.lock();
+                    let t = w.sched.now;
+                    w.log(|| {
+                        format!(
+                            "c{c} ACQUIRES epoch {epoch} (attempt began {:.4})",
+                            super::world::secs(started)
+                        )
+                    });
+                    w.grants.push((t, c, epoch));
+                }
+                hold(&sh, c, Arc::new(lease));
+            }
+            Err(e) => {
+                let text = short(&e);
+                sh.lock().log(|| format!("c{c} acquire fails: {text}"));
+            }
+        }
+        let pause = clock.jitter(dur(poll));
+        clock.sleep(pause);
+    }
+}
+
+fn short(e: &LeaseError) -> String {
+    match e {
+        LeaseError::Held { holder, .. } => format!("held by {holder}"),
+        other => other.to_string(),
+    }
+}
+
+/// Run a command under `lease`, as `bucket-lease run` does: the keeper on
+/// one thread, the command's writes on another, and here the plan that
+/// decides when the command is signalled and killed.
+fn hold(sh: &Arc<Shared>, c: usize, lease: Arc<Lease>) {
+    let epoch = lease.epoch();
+    let ttl = Duration::from_secs(lease.ttl_s());
+    let hold = Arc::new(Hold::default());
+    hold.command_alive.store(true, Ordering::SeqCst);
+    let (command_end, grace, me) = {
+        let mut w = sh.lock();
+        let t = w.sched.now;
+        let ttl_n = w.ttl_s * SEC;
+        let end = t + w.rng.range(ttl_n / 2, 4 * ttl_n);
+        let grace = w.rng.range(0, ttl_n / 2);
+        let window = w.open(c, epoch, super::world::COMMAND);
+        w.contenders[c].command = Some(window);
+        (end, grace, current())
+    };
+    let keeper = {
+        let (lease, hold) = (Arc::clone(&lease), Arc::clone(&hold));
+        sh.spawn(c, move |sh| keep(&sh, c, me, &lease, &hold))
+    };
+    {
+        let (lease, hold) = (Arc::clone(&lease), Arc::clone(&hold));
+        sh.spawn(c, move |sh| write(&sh, c, &lease, &hold));
+    }
+    let mut plan = Plan::new(dur(grace), ttl);
+    let mut exits_at: Option<Nanos> = None;
+    let only_events = mutant::on(Mutant::KeeperNeverFences);
+    loop {
+        let t = now(sh);
+        let at = lease.clock().now();
+        let events = sh.lock().events.remove(&c).unwrap_or_default();
+        let mut term = false;
+        for event in events {
+            let seen = match event {
+                Event::Fenced => Some(Seen::Fenced),
+                Event::Lost { reason, .. } => Some(Seen::Lost(reason)),
+                Event::Renewed { .. } | Event::RenewalFailed { .. } if only_events => {
+                    lease.write_deadline().map(Seen::Held)
+                }
+                _ => None,
+            };
+            if let Some(seen) = seen {
+                term |= plan.observe(at, seen);
+            }
+        }
+        if !only_events {
+            term |= plan.observe(at, Seen::of(&lease));
+        }
+        if term && exits_at.is_none() {
+            let mut w = sh.lock();
+            let exit = t + w.rng.range(0, 2 * grace + 1);
+            w.log(|| {
+                format!(
+                    "c{c} SIGTERM to the command (it exits by {:.4} unless killed)",
+                    super::world::secs(exit)
+                )
+            });
+            exits_at = Some(exit);
+        }
+        let why = if plan.kill_due(at) {
+            Some("SIGKILL")
+        } else if t >= command_end {
+            Some("the command exits")
+        } else if exits_at.is_some_and(|e| t >= e) {
+            Some("the command exits after SIGTERM")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let mut w = sh.lock();
+            w.log(|| format!("c{c} command dies: {why}"));
+            // The command's requests in flight die with it.
+            w.command_dies(c, t);
+            hold.command_alive.store(false, Ordering::SeqCst);
+            break;
+        }
+        let mut wake = command_end.min(exits_at.unwrap_or(Nanos::MAX));
+        if let Some(at) = plan.next_wake(at) {
+            wake = wake.min(sh.lock().nanos_of(at));
+        }
+        // As `run` does: never wait for nothing, at most a tick when the
+        // plan names an instant already past.
+        if wake <= t {
+            wake = t + TICK;
+        }
+        sh.wait_until(wake);
+    }
+    hold.stop.store(true, Ordering::SeqCst);
+    Shared::interrupt(&mut sh.lock(), keeper);
+    while !hold.keeper_done.load(Ordering::SeqCst) {
+        let t = now(sh);
+        sh.wait_until(t + 3600 * SEC);
+    }
+}
+
+/// The keeper thread: the real [`RenewalSchedule`], driven as
+/// [`crate::Keeper`] drives it; release when told to stop.
+fn keep(sh: &Arc<Shared>, c: usize, supervisor: usize, lease: &Lease, hold: &Hold) {
+    let mut schedule = RenewalSchedule::new(lease);
+    let report = |event: Event| {
+        let mut w = sh.lock();
+        let text = format!("{event:?}");
+        w.log(|| format!("c{c} keeper event: {text}"));
+        w.events.entry(c).or_default().push(event);
+        Shared::interrupt(&mut w, supervisor);
+    };
+    let mut ended = false;
+    while !hold.stop.load(Ordering::SeqCst) {
+        if ended {
+            let t = now(sh);
+            sh.wait_until(t + 3600 * SEC);
+            continue;
+        }
+        match schedule.step(lease) {
+            Step::Wait { until } => {
+                let until = sh.lock().nanos_of(until);
+                sh.wait_until(until);
+            }
+            Step::Renew { deadline } => {
+                let started = lease.clock().now();
+                let attempt = match lease.renew_before(Some(deadline)) {
+                    Ok(()) => {
+                        Attempt::Renewed(lease.clock().now().saturating_duration_since(started))
+                    }
+                    Err(LeaseError::Lost { holder, .. }) => Attempt::Lost {
+                        holder,
+                        reason: "the record was replaced or deleted".to_string(),
+                    },
+                    Err(error) => Attempt::Failed(error),
+                };
+                if let Some(event) = schedule.record(lease, attempt) {
+                    report(event);
+                }
+            }
+            Step::End(event) => {
+                report(event);
+                ended = true;
+            }
+        }
+    }
+    let deadline = lease.clock().now() + Duration::from_secs(5);
+    let released = lease.release_before(Some(deadline));
+    let mut w = sh.lock();
+    let text = format!("{released:?}");
+    w.log(|| format!("c{c} keeper stops; release: {text}"));
+    hold.keeper_done.store(true, Ordering::SeqCst);
+    Shared::interrupt(&mut w, supervisor);
+}
+
+/// The command's writes: create-only objects through the real
+/// [`FencedWriter`], each inside a window that opens when `may_write()`
+/// is true at the send and closes with the request's answer.
+fn write(sh: &Arc<Shared>, c: usize, lease: &Arc<Lease>, hold: &Hold) {
+    let writer = FencedWriter::new(Arc::clone(lease));
+    let gap = {
+        let w = sh.lock();
+        dur(w.ttl_s * SEC / 8)
+    };
+    let epoch = lease.epoch();
+    let me = current();
+    for n in 0u64.. {
+        if !hold.command_alive.load(Ordering::SeqCst) {
+            return;
+        }
+        if lease.may_write() {
+            let window = {
+                let mut w = sh.lock();
+                let i = w.open(c, epoch, "write");
+                w.contenders[c].writing = Some((i, me));
+                i
+            };
+            let written = writer.put_new(&format!("sim/data/c{c}-e{epoch}-{n}"), b"x");
+            let mut w = sh.lock();
+            let end = w.put_answer.get(&me).copied().unwrap_or(w.sched.now);
+            let text = match &written {
+                Ok(_) => "ok".to_string(),
+                Err(e) => e.to_string(),
+            };
+            w.log(|| format!("c{c} fenced write {n}: {text}"));
+            w.close(window, end);
+            if w.contenders[c].writing == Some((window, me)) {
+                w.contenders[c].writing = None;
+            }
+        }
+        let pause = lease.clock().jitter(gap);
+        lease.clock().sleep(pause);
+    }
+}

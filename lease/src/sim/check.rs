@@ -1,0 +1,175 @@
+//! The invariants checked after every run, on true time. (No loss is
+//! checked as each request lands, in [`super::world`].)
+
+use super::sched::{Nanos, SEC};
+use super::world::{secs, Window, World, COMMAND};
+use crate::memory::Misbehaviour;
+
+/// Check safety, fencing tokens, failing closed and liveness; record each
+/// violation in the world.
+pub(crate) fn check(w: &mut World) {
+    safety_and_epochs(w);
+    fail_closed(w);
+    liveness(w);
+}
+
+/// No two leases (contender, epoch) inside a window at once, and each new
+/// lease's epoch above the previous one's.
+fn safety_and_epochs(w: &mut World) {
+    let mut windows: Vec<Window> = Vec::new();
+    for x in &w.windows {
+        if x.what == COMMAND {
+            // A paused contender's command is paused with it (a paused
+            // machine, or SIGSTOP to the whole process group): it is not
+            // writing meanwhile. At the resume the plan is consulted first.
+            let mut pieces = vec![x.clone()];
+            for &(from, to) in &w.contenders[x.contender].pauses {
+                pieces = pieces
+                    .into_iter()
+                    .flat_map(|p| {
+                        let end = p.end.unwrap_or(p.start);
+                        if to <= p.start || from >= end {
+                            return vec![p];
+                        }
+                        let mut out = Vec::new();
+                        if from > p.start {
+                            out.push(Window {
+                                end: Some(from),
+                                ..p.clone()
+                            });
+                        }
+                        if to < end {
+                            out.push(Window {
+                                start: to,
+                                ..p.clone()
+                            });
+                        }
+                        out
+                    })
+                    .collect();
+            }
+            windows.extend(pieces);
+        } else {
+            windows.push(x.clone());
+        }
+    }
+    windows.retain(|x| x.end.is_some_and(|e| e > x.start));
+    windows.sort_by_key(|x| (x.start, x.end));
+    // The window reaching furthest, and the furthest of any other lease.
+    let mut best: Option<(Nanos, (usize, u64), &'static str)> = None;
+    let mut second: Option<(Nanos, (usize, u64), &'static str)> = None;
+    let mut last_lease: Option<(usize, u64)> = None;
+    let mut found = Vec::new();
+    for x in &windows {
+        let lease = (x.contender, x.epoch);
+        let end = x.end.unwrap_or(x.start);
+        let clash = match (best, second) {
+            (Some(b), _) if b.1 != lease && x.start < b.0 => Some(b),
+            (Some(b), Some(s)) if b.1 == lease && x.start < s.0 => Some(s),
+            _ => None,
+        };
+        if let Some((other_end, (oc, oe), what)) = clash {
+            found.push(format!(
+                "safety: c{} ({}, epoch {}) opens a window at {:.4} s while c{oc} ({what}, epoch \
+                 {oe}) is inside one until {:.4} s",
+                x.contender,
+                x.what,
+                x.epoch,
+                secs(x.start),
+                secs(other_end)
+            ));
+        }
+        if let Some(prev) = last_lease {
+            if prev != lease && x.epoch <= prev.1 {
+                found.push(format!(
+                    "fencing tokens: c{} opens a window with epoch {} at {:.4} s after c{}'s \
+                     window with epoch {}",
+                    x.contender,
+                    x.epoch,
+                    secs(x.start),
+                    prev.0,
+                    prev.1
+                ));
+            }
+        }
+        last_lease = Some(lease);
+        let me = (end, lease, x.what);
+        match best {
+            Some(b) if b.1 == lease => {
+                if end > b.0 {
+                    best = Some(me);
+                }
+            }
+            Some(b) if end > b.0 => {
+                second = Some(b);
+                best = Some(me);
+            }
+            Some(_) => {
+                if second.is_none_or(|s| end > s.0) {
+                    second = Some(me);
+                }
+            }
+            None => best = Some(me),
+        }
+    }
+    for f in found {
+        w.violations.push(f);
+    }
+}
+
+/// On a store that ignores a write condition (or cannot send one, or
+/// returns no ETag), no lease may be handed out.
+fn fail_closed(w: &mut World) {
+    let ignoring = matches!(
+        w.switch,
+        Some(
+            Misbehaviour::IgnoreIfNoneMatch
+                | Misbehaviour::IgnoreIfMatch
+                | Misbehaviour::CreateOnIfMatchAbsent
+                | Misbehaviour::NoEtags
+                | Misbehaviour::NoConditions
+        )
+    );
+    if !ignoring {
+        return;
+    }
+    if let Some(&(t, c, epoch)) = w.grants.first() {
+        w.violations.push(format!(
+            "fail closed: c{c} was handed epoch {epoch} at {:.4} s on a store with {:?}",
+            secs(t),
+            w.switch
+        ));
+    }
+}
+
+/// After the holder crashed (and faults stopped), a live contender holds
+/// the lease within: the last landing of a request sent before the crash,
+/// plus the record's TTL, plus the clocks' disagreement, plus two poll
+/// intervals (jittered up to 1.5 times), plus a second for the acquire's
+/// own requests.
+fn liveness(w: &mut World) {
+    let Some((crashed_at, ttl_s, holder)) = w.crash else {
+        return;
+    };
+    if ttl_s > crate::record::MAX_SANE_TTL_S {
+        return;
+    }
+    let from = crashed_at.max(w.last_landing_before_crash);
+    let poll = w.ttl_s * SEC / 5;
+    let bound = from + ttl_s * SEC + w.ttl_s * SEC / 3 + 3 * poll + SEC;
+    let next = w
+        .grants
+        .iter()
+        .find(|(t, c, _)| *t >= crashed_at && *c != holder)
+        .map(|(t, _, _)| *t);
+    match next {
+        Some(t) if t <= bound => {}
+        other => w.violations.push(format!(
+            "liveness: c{holder} crashed holding the lease at {:.4} s; nobody held it by {:.4} s \
+             (next grant: {})",
+            secs(crashed_at),
+            secs(bound),
+            other.map_or("none".to_string(), |t| format!("{:.4} s", secs(t)))
+        )),
+    }
+}

@@ -1,0 +1,284 @@
+//! Deterministic simulation of several contenders on one lease, under
+//! faults, on simulated true time; and the checker of its invariants.
+//!
+//! One seed fixes a whole run: 3 to 5 contenders on one key, each with its
+//! own wall-clock skew (within a sixth of the TTL either way, so any two
+//! disagree by less than a third), steps of that skew and a rate drift; a
+//! store that answers like S3 or has one misbehaviour switch on; and
+//! faults on requests (dropped, 5xx, 409, landing up to two TTLs late,
+//! answer lost after landing, slow answers), contenders partitioned from
+//! the store or paused for up to two TTLs, and the holder crashing without
+//! releasing. Each contender runs the real [`crate::Contender`], drives
+//! the real [`crate::keeper::RenewalSchedule`] as the keeper thread does,
+//! writes through the real [`crate::FencedWriter`] while `may_write()`,
+//! and runs a command whose death `bucket-lease run`'s real
+//! [`crate::supervision::Plan`] decides. Blocking calls take simulated time:
+//! see `env.rs` and `sched.rs`.
+//!
+//! Checked on every run, on true time: **safety** (no two leases inside a
+//! write window at once: a write from `may_write()` at its send to its
+//! answer, or a command alive), **fencing tokens** (each new lease's
+//! windows carry a higher epoch), **fail closed** (no lease on a store that
+//! ignores a write condition, sends none, or returns no ETag),
+//! **liveness** (after the holder crashes, another contender holds within
+//! the bound in `check.rs`) and **no loss** (a live record is replaced or
+//! removed only by its holder, or once stale on true time).
+
+mod actor;
+mod check;
+mod env;
+mod rng;
+mod sched;
+mod world;
+
+use self::rng::Rng;
+use self::sched::{Ev, Shared, SEC};
+use self::world::{Contender, Injected, Rates, World};
+use crate::memory::{MemoryStore, Misbehaviour};
+use crate::mutant::Mutant;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant, SystemTime};
+
+/// What one run found.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The run's seed.
+    pub seed: u64,
+    /// Each invariant broken, with when and by whom; empty when none was.
+    pub violations: Vec<String>,
+    /// Faults injected, by kind.
+    pub injected: BTreeMap<&'static str, u64>,
+    /// The run's readable trace, when asked for.
+    pub trace: Vec<String>,
+    /// A one-line description of the run's set-up.
+    pub setup: String,
+}
+
+/// The names of the defects that can be reintroduced (feature `mutants`).
+pub fn mutant_names() -> Vec<&'static str> {
+    Mutant::ALL.iter().map(|m| m.name()).collect()
+}
+
+/// Run the simulation of `seed`, on the mutant named `mutant` if any, with
+/// its trace when `trace` is true.
+///
+/// # Errors
+///
+/// When `mutant` names no mutant, or this build lacks the feature
+/// `mutants`.
+pub fn run(seed: u64, mutant: Option<&str>, trace: bool) -> Result<Outcome, String> {
+    let chosen = match mutant {
+        None => None,
+        Some(name) => Some(
+            Mutant::ALL
+                .into_iter()
+                .find(|m| m.name() == name)
+                .ok_or_else(|| format!("no mutant named {name:?}"))?,
+        ),
+    };
+    #[cfg(feature = "mutants")]
+    crate::mutant::select(chosen);
+    #[cfg(not(feature = "mutants"))]
+    if chosen.is_some() {
+        return Err("this build has no mutants: build with the feature `mutants`".to_string());
+    }
+    Ok(simulate(seed, trace))
+}
+
+fn simulate(seed: u64, trace: bool) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let n = usize::try_from(rng.range(3, 6)).unwrap_or(3);
+    let ttl_s = [3, 5, 10, 20, 30][usize::try_from(rng.range(0, 5)).unwrap_or(0)];
+    let ttl = ttl_s * SEC;
+    let run_len = ttl * rng.range(8, 17);
+    let switch = if rng.chance(3000) {
+        let all = [
+            Misbehaviour::IgnoreIfNoneMatch,
+            Misbehaviour::IgnoreIfMatch,
+            Misbehaviour::CreateOnIfMatchAbsent,
+            Misbehaviour::IgnoreIfMatchOnDelete,
+            Misbehaviour::IgnoreIfMatchOnDelete,
+            Misbehaviour::NoEtags,
+            Misbehaviour::NoConditions,
+        ];
+        Some(all[usize::try_from(rng.range(0, 7)).unwrap_or(0)])
+    } else {
+        None
+    };
+    let rates = match rng.range(0, 20) {
+        0..=4 => Rates {
+            drop: 0,
+            fail: 0,
+            conflict: 0,
+            late: 0,
+            lost: 0,
+            slow: 0,
+        },
+        5..=11 => Rates {
+            drop: 20,
+            fail: 20,
+            conflict: 20,
+            late: 20,
+            lost: 20,
+            slow: 20,
+        },
+        _ => Rates {
+            drop: 150,
+            fail: 150,
+            conflict: 200,
+            late: 150,
+            lost: 150,
+            slow: 100,
+        },
+    };
+    let crash_at = rng.chance(3500).then(|| rng.range(ttl, run_len / 2));
+    let faults_until = crash_at.unwrap_or(u64::MAX);
+    let clip = |spans: Vec<(u64, u64)>| -> Vec<(u64, u64)> {
+        spans
+            .into_iter()
+            .filter(|(a, _)| *a < faults_until)
+            .map(|(a, b)| (a, b.min(faults_until)))
+            .collect()
+    };
+    let skew_limit = i64::try_from(ttl_s * 1000 * 15 / 100).unwrap_or(0);
+    let huge_ttl = rng.chance(3000).then(|| rng.range(0, n as u64));
+    let mut contenders = Vec::new();
+    let mut steps = Vec::new();
+    for c in 0..n {
+        let skew_ms = rng.range_i(-skew_limit, skew_limit + 1);
+        let drift_ppm = rng.range_i(-100, 101);
+        for _ in 0..rng.range(0, 3) {
+            let at = rng.range(0, run_len);
+            steps.push((at, c, rng.range_i(-skew_limit, skew_limit + 1)));
+        }
+        let mut pauses = Vec::new();
+        for _ in 0..rng.range(0, 3) {
+            let at = rng.range(0, run_len);
+            pauses.push((at, at + rng.range(ttl / 10, ttl * 22 / 10)));
+        }
+        let mut partitions = Vec::new();
+        for _ in 0..rng.range(0, 3) {
+            let at = rng.range(0, run_len);
+            partitions.push((at, at + rng.range(ttl / 10, 2 * ttl)));
+        }
+        contenders.push(Contender {
+            ttl_s: if huge_ttl == Some(c as u64) {
+                4000
+            } else {
+                ttl_s
+            },
+            skew_ms,
+            drift_ppm,
+            pauses: clip(pauses),
+            partitions: clip(partitions),
+            crashed: false,
+            threads: Vec::new(),
+            command: None,
+            writing: None,
+        });
+    }
+    let end = match crash_at {
+        Some(t) => run_len.max(t + 4 * ttl + 3 * SEC),
+        None => run_len,
+    };
+    let store = MemoryStore::new();
+    if let Some(s) = switch {
+        store.set(s);
+    }
+    let setup = format!(
+        "seed {seed}: {n} contenders, ttl {ttl_s} s{}, store {}, request faults {}, crash {}, {:.0} s",
+        huge_ttl.map_or(String::new(), |c| format!(" (c{c}: 4000 s)")),
+        switch.map_or("strict".to_string(), |s| format!("{s:?}")),
+        if rates.drop == 0 {
+            "none"
+        } else if rates.drop < 100 {
+            "low"
+        } else {
+            "high"
+        },
+        crash_at.map_or("none".to_string(), |t| format!("at {:.1} s", world::secs(t))),
+        world::secs(end)
+    );
+    let mut w = World {
+        sched: Default::default(),
+        rng,
+        base: Instant::now(),
+        wall0: SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000),
+        ttl_s,
+        contenders,
+        store,
+        switch,
+        rates,
+        faults_until,
+        requests: Vec::new(),
+        windows: Vec::new(),
+        grants: Vec::new(),
+        crash: None,
+        first_sent: HashMap::new(),
+        last_landing_before_crash: 0,
+        violations: Vec::new(),
+        injected: Injected::default(),
+        trace: trace.then(Vec::new),
+        put_answer: HashMap::new(),
+        events: HashMap::new(),
+    };
+    w.log(|| setup.clone());
+    if let Some(t) = w.trace.as_mut() {
+        t.push(
+            "            (left: true time in s; every monotonic clock runs at true time; each wall clock is off by its skew, shown as [cN wall ±s] on each request)"
+                .to_string(),
+        );
+    }
+    for (c, k) in w.contenders.iter().enumerate() {
+        let (skew, drift, ttl_c) = (k.skew_ms, k.drift_ppm, k.ttl_s);
+        let (pauses, parts) = (k.pauses.clone(), k.partitions.clone());
+        if let Some(t) = w.trace.as_mut() {
+            t.push(format!(
+                "            c{c}: ttl {ttl_c} s, wall clock {skew:+} ms, drift {drift:+} ppm, pauses \
+                 {:?}, partitions {:?}",
+                spans(&pauses),
+                spans(&parts)
+            ));
+        }
+    }
+    for (c, k) in w.contenders.iter().enumerate() {
+        for _ in &k.pauses {
+            w.injected.add("pause");
+        }
+        for _ in &k.partitions {
+            w.injected.add("partition");
+        }
+        let _ = c;
+    }
+    for (at, c, skew_ms) in steps {
+        w.push(at, Ev::Step { c, skew_ms });
+    }
+    if let Some(t) = crash_at {
+        w.push(t, Ev::CrashHolder);
+    }
+    let sh = Shared::new(w);
+    for c in 0..n {
+        sh.spawn(c, move |sh| actor::contender(sh, c));
+    }
+    sh.run(end);
+    let mut w = sh.lock();
+    check::check(&mut w);
+    for v in w.violations.clone() {
+        if let Some(t) = w.trace.as_mut() {
+            t.push(format!("VIOLATION {v}"));
+        }
+    }
+    Outcome {
+        seed,
+        violations: std::mem::take(&mut w.violations),
+        injected: w.injected.counts.clone(),
+        trace: w.trace.take().unwrap_or_default(),
+        setup,
+    }
+}
+
+fn spans(s: &[(u64, u64)]) -> Vec<String> {
+    s.iter()
+        .map(|(a, b)| format!("{:.2}-{:.2} s", world::secs(*a), world::secs(*b)))
+        .collect()
+}

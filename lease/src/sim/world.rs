@@ -1,0 +1,409 @@
+//! The state of one run: the contenders' clocks and faults, the store, the
+//! requests in flight, the write windows seen, and the trace.
+
+use super::rng::Rng;
+use super::sched::{Ev, Nanos, Sched, SEC};
+use crate::memory::{MemoryStore, Misbehaviour};
+use crate::record::LeaseRecord;
+use crate::store::{DeleteMode, Object, PutOptions, Store, StoreError, Version};
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+/// The lease key every contender contends for.
+pub(crate) const KEY: &str = "sim/LEASE";
+
+/// The kind of window of a command alive under the lease.
+pub(crate) const COMMAND: &str = "command alive";
+
+/// One contender's clocks, faults and life.
+#[derive(Debug)]
+pub(crate) struct Contender {
+    pub(crate) ttl_s: u64,
+    /// Wall clock minus true time, in milliseconds, and its rate error in
+    /// parts per million.
+    pub(crate) skew_ms: i64,
+    pub(crate) drift_ppm: i64,
+    pub(crate) pauses: Vec<(Nanos, Nanos)>,
+    pub(crate) partitions: Vec<(Nanos, Nanos)>,
+    pub(crate) crashed: bool,
+    pub(crate) threads: Vec<usize>,
+    /// The window of the command now running, if any.
+    pub(crate) command: Option<usize>,
+    /// The window of the command's write in flight, if any, and the
+    /// writer's thread.
+    pub(crate) writing: Option<(usize, usize)>,
+}
+
+/// A write window: `may_write()` at a write's send through its answer, or
+/// a command alive under `run`'s plan.
+#[derive(Debug, Clone)]
+pub(crate) struct Window {
+    pub(crate) contender: usize,
+    pub(crate) epoch: u64,
+    pub(crate) what: &'static str,
+    pub(crate) start: Nanos,
+    pub(crate) end: Option<Nanos>,
+}
+
+/// A request to the store.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    Get(String),
+    Put(String, Vec<u8>, PutOptions),
+    Delete(String, DeleteMode),
+}
+
+/// What the store did with a request when it landed.
+#[derive(Debug, Clone)]
+pub(crate) enum Done {
+    Get(Result<Object, StoreError>),
+    Put(Result<Version, StoreError>),
+    Delete(Result<(), StoreError>),
+}
+
+/// A request in flight or answered.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) contender: usize,
+    pub(crate) op: Op,
+    pub(crate) sent: Nanos,
+    pub(crate) landed: Option<Done>,
+}
+
+/// How strongly each fault is injected in this run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rates {
+    /// Per request, in parts per 10,000.
+    pub(crate) drop: u64,
+    pub(crate) fail: u64,
+    pub(crate) conflict: u64,
+    pub(crate) late: u64,
+    pub(crate) lost: u64,
+    pub(crate) slow: u64,
+}
+
+/// Faults injected, by kind, for the summary.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Injected {
+    pub(crate) counts: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl Injected {
+    pub(crate) fn add(&mut self, kind: &'static str) {
+        *self.counts.entry(kind).or_default() += 1;
+    }
+}
+
+/// One run's world.
+#[derive(Debug)]
+pub(crate) struct World {
+    pub(crate) sched: Sched,
+    pub(crate) rng: Rng,
+    pub(crate) base: Instant,
+    pub(crate) wall0: SystemTime,
+    pub(crate) ttl_s: u64,
+    pub(crate) contenders: Vec<Contender>,
+    pub(crate) store: MemoryStore,
+    pub(crate) switch: Option<Misbehaviour>,
+    pub(crate) rates: Rates,
+    /// Faults stop here (a crash run's quiet period after the crash).
+    pub(crate) faults_until: Nanos,
+    pub(crate) requests: Vec<Request>,
+    pub(crate) windows: Vec<Window>,
+    /// (when, contender, epoch) of every lease handed out.
+    pub(crate) grants: Vec<(Nanos, usize, u64)>,
+    /// When the holder crashed, the record's TTL, and who it was.
+    pub(crate) crash: Option<(Nanos, u64, usize)>,
+    /// When each lease body was first sent.
+    pub(crate) first_sent: HashMap<Vec<u8>, Nanos>,
+    /// The last instant a request sent before the crash landed.
+    pub(crate) last_landing_before_crash: Nanos,
+    pub(crate) violations: Vec<String>,
+    pub(crate) injected: Injected,
+    pub(crate) trace: Option<Vec<String>>,
+    /// The put answer time of each thread's last PUT.
+    pub(crate) put_answer: HashMap<usize, Nanos>,
+    /// Keeper events waiting for each contender's supervisor.
+    pub(crate) events: HashMap<usize, Vec<crate::keeper::Event>>,
+}
+
+/// Seconds, for the trace.
+pub(crate) fn secs(t: Nanos) -> f64 {
+    t as f64 / SEC as f64
+}
+
+impl World {
+    /// Add a line to the trace, when tracing.
+    pub(crate) fn log(&mut self, line: impl FnOnce() -> String) {
+        if self.trace.is_some() {
+            let now = self.sched.now;
+            let text = line();
+            if let Some(trace) = self.trace.as_mut() {
+                trace.push(format!("{:>10.4}  {text}", secs(now)));
+            }
+        }
+    }
+
+    /// Record a violation (and trace it).
+    pub(crate) fn violation(&mut self, what: String) {
+        let at = secs(self.sched.now);
+        self.log(|| format!("VIOLATION {what}"));
+        self.violations.push(format!("at {at:.4} s: {what}"));
+    }
+
+    /// Contender `c`'s monotonic clock now.
+    pub(crate) fn mono(&self) -> Instant {
+        self.base + Duration::from_nanos(self.sched.now)
+    }
+
+    /// True time of a monotonic instant.
+    pub(crate) fn nanos_of(&self, at: Instant) -> Nanos {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Contender `c`'s wall clock now.
+    pub(crate) fn wall(&self, c: usize) -> SystemTime {
+        let k = &self.contenders[c];
+        let t = self.sched.now as i128;
+        let off = t + t * i128::from(k.drift_ppm) / 1_000_000 + i128::from(k.skew_ms) * 1_000_000;
+        let off = i64::try_from(off).unwrap_or(0);
+        if off >= 0 {
+            self.wall0 + Duration::from_nanos(off.unsigned_abs())
+        } else {
+            self.wall0 - Duration::from_nanos(off.unsigned_abs())
+        }
+    }
+
+    /// Contender `c`'s clocks now, for the trace: the monotonic clock runs
+    /// at true time; the wall clock is off by its skew and drift.
+    pub(crate) fn clocks(&self, c: usize) -> String {
+        let wall = self.wall(c);
+        let truth = self.wall0 + Duration::from_nanos(self.sched.now);
+        let off = match wall.duration_since(truth) {
+            Ok(d) => d.as_secs_f64(),
+            Err(e) => -e.duration().as_secs_f64(),
+        };
+        format!("[c{c} wall {off:+.3} s]")
+    }
+
+    /// The instant `c`'s pause ends, when `c` is paused at `at`.
+    pub(crate) fn paused_until(&self, c: usize, at: Nanos) -> Option<Nanos> {
+        self.contenders[c]
+            .pauses
+            .iter()
+            .find(|(from, to)| *from <= at && at < *to)
+            .map(|(_, to)| *to)
+    }
+
+    /// Whether `c` is cut off from the store at `at`.
+    pub(crate) fn partitioned(&self, c: usize, at: Nanos) -> bool {
+        self.contenders[c]
+            .partitions
+            .iter()
+            .any(|(from, to)| *from <= at && at < *to)
+    }
+
+    /// Open a window; its index.
+    pub(crate) fn open(&mut self, c: usize, epoch: u64, what: &'static str) -> usize {
+        let start = self.sched.now;
+        self.log(|| format!("c{c} window opens: {what}, epoch {epoch}"));
+        self.windows.push(Window {
+            contender: c,
+            epoch,
+            what,
+            start,
+            end: None,
+        });
+        self.windows.len() - 1
+    }
+
+    /// Close window `i` at `at`.
+    pub(crate) fn close(&mut self, i: usize, at: Nanos) {
+        if self.windows[i].end.is_none() {
+            self.windows[i].end = Some(at.max(self.windows[i].start));
+            let w = self.windows[i].clone();
+            self.log(|| {
+                format!(
+                    "c{} window closes: {}, epoch {} (ends {:.4})",
+                    w.contender,
+                    w.what,
+                    w.epoch,
+                    secs(at)
+                )
+            });
+        }
+    }
+
+    /// End contender `c`'s command at `t`: its window closes, and so does
+    /// the window of its write in flight (when that request's answer came
+    /// earlier, at the answer).
+    pub(crate) fn command_dies(&mut self, c: usize, t: Nanos) {
+        if let Some(i) = self.contenders[c].command.take() {
+            self.close(i, t);
+        }
+        if let Some((i, tid)) = self.contenders[c].writing.take() {
+            let answered = self.put_answer.get(&tid).copied().unwrap_or(t);
+            self.close(i, t.min(answered));
+        }
+    }
+
+    /// Request `id` lands: the store does it, and the landing is checked.
+    pub(crate) fn apply(&mut self, id: usize) {
+        let (c, op, sent) = {
+            let r = &self.requests[id];
+            (r.contender, r.op.clone(), r.sent)
+        };
+        if self.crash.is_some_and(|(t, _, _)| sent < t) {
+            self.last_landing_before_crash = self.last_landing_before_crash.max(self.sched.now);
+        }
+        let before = self.store.peek(KEY);
+        let done = match &op {
+            Op::Get(key) => Done::Get(self.store.get(key, None)),
+            Op::Put(key, body, options) => {
+                let mut options = options.clone();
+                options.deadline = None;
+                Done::Put(self.store.put(key, body, &options))
+            }
+            Op::Delete(key, mode) => Done::Delete(self.store.delete(key, mode, None)),
+        };
+        let after = self.store.peek(KEY);
+        self.log(|| {
+            format!(
+                "   store: request #{id} of c{c} lands: {}",
+                describe_done(&done)
+            )
+        });
+        if before != after {
+            self.check_replacement(c, before.as_deref(), after.as_deref());
+        }
+        self.requests[id].landed = Some(done);
+    }
+
+    /// No loss: a record is removed or replaced only by the holder it names,
+    /// or by a takeover of a record stale on true time (allowing for the
+    /// clocks' disagreement).
+    fn check_replacement(&mut self, c: usize, before: Option<&[u8]>, after: Option<&[u8]>) {
+        let Some(before) = before else { return };
+        if let Some(after) = after {
+            self.first_sent
+                .entry(after.to_vec())
+                .or_insert(self.sched.now);
+        }
+        if matches!(
+            self.switch,
+            Some(
+                Misbehaviour::IgnoreIfNoneMatch
+                    | Misbehaviour::IgnoreIfMatch
+                    | Misbehaviour::CreateOnIfMatchAbsent
+            )
+        ) {
+            // A store that ignores write conditions can lose anything; the
+            // lease must fail closed there instead (checked on grants).
+            return;
+        }
+        let Some(rec) = LeaseRecord::parse(before) else {
+            return;
+        };
+        if rec.is_released() || rec.instance_id == instance_id(c) {
+            return;
+        }
+        let sent = self.first_sent.get(before).copied().unwrap_or(0);
+        let skew_room = self.ttl_s * SEC / 3;
+        let stale_at = sent
+            .saturating_add(rec.ttl_s.saturating_mul(SEC))
+            .saturating_sub(skew_room);
+        if self.sched.now < stale_at {
+            let how = if after.is_some() {
+                "replaced"
+            } else {
+                "removed"
+            };
+            self.violation(format!(
+                "no loss: c{c} {how} the live record of {} (epoch {}, ttl {} s, sent at {:.4} s)",
+                rec.instance_id,
+                rec.epoch,
+                rec.ttl_s,
+                secs(sent)
+            ));
+        }
+    }
+
+    /// Whoever runs a command under the lease now crashes: no more steps,
+    /// never a release; its command dies with it.
+    pub(crate) fn crash_holder(&mut self) {
+        let now = self.sched.now;
+        // The holder: the running command of the highest epoch (a paused
+        // contender may still run a command under an older lease).
+        let holder = (0..self.contenders.len())
+            .filter(|&c| !self.contenders[c].crashed && self.paused_until(c, now).is_none())
+            .filter_map(|c| {
+                self.contenders[c]
+                    .command
+                    .map(|i| (self.windows[i].epoch, c))
+            })
+            .max();
+        let Some((_, c)) = holder else {
+            self.log(|| "crash: nobody holds the lease".to_string());
+            return;
+        };
+        self.contenders[c].crashed = true;
+        let ttl = self.contenders[c].ttl_s;
+        self.crash = Some((now, ttl, c));
+        self.last_landing_before_crash = now;
+        self.injected.add("crash");
+        self.log(|| format!("c{c} CRASHES (holder; never releases)"));
+        self.command_dies(c, now);
+    }
+
+    /// Contender `c`'s wall clock steps.
+    pub(crate) fn step_wall(&mut self, c: usize, skew_ms: i64) {
+        let old = self.contenders[c].skew_ms;
+        self.contenders[c].skew_ms = skew_ms;
+        self.injected.add("wall clock step");
+        self.log(|| format!("c{c} wall clock steps from {old:+} ms to {skew_ms:+} ms"));
+    }
+
+    /// The run is over: close what is open.
+    pub(crate) fn finish(&mut self) {
+        let now = self.sched.now;
+        for c in 0..self.contenders.len() {
+            self.command_dies(c, now);
+        }
+        for i in 0..self.windows.len() {
+            self.close(i, now);
+        }
+    }
+
+    /// Queue an event.
+    pub(crate) fn push(&mut self, at: Nanos, ev: Ev) {
+        self.sched.push(at, ev);
+    }
+}
+
+/// The instance id of contender `c`.
+pub(crate) fn instance_id(c: usize) -> String {
+    format!("c{c}")
+}
+
+/// A short description of what the store did.
+pub(crate) fn describe_done(done: &Done) -> String {
+    fn body(o: &Object) -> String {
+        match LeaseRecord::parse(&o.body) {
+            Some(r) => format!(
+                "{} epoch {}{}",
+                r.instance_id,
+                r.epoch,
+                if r.is_released() { " released" } else { "" }
+            ),
+            None => format!("{} bytes", o.body.len()),
+        }
+    }
+    match done {
+        Done::Get(Ok(o)) => format!("GET ok ({}, {:?})", body(o), o.version.etag),
+        Done::Get(Err(e)) => format!("GET {:?}", e.kind()),
+        Done::Put(Ok(v)) => format!("PUT ok ({:?})", v.etag),
+        Done::Put(Err(e)) => format!("PUT {:?}", e.kind()),
+        Done::Delete(Ok(())) => "DELETE ok".to_string(),
+        Done::Delete(Err(e)) => format!("DELETE {:?}", e.kind()),
+    }
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The deterministic simulation of the lease (lease/src/sim/), built in
+# release mode.
+#
+# usage: bash scripts/simulate.sh RUNS [MUTANT]     RUNS seeded runs (seeds 1..RUNS;
+#                                                   SIM_FIRST_SEED=N starts at N)
+#        bash scripts/simulate.sh --mutants          the mutant names, one a line
+#        bash scripts/simulate.sh --replay SEED [MUTANT]   the trace of one run
+#        bash scripts/simulate.sh --check-mutants [RUNS]   each mutant found within RUNS (2000)
+#
+# The last line of a batch is "simulation: R runs, V violations"; the exit
+# status is non-zero when V > 0. Each failing seed is printed with the
+# command that replays it. The unmutated code is built without the
+# `mutants` feature; a mutant (and --mutants, --check-mutants) with it,
+# in a target directory of its own so the two builds do not evict each other.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+needs_mutants=0
+case "${1:-}" in
+  --mutants | --check-mutants) needs_mutants=1 ;;
+  --replay) [ -n "${3:-}" ] && needs_mutants=1 ;;
+  "") echo "usage: bash scripts/simulate.sh RUNS [MUTANT] | --mutants | --replay SEED [MUTANT] | --check-mutants [RUNS]" >&2; exit 2 ;;
+  *) [ -n "${2:-}" ] && needs_mutants=1 ;;
+esac
+
+if [ "$needs_mutants" = 1 ]; then
+  features=mutants
+  target="${CARGO_TARGET_DIR:-target}/sim-mutants"
+else
+  features=simulation
+  target="${CARGO_TARGET_DIR:-target}/sim"
+fi
+CARGO_TARGET_DIR="$target" cargo build --quiet --release -p bucket-lease-core \
+  --features "$features" --bin bucket-lease-sim
+exec "$target/release/bucket-lease-sim" "$@"
