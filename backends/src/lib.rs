@@ -12,10 +12,15 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), bucket_lease_backends::config::ConfigError> {
-//! // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION are set.
+//! // Credentials from the chain: the environment, a profile of ~/.aws,
+//! // web identity, container credentials or EC2 instance metadata.
 //! let (store, prefix) = bucket_lease_backends::config::open("s3://my-bucket/jobs/nightly")?;
 //! # Ok(()) }
 //! ```
+//!
+//! Temporary credentials are refreshed before they expire; the
+//! `credentials` module (HTTP features) gives the chain's order, what each
+//! source reads and what is not supported.
 //!
 //! or configure in code:
 //!

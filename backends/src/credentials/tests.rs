@@ -54,6 +54,31 @@ pub(crate) fn assert_no_secret(text: &str) {
     assert!(!text.contains(SECRET_MARK), "a secret is shown: {text}");
 }
 
+/// Install (once) a logger that keeps every warning; the warnings logged
+/// so far.
+pub(crate) fn capture_warnings() -> &'static std::sync::Mutex<Vec<String>> {
+    struct Keep;
+    static KEPT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    impl log::Log for Keep {
+        fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+            metadata.level() <= log::Level::Warn
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            if self.enabled(record.metadata()) {
+                KEPT.lock().unwrap().push(record.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static KEEP: Keep = Keep;
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        log::set_logger(&KEEP).expect("no other logger in these tests");
+        log::set_max_level(log::LevelFilter::Warn);
+    });
+    &KEPT
+}
+
 fn key_id(provider: &CredentialsProvider) -> String {
     provider
         .credentials(None)
@@ -277,9 +302,23 @@ fn a_failed_refresh_keeps_valid_credentials_and_expired_ones_name_the_source() {
     while SystemTime::now() + Duration::from_secs(2) < expires {
         std::thread::sleep(Duration::from_millis(50));
     }
-    // In the window, the refresh fails: the still-valid ones are used.
+    // In the window, the refresh fails: the still-valid ones are used,
+    // with a warning naming the source and no secret.
+    let logged = capture_warnings();
     assert_eq!(key_id(&provider), "AKIDPROC1");
     assert_eq!(runs(&counter), 2);
+    let warnings = logged.lock().unwrap().clone();
+    let warning = warnings
+        .iter()
+        .find(|w| w.contains("credential_process of profile \"proc\""))
+        .unwrap_or_else(|| panic!("no warning: {warnings:?}"));
+    assert!(
+        warning.contains("stay in use until they expire"),
+        "{warning}"
+    );
+    for w in &warnings {
+        assert_no_secret(w);
+    }
     while SystemTime::now() < expires {
         std::thread::sleep(Duration::from_millis(50));
     }
