@@ -59,7 +59,13 @@ pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
     loop {
         let deadline = clock.now() + dur(poll);
         let started = now(&sh);
-        match contender.try_acquire_before(Some(deadline)) {
+        let acquired = contender.try_acquire_before(Some(deadline));
+        {
+            let mut w = sh.lock();
+            let limit = w.nanos_of(deadline);
+            w.returned_by(c, "acquire", started, limit);
+        }
+        match acquired {
             Ok(lease) => {
                 let epoch = lease.epoch();
                 {
@@ -214,7 +220,13 @@ fn keep(sh: &Arc<Shared>, c: usize, supervisor: usize, lease: &Lease, hold: &Hol
             }
             Step::Renew { deadline } => {
                 let started = lease.clock().now();
-                let attempt = match lease.renew_before(Some(deadline)) {
+                let renewed = lease.renew_before(Some(deadline));
+                {
+                    let mut w = sh.lock();
+                    let (began, limit) = (w.nanos_of(started), w.nanos_of(deadline));
+                    w.returned_by(c, "renewal", began, limit);
+                }
+                let attempt = match renewed {
                     Ok(()) => {
                         Attempt::Renewed(lease.clock().now().saturating_duration_since(started))
                     }

@@ -195,6 +195,25 @@ impl World {
             .map(|(_, to)| *to)
     }
 
+    /// Nothing blocks past its deadline: a call of `c`'s that began at
+    /// `began` with `deadline` must have returned by it, unless `c` was
+    /// paused meanwhile (a paused process returns late, whatever it does).
+    pub(crate) fn returned_by(&mut self, c: usize, what: &str, began: Nanos, deadline: Nanos) {
+        let now = self.sched.now;
+        let paused = self.contenders[c]
+            .pauses
+            .iter()
+            .any(|(from, to)| *from < now && *to > began);
+        if now > deadline && !paused {
+            self.violation(format!(
+                "deadline: c{c}'s {what} began at {:.4} s returned at {:.4} s, past its deadline                  {:.4} s",
+                secs(began),
+                secs(now),
+                secs(deadline)
+            ));
+        }
+    }
+
     /// Whether `c` is cut off from the store at `at`.
     pub(crate) fn partitioned(&self, c: usize, at: Nanos) -> bool {
         self.contenders[c]
