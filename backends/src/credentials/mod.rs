@@ -178,6 +178,7 @@ impl fmt::Display for CredentialsError {
 impl std::error::Error for CredentialsError {}
 
 /// What one fetch from a source gave.
+#[derive(Clone)]
 pub(crate) struct Fetched {
     pub(crate) credentials: Credentials,
     /// `None` for credentials that do not expire.
@@ -196,7 +197,10 @@ pub struct CredentialsProvider {
     source: Source,
     fetcher: Option<Box<dyn Fetch>>,
     window: Duration,
+    /// What the source last gave; locked only to read or replace it.
     state: Mutex<Option<Fetched>>,
+    /// Held by the one thread fetching, for the length of the fetch.
+    refreshing: Mutex<()>,
 }
 
 impl fmt::Debug for CredentialsProvider {
@@ -230,6 +234,7 @@ impl CredentialsProvider {
             fetcher,
             window: DEFAULT_REFRESH_WINDOW,
             state: Mutex::new(state),
+            refreshing: Mutex::new(()),
         }
     }
 
@@ -268,7 +273,9 @@ impl CredentialsProvider {
 
     /// The credentials to sign with now: the current ones, or fresh ones
     /// when the current ones are within the refresh window of their expiry
-    /// (one fetch, bounded by `deadline`).
+    /// (one fetch, bounded by `deadline`). While another thread is
+    /// fetching, a thread whose current credentials are still valid signs
+    /// with them rather than wait.
     ///
     /// # Errors
     ///
@@ -277,23 +284,73 @@ impl CredentialsProvider {
     /// the refresh failed. A failed refresh of still-valid credentials is
     /// a warning, not an error.
     pub fn credentials(&self, deadline: Option<Instant>) -> Result<Credentials, CredentialsError> {
-        let mut state = self.lock();
         let now = SystemTime::now();
-        if let Some(current) = state.as_ref() {
+        let current = self.lock().clone();
+        let valid = |f: &Fetched| f.expires.is_none_or(|e| now < e);
+        if let Some(current) = &current {
             let due = current
                 .expires
                 .is_some_and(|expires| now + self.window >= expires);
-            if !due || self.fetcher.is_none() {
-                if current.expires.is_some_and(|e| now >= e) {
-                    return Err(CredentialsError::Expired {
-                        source: self.source.clone(),
-                        why: "the source cannot be asked again".into(),
-                    });
-                }
+            if !due {
                 return Ok(current.credentials.clone());
             }
+            if self.fetcher.is_none() {
+                return if valid(current) {
+                    Ok(current.credentials.clone())
+                } else {
+                    Err(CredentialsError::Expired {
+                        source: self.source.clone(),
+                        why: "the source cannot be asked again".into(),
+                    })
+                };
+            }
         }
-        self.refresh_locked(&mut state, deadline, now)
+        let _refreshing = match self.refreshing.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::WouldBlock) => match &current {
+                // Another thread is fetching: sign with what is valid.
+                Some(current) if valid(current) => return Ok(current.credentials.clone()),
+                // Nothing valid: wait for that fetch (bounded by its
+                // asker's deadline), then look again.
+                _ => self.refreshing.lock().unwrap_or_else(|e| e.into_inner()),
+            },
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        };
+        // Another thread may have refreshed meanwhile.
+        let current = self.lock().clone();
+        if let Some(fresh) = &current {
+            if fresh
+                .expires
+                .is_some_and(|expires| SystemTime::now() + self.window < expires)
+            {
+                return Ok(fresh.credentials.clone());
+            }
+        }
+        match self.fetch(deadline) {
+            Ok(fresh) => {
+                let credentials = fresh.credentials.clone();
+                *self.lock() = Some(fresh);
+                Ok(credentials)
+            }
+            Err(why) => match current {
+                Some(current) if valid(&current) => {
+                    log::warn!(
+                        "refreshing credentials from {} failed; the current ones stay in use \
+                         until they expire: {why}",
+                        self.source
+                    );
+                    Ok(current.credentials)
+                }
+                Some(_) => Err(CredentialsError::Expired {
+                    source: self.source.clone(),
+                    why,
+                }),
+                None => Err(CredentialsError::Source {
+                    source: self.source.clone(),
+                    why,
+                }),
+            },
+        }
     }
 
     /// Fetch again now, whatever the expiry (after the service said the
@@ -302,11 +359,10 @@ impl CredentialsProvider {
         if self.fetcher.is_none() {
             return false;
         }
-        let mut state = self.lock();
-        let before = state.as_ref().map(|s| s.expires);
+        let _refreshing = self.refreshing.lock().unwrap_or_else(|e| e.into_inner());
         match self.fetch(deadline) {
             Ok(fresh) => {
-                *state = Some(fresh);
+                *self.lock() = Some(fresh);
                 true
             }
             Err(why) => {
@@ -315,7 +371,6 @@ impl CredentialsProvider {
                      ones): {why}",
                     self.source
                 );
-                let _ = before;
                 false
             }
         }
@@ -335,39 +390,6 @@ impl CredentialsProvider {
             return Err("the source gave credentials that have already expired".into());
         }
         Ok(fetched)
-    }
-
-    fn refresh_locked(
-        &self,
-        state: &mut Option<Fetched>,
-        deadline: Option<Instant>,
-        now: SystemTime,
-    ) -> Result<Credentials, CredentialsError> {
-        match self.fetch(deadline) {
-            Ok(fresh) => {
-                let credentials = fresh.credentials.clone();
-                *state = Some(fresh);
-                Ok(credentials)
-            }
-            Err(why) => match state.as_ref() {
-                Some(current) if current.expires.is_none_or(|e| now < e) => {
-                    log::warn!(
-                        "refreshing credentials from {} failed; the current ones stay in use \
-                         until they expire: {why}",
-                        self.source
-                    );
-                    Ok(current.credentials.clone())
-                }
-                Some(_) => Err(CredentialsError::Expired {
-                    source: self.source.clone(),
-                    why,
-                }),
-                None => Err(CredentialsError::Source {
-                    source: self.source.clone(),
-                    why,
-                }),
-            },
-        }
     }
 
     /// The credentials held now, without fetching (tests).

@@ -4,6 +4,7 @@
 use super::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A fresh temporary directory.
 pub(crate) fn temp_dir(name: &str) -> PathBuf {
@@ -218,9 +219,24 @@ fn profiles_needing_sso_or_roles_are_refused_naming_the_key() {
 /// it ran (`AKIDPROC1`, …), expiring `lifetime_s` seconds from now; runs
 /// listed in `failing` exit 1.
 fn process_home(name: &str, lifetime_s: u64, failing: &[u32]) -> (PathBuf, PathBuf) {
+    process_home_slow(name, lifetime_s, failing, &[])
+}
+
+/// [`process_home`], where the runs in `slow` take 2 s.
+fn process_home_slow(
+    name: &str,
+    lifetime_s: u64,
+    failing: &[u32],
+    slow: &[u32],
+) -> (PathBuf, PathBuf) {
     let dir = temp_dir(name);
     let counter = dir.join("runs");
     let failing = failing
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let slow = slow
         .iter()
         .map(u32::to_string)
         .collect::<Vec<_>>()
@@ -231,6 +247,7 @@ fn process_home(name: &str, lifetime_s: u64, failing: &[u32]) -> (PathBuf, PathB
         format!(
             r#"n=$(( $(cat '{c}' 2>/dev/null || echo 0) + 1 )); echo $n > '{c}'
 for f in {failing}; do [ "$f" = "$n" ] && {{ echo "run $n fails" >&2; exit 1; }}; done
+for s in {slow}; do [ "$s" = "$n" ] && sleep 2; done
 exp=$(date -u -d "+{lifetime_s} seconds" +%Y-%m-%dT%H:%M:%SZ)
 printf '{{"Version": 1, "AccessKeyId": "AKIDPROC%s", "SecretAccessKey": "{SECRET_MARK}-%s", "SessionToken": "{SECRET_MARK}-t%s", "Expiration": "%s"}}' $n $n $n $exp
 "#,
@@ -422,4 +439,41 @@ fn a_profile_gives_the_store_its_region_and_endpoint_and_names_its_source() {
         .unwrap();
     assert_eq!(store.base_url(), "http://127.0.0.1:10/bkt");
     assert!(format!("{store:?}").contains("us-west-2"));
+}
+
+#[test]
+fn while_one_thread_refreshes_others_sign_with_the_valid_credentials() {
+    // Run 2 takes 2 s.
+    let (home, _) = process_home_slow("process-slow", 4, &[], &[2]);
+    let provider = Arc::new(
+        chain_with_env(&env(&[
+            ("HOME", path(&home)),
+            ("AWS_PROFILE", "proc".into()),
+        ]))
+        .unwrap()
+        .refresh_window(Duration::from_secs(3)),
+    );
+    assert_eq!(key_id(&provider), "AKIDPROC1");
+    wait_until_due(&provider, Duration::from_secs(3));
+    let refreshing = {
+        let provider = provider.clone();
+        std::thread::spawn(move || key_id(&provider))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    assert_eq!(key_id(&provider), "AKIDPROC1");
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "waited {:?} for another thread's fetch",
+        asked.elapsed()
+    );
+    assert_eq!(refreshing.join().unwrap(), "AKIDPROC2");
+    assert_eq!(key_id(&provider), "AKIDPROC2");
+}
+
+fn wait_until_due(provider: &CredentialsProvider, window: Duration) {
+    let expires = provider.expires().unwrap();
+    while SystemTime::now() + window < expires {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
