@@ -20,3 +20,8 @@ for feature in s3 r2 minio fs; do
   echo "== bucket-lease-backends with only the $feature feature"
   cargo test -p bucket-lease-backends --no-default-features --features "$feature"
 done
+
+echo "== the deterministic simulation: 10,000 seeds on the real code"
+bash scripts/simulate.sh 10000
+echo "== the simulation finds each reintroduced defect"
+bash scripts/simulate.sh --check-mutants 2000
