@@ -123,4 +123,50 @@ mod tests {
         assert_eq!(truncated.code.as_deref(), Some("NoSuchKey"));
         assert_eq!(truncated.message, None);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        /// Any bytes up to the read cap: never a panic, and nothing read
+        /// that the body did not hold.
+        #[test]
+        fn any_body_parses_to_parts_of_itself(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048)) {
+            let parsed = ErrorBody::parse(&body);
+            for part in [parsed.code, parsed.message, parsed.request_id].into_iter().flatten() {
+                proptest::prop_assert!(part.len() <= body.len());
+            }
+        }
+
+        /// Error documents with hostile text: markup, entities, control
+        /// characters, unbalanced tags.
+        #[test]
+        fn hostile_error_documents_never_panic(
+            code in ".{0,64}",
+            message in ".{0,256}",
+            tail in proptest::prop_oneof![
+                proptest::strategy::Just(String::new()),
+                proptest::strategy::Just("</Error>".to_string()),
+                proptest::strategy::Just("<Error>".to_string()),
+                proptest::strategy::Just("&bogus;&#xFFFFFFFF;&#0;".to_string()),
+                ".{0,32}",
+            ],
+        ) {
+            let body = format!("<Error><Code>{code}</Code><Message>{message}</Message>{tail}");
+            let _ = ErrorBody::parse(body.as_bytes());
+        }
+    }
+
+    #[test]
+    fn deep_nesting_and_huge_text_at_the_cap_are_read_without_trouble() {
+        let cap = crate::DEFAULT_MAX_BODY;
+        let deep = "<a>".repeat(cap / 3);
+        assert_eq!(ErrorBody::parse(deep.as_bytes()), ErrorBody::default());
+        let nested_error = format!("<Error>{}<Code>x</Code>", "<b>".repeat(cap / 4));
+        assert_eq!(ErrorBody::parse(nested_error.as_bytes()).code, None);
+        let huge = format!("<Error><Code>{}</Code></Error>", "C".repeat(cap - 40));
+        assert_eq!(
+            ErrorBody::parse(huge.as_bytes()).code.map(|c| c.len()),
+            Some(cap - 40)
+        );
+    }
 }
