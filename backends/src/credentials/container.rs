@@ -24,16 +24,8 @@ pub(crate) fn provider(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<CredentialsProvider>, String> {
     let var = |name: &str| env(name).filter(|v| !v.is_empty());
-    let url = match (
-        var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"),
-        var("AWS_CONTAINER_CREDENTIALS_FULL_URI"),
-    ) {
-        (Some(relative), _) => format!("{ECS_HOST}{relative}"),
-        (None, Some(full)) => {
-            check_full_uri(&full)?;
-            full
-        }
-        (None, None) => return Ok(None),
+    let Some(url) = url(env)? else {
+        return Ok(None);
     };
     let authorization = match (
         var("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"),
@@ -51,6 +43,25 @@ pub(crate) fn provider(
             agent: agent(CONNECT_TIMEOUT),
         }),
     )))
+}
+
+/// The URL to ask: the relative URI on the ECS host (it wins, as in the
+/// SDKs), else the checked full URI; `None` when neither is set.
+fn url(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>, String> {
+    let var = |name: &str| env(name).filter(|v| !v.is_empty());
+    Ok(
+        match (
+            var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"),
+            var("AWS_CONTAINER_CREDENTIALS_FULL_URI"),
+        ) {
+            (Some(relative), _) => Some(format!("{ECS_HOST}{relative}")),
+            (None, Some(full)) => {
+                check_full_uri(&full)?;
+                Some(full)
+            }
+            (None, None) => None,
+        },
+    )
 }
 
 /// `https` anywhere; `http` only to loopback or the documented hosts.
@@ -122,6 +133,53 @@ impl Fetch for Container {
             (status, _) => Err(format!(
                 "the container credentials service answered HTTP {status}"
             )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_relative_uri_is_on_the_ecs_host_and_full_uris_are_checked() {
+        let env = |relative: Option<&'static str>, full: Option<&'static str>| {
+            move |name: &str| match name {
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI" => relative.map(str::to_string),
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI" => full.map(str::to_string),
+                _ => None,
+            }
+        };
+        assert_eq!(
+            url(&env(
+                Some("/v2/credentials/abc"),
+                Some("http://127.0.0.1:1/x")
+            ))
+            .unwrap(),
+            Some("http://169.254.170.2/v2/credentials/abc".to_string())
+        );
+        assert_eq!(url(&env(None, None)).unwrap(), None);
+        for allowed in [
+            "http://127.0.0.1:8080/creds",
+            "http://127.1.2.3/creds",
+            "http://localhost/creds",
+            "http://[::1]:80/creds",
+            "http://169.254.170.2/creds",
+            "http://169.254.170.23/v1/credentials",
+            "http://[fd00:ec2::23]/v1/credentials",
+            "https://creds.example.com/x",
+        ] {
+            assert!(check_full_uri(allowed).is_ok(), "{allowed}");
+        }
+        for refused in [
+            "http://169.254.169.254/creds",
+            "http://10.0.0.1/creds",
+            "http://example.com/creds",
+            "http://user:pw@127.0.0.1/creds",
+            "ftp://127.0.0.1/creds",
+            "not a uri",
+        ] {
+            assert!(check_full_uri(refused).is_err(), "{refused}");
         }
     }
 }

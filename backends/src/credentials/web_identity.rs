@@ -46,9 +46,7 @@ pub(crate) fn provider(
             ));
         }
     };
-    let endpoint = var("AWS_ENDPOINT_URL_STS")
-        .or_else(|| region.map(|r| format!("https://sts.{r}.amazonaws.com")))
-        .unwrap_or_else(|| "https://sts.amazonaws.com".into());
+    let endpoint = endpoint(env, region);
     let session_name = var("AWS_ROLE_SESSION_NAME").unwrap_or_else(|| {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -68,6 +66,14 @@ pub(crate) fn provider(
             agent: agent(CONNECT_TIMEOUT),
         }),
     )))
+}
+
+/// `AWS_ENDPOINT_URL_STS`, else the region's STS, else the global one.
+fn endpoint(env: &dyn Fn(&str) -> Option<String>, region: Option<&str>) -> String {
+    env("AWS_ENDPOINT_URL_STS")
+        .filter(|v| !v.is_empty())
+        .or_else(|| region.map(|r| format!("https://sts.{r}.amazonaws.com")))
+        .unwrap_or_else(|| "https://sts.amazonaws.com".into())
 }
 
 struct WebIdentity {
@@ -215,5 +221,18 @@ mod tests {
         );
         assert_eq!(e["Code"], "InvalidIdentityToken");
         assert_eq!(form_encode("a b/c+=&"), "a%20b%2Fc%2B%3D%26");
+    }
+
+    #[test]
+    fn the_endpoint_is_the_override_else_regional_else_global() {
+        let none = |_: &str| None;
+        let set =
+            |name: &str| (name == "AWS_ENDPOINT_URL_STS").then(|| "http://127.0.0.1:5".into());
+        assert_eq!(endpoint(&set, Some("eu-west-1")), "http://127.0.0.1:5");
+        assert_eq!(
+            endpoint(&none, Some("eu-west-1")),
+            "https://sts.eu-west-1.amazonaws.com"
+        );
+        assert_eq!(endpoint(&none, None), "https://sts.amazonaws.com");
     }
 }
