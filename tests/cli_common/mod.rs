@@ -183,11 +183,30 @@ impl Target {
             "AWS_SESSION_TOKEN",
             "AWS_REGION",
             "AWS_DEFAULT_REGION",
+            "AWS_PROFILE",
+            "AWS_CONFIG_FILE",
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_ROLE_ARN",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT",
             "BUCKET_LEASE_CONDITIONAL",
             "BUCKET_LEASE_LOG",
         ] {
             cmd.env_remove(var);
         }
+        // Credentials come only from what a test sets: no profile of the
+        // machine's, and never a request to the instance metadata address
+        // (tests send traffic only to loopback).
+        cmd.env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("AWS_CONFIG_FILE", "/nonexistent/bucket-lease-tests/config")
+            .env(
+                "AWS_SHARED_CREDENTIALS_FILE",
+                "/nonexistent/bucket-lease-tests/credentials",
+            );
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(args)
             .stdin(Stdio::null());
