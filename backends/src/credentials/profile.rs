@@ -5,6 +5,7 @@
 use super::{CredentialsError, CredentialsProvider, Source};
 use crate::sign::Credentials;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::PathBuf;
 
 /// Keys that need SSO, an assumed role or a web identity: a profile holding
@@ -19,8 +20,9 @@ const UNSUPPORTED: [&str; 6] = [
 ];
 
 /// The selected profile, merged from both files (the credentials file wins
-/// key by key, as in the AWS CLI).
-#[derive(Debug, Clone, Default)]
+/// key by key, as in the AWS CLI). Its `Debug` names the keys, never their
+/// values (a value may be a secret key or a session token).
+#[derive(Clone, Default)]
 pub(crate) struct Profile {
     pub(crate) name: String,
     /// Whether either file has a section for it.
@@ -29,6 +31,18 @@ pub(crate) struct Profile {
     explicit: bool,
     files: Vec<PathBuf>,
     keys: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Profile")
+            .field("name", &self.name)
+            .field("found", &self.found)
+            .field("explicit", &self.explicit)
+            .field("files", &self.files)
+            .field("keys", &self.keys.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl Profile {
@@ -206,5 +220,33 @@ mod tests {
         assert_eq!(sections["default"]["s3"], "");
         assert!(!sections["default"].contains_key("endpoint_url"));
         assert_eq!(sections["profile dev"]["region"], "eu-west-1");
+    }
+
+    #[test]
+    fn debug_names_keys_never_values() {
+        let dir = std::env::temp_dir().join(format!("bucket-lease-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("credentials");
+        std::fs::write(
+            &file,
+            "[default]\naws_access_key_id = AKIDVISIBLE\naws_secret_access_key = SecretValue42\n\
+             aws_session_token = TokenValue42\n",
+        )
+        .unwrap();
+        let path = file.display().to_string();
+        let none = dir.join("none").display().to_string();
+        let env = move |name: &str| match name {
+            "AWS_SHARED_CREDENTIALS_FILE" => Some(path.clone()),
+            "AWS_CONFIG_FILE" => Some(none.clone()),
+            _ => None,
+        };
+        let profile = Profile::load(&env).unwrap();
+        assert_eq!(profile.get("aws_secret_access_key"), Some("SecretValue42"));
+        let shown = format!("{profile:?}");
+        assert!(shown.contains("aws_secret_access_key"), "{shown}");
+        for secret in ["SecretValue42", "TokenValue42", "AKIDVISIBLE"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
