@@ -135,3 +135,19 @@ fn bench_runs_against_moto() {
     assert_eq!(json["exclusion"], "conditional", "moto honours conditions");
     assert_eq!(t.inspect(&url)["state"], "free");
 }
+
+/// `-v` says which source the credentials came from, and never a key.
+#[test]
+fn verbose_names_the_credentials_source_never_the_keys() {
+    let Some(t) = Target::moto("credentials-source") else {
+        return;
+    };
+    let url = t.url("lease");
+    let done = t.run(["inspect", "-v", url.as_str()]);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    assert!(
+        done.stderr.contains("credentials from the environment"),
+        "{done:?}"
+    );
+    assert!(!done.stderr.contains("test-secret"), "{done:?}");
+}

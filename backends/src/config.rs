@@ -288,7 +288,14 @@ fn open_http(
     url: &StoreUrl,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn Store>, ConfigError> {
-    Ok(Arc::new(http_builder(url, env)?.build()?))
+    let store = http_builder(url, env)?.build()?;
+    // Which source, never what it holds (`Source`'s Display shows no value).
+    log::info!(
+        "bucket {}: credentials from {}",
+        store.bucket(),
+        store.credentials_source()
+    );
+    Ok(Arc::new(store))
 }
 
 #[cfg(not(feature = "_http"))]

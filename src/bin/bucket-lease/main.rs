@@ -100,7 +100,11 @@ URL names the store and the prefix the lease is on ({prefix}/LEASE):
   r2://bucket/prefix      Cloudflare R2: R2_ACCOUNT_ID [R2_JURISDICTION], or AWS_ENDPOINT_URL
   minio://bucket/prefix   MinIO: AWS_ENDPOINT_URL (required), AWS_REGION
   file:///dir/prefix      the directory /dir used as a bucket (one machine only)
-Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN.
+Credentials, the first source configured: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY
+  [AWS_SESSION_TOKEN]; the profile AWS_PROFILE (else default) of ~/.aws/credentials and
+  ~/.aws/config (static keys or credential_process); web identity (AWS_WEB_IDENTITY_TOKEN_FILE,
+  AWS_ROLE_ARN); container credentials (AWS_CONTAINER_CREDENTIALS_*); EC2 instance metadata
+  (IMDSv2; AWS_EC2_METADATA_DISABLED=true turns it off). -v names the source.
 Logging: -v (info), -vv (debug), -q (errors only), or BUCKET_LEASE_LOG=error|warn|info|debug|trace|off.";
 
 const MAIN_HELP: &str = "\
@@ -549,9 +553,8 @@ pub fn store_error_code(error: &StoreError) -> u8 {
 pub fn store_error_summary(error: &StoreError) -> &'static str {
     match store_error_code(error) {
         exit::NO_PERMISSION => {
-            "the service refused the credentials or their permissions (check \
-             AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, and that they may \
-             read and write this prefix): "
+            "the service refused the credentials or their permissions (check the credentials \
+             -v names the source of, and that they may read and write this prefix): "
         }
         exit::CONFIG => "the bucket does not exist (check its name in the URL): ",
         _ => "",
