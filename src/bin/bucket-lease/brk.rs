@@ -87,7 +87,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     match break_lease(&*store, &prefix, &holder, &SystemClock) {
         Ok(broken) => {
             if json {
-                println!("{}", to_json(&url, &broken));
+                println!("{}", crate::text::json_line(&to_json(&url, &broken)));
             } else {
                 print_human(&url, &broken);
             }
@@ -100,7 +100,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
                 _ => exit::REFUSED,
             };
             if json {
-                println!("{}", refusal_json(&url, &e));
+                println!("{}", crate::text::json_line(&refusal_json(&url, &e)));
             }
             let summary = match &e {
                 BreakError::Store(e) => store_error_summary(e),

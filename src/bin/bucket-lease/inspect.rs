@@ -82,7 +82,10 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     })?;
     let key = bucket_lease::lease_key(&prefix);
     if json {
-        println!("{}", to_json(&url, &key, seen.as_ref()));
+        println!(
+            "{}",
+            crate::text::json_line(&to_json(&url, &key, seen.as_ref()))
+        );
     } else {
         print_human(&url, &key, seen.as_ref());
     }

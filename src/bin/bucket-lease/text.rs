@@ -32,6 +32,27 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `value` as one line of JSON that a terminal cannot act on either:
+/// `serde_json` escapes only C0 controls, so DEL, C1 controls and the
+/// invisible reordering characters are written as `\uXXXX` escapes (the
+/// same string to any JSON reader).
+pub fn json_line(value: &serde_json::Value) -> String {
+    let json = value.to_string();
+    if !json.chars().any(needs_escape) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if needs_escape(c) {
+            // Every such character is in the Basic Multilingual Plane.
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// [`printable`], keeping line breaks: for multi-line messages.
 pub fn printable_lines(text: &str) -> String {
     text.split('\n')
@@ -65,5 +86,18 @@ mod tests {
         assert_eq!(printable("rtl\u{202e}txt"), "rtl\\u{202e}txt");
         assert_eq!(printable("iso\u{2066}x\u{2069}"), "iso\\u{2066}x\\u{2069}");
         assert_eq!(printable_lines("one\u{1b}\ntwo"), "one\\x1b\ntwo");
+    }
+
+    #[test]
+    fn json_lines_escape_what_serde_leaves_raw_and_read_back_the_same() {
+        let value = serde_json::json!({"holder": "a\u{7f}b\u{9b}c\u{202e}d\u{1b}e"});
+        let line = json_line(&value);
+        assert!(!line.chars().any(needs_escape), "{line}");
+        assert!(
+            line.contains("\\u007f") && line.contains("\\u202e"),
+            "{line}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, value);
     }
 }
