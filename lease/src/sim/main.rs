@@ -116,15 +116,7 @@ fn main() -> ExitCode {
                     for line in &outcome.trace {
                         println!("{line}");
                     }
-                    println!(
-                        "simulation: 1 runs, {} violations",
-                        usize::from(!outcome.violations.is_empty())
-                    );
-                    if outcome.violations.is_empty() {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::FAILURE
-                    }
+                    verdict(1, usize::from(!outcome.violations.is_empty()))
                 }
                 Err(e) => {
                     eprintln!("simulate: {e}");
@@ -193,16 +185,7 @@ fn main() -> ExitCode {
                         secs,
                         b.runs as f64 / secs.max(1e-9)
                     );
-                    println!(
-                        "simulation: {} runs, {} violations",
-                        b.runs,
-                        b.failing.len()
-                    );
-                    if b.failing.is_empty() {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::FAILURE
-                    }
+                    verdict(b.runs, b.failing.len())
                 }
                 Err(e) => {
                     eprintln!("simulate: {e}");
@@ -211,5 +194,16 @@ fn main() -> ExitCode {
             }
         }
         _ => usage(),
+    }
+}
+
+/// Print the closing line `simulation: R runs, V violations`; failure when
+/// V > 0.
+fn verdict(runs: impl std::fmt::Display, violations: usize) -> ExitCode {
+    println!("simulation: {runs} runs, {violations} violations");
+    if violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
