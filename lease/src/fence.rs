@@ -48,6 +48,7 @@
 //! pointer race.
 
 use crate::lease::Lease;
+use crate::mutant::{self, Mutant};
 use crate::store::{Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version};
 use std::collections::HashMap;
 use std::fmt;
@@ -276,7 +277,11 @@ impl FencedWriter {
         };
         let mut tries = 0;
         loop {
-            let mode = version.clone().map_or(PutMode::Create, PutMode::Update);
+            let mode = if mutant::on(Mutant::PointerOverwrites) {
+                PutMode::Overwrite
+            } else {
+                version.clone().map_or(PutMode::Create, PutMode::Update)
+            };
             let refusal = match self
                 .lease
                 .store()

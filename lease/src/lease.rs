@@ -421,7 +421,7 @@ impl Contender {
         if !rec.is_fresh(now) {
             return Ok(());
         }
-        if !rec.is_suspect(now) {
+        if !rec.is_suspect(now) || mutant::on(Mutant::SuspectWatchedForever) {
             self.suspect_seen = None;
             return Err(held());
         }

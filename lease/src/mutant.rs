@@ -21,18 +21,24 @@ pub(crate) enum Mutant {
     MissingEtagDowngrade,
     /// The write deadline is the full TTL, not two thirds of it.
     FenceAtFullTtl,
+    /// A suspect record is treated as fresh for ever: never taken over.
+    SuspectWatchedForever,
+    /// `put_pointer` overwrites the pointer unconditionally.
+    PointerOverwrites,
 }
 
 impl Mutant {
     /// Every mutant, in the order `--mutants` lists them.
     #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
-    pub(crate) const ALL: [Mutant; 6] = [
+    pub(crate) const ALL: [Mutant; 8] = [
         Mutant::KeeperNeverFences,
         Mutant::KillAtFullTtl,
         Mutant::ReleaseByDelete,
         Mutant::TtlAboveMax,
         Mutant::MissingEtagDowngrade,
         Mutant::FenceAtFullTtl,
+        Mutant::SuspectWatchedForever,
+        Mutant::PointerOverwrites,
     ];
 
     /// The mutant's name on the command line.
@@ -45,6 +51,8 @@ impl Mutant {
             Mutant::TtlAboveMax => "ttl-above-max",
             Mutant::MissingEtagDowngrade => "missing-etag-downgrade",
             Mutant::FenceAtFullTtl => "fence-at-full-ttl",
+            Mutant::SuspectWatchedForever => "suspect-watched-forever",
+            Mutant::PointerOverwrites => "pointer-overwrites",
         }
     }
 }

@@ -8,13 +8,14 @@
 
 use super::env::{id, SimClock, SimStore};
 use super::sched::{current, Nanos, Shared, SEC};
+use super::world::POINTER;
 use crate::clock::Clock;
 use crate::keeper::{Attempt, Event, RenewalSchedule, Step};
 use crate::lease::{Contender, Lease, LeaseOptions};
 use crate::mutant::{self, Mutant};
 use crate::store::Store;
 use crate::supervision::{Plan, Seen};
-use crate::{FencedWriter, LeaseError};
+use crate::{FencedWriter, LeaseError, WriteError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -255,9 +256,8 @@ fn keep(sh: &Arc<Shared>, c: usize, supervisor: usize, lease: &Lease, hold: &Hol
     Shared::interrupt(&mut w, supervisor);
 }
 
-/// The command's writes: create-only objects through the real
-/// [`FencedWriter`], each inside a window that opens when `may_write()`
-/// is true at the send and closes with the request's answer.
+/// The command's writes through the real [`FencedWriter`]: a create-only
+/// data object, then the pointer moved to it (now and then read first).
 fn write(sh: &Arc<Shared>, c: usize, lease: &Arc<Lease>, hold: &Hold) {
     let writer = FencedWriter::new(Arc::clone(lease));
     let gap = {
@@ -265,32 +265,71 @@ fn write(sh: &Arc<Shared>, c: usize, lease: &Arc<Lease>, hold: &Hold) {
         dur(w.ttl_s * SEC / 8)
     };
     let epoch = lease.epoch();
-    let me = current();
     for n in 0u64.. {
         if !hold.command_alive.load(Ordering::SeqCst) {
             return;
         }
-        if lease.may_write() {
-            let window = {
-                let mut w = sh.lock();
-                let i = w.open(c, epoch, "write");
-                w.contenders[c].writing = Some((i, me));
-                i
-            };
-            let written = writer.put_new(&format!("sim/data/c{c}-e{epoch}-{n}"), b"x");
-            let mut w = sh.lock();
-            let end = w.put_answer.get(&me).copied().unwrap_or(w.sched.now);
-            let text = match &written {
-                Ok(_) => "ok".to_string(),
-                Err(e) => e.to_string(),
-            };
-            w.log(|| format!("c{c} fenced write {n}: {text}"));
-            w.close(window, end);
-            if w.contenders[c].writing == Some((window, me)) {
-                w.contenders[c].writing = None;
+        let data = format!("sim/data/c{c}-e{epoch}-{n}");
+        let written = fenced(sh, c, &writer, "write", |w| w.put_new(&data, b"x"));
+        if written == Some(true) && hold.command_alive.load(Ordering::SeqCst) {
+            // Now and then the command reads the pointer first, as a job
+            // that builds on the last manifest does (a read: no window).
+            if sh.lock().rng.chance(3000) {
+                let read = writer.read_pointer(POINTER);
+                let text = match &read {
+                    Ok(Some(o)) => String::from_utf8_lossy(&o.body).into_owned(),
+                    Ok(None) => "absent".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                sh.lock()
+                    .log(|| format!("c{c} fenced pointer read: {text}"));
             }
+            fenced(sh, c, &writer, "pointer write", |w| {
+                w.put_pointer(POINTER, data.as_bytes())
+            });
         }
         let pause = lease.clock().jitter(gap);
         lease.clock().sleep(pause);
     }
+}
+
+/// One write call on the real [`FencedWriter`] when `may_write()`,
+/// inside a window that opens at the call and closes with the answer of
+/// its last PUT (the reads it makes write nothing; a call that sent no PUT
+/// leaves an empty window). `None` when the lease forbade writing;
+/// else whether the call succeeded.
+fn fenced<T>(
+    sh: &Arc<Shared>,
+    c: usize,
+    writer: &FencedWriter,
+    what: &'static str,
+    call: impl FnOnce(&FencedWriter) -> Result<T, WriteError>,
+) -> Option<bool> {
+    let lease = writer.lease();
+    if !lease.may_write() {
+        return None;
+    }
+    let me = current();
+    let window = {
+        let mut w = sh.lock();
+        let i = w.open(c, lease.epoch(), what);
+        w.contenders[c].writing = Some((i, me));
+        w.put_answer.remove(&me);
+        i
+    };
+    let done = call(writer);
+    let mut w = sh.lock();
+    // Without a PUT sent, the call wrote nothing: an empty window.
+    let start = w.windows[window].start;
+    let end = w.put_answer.get(&me).copied().unwrap_or(start);
+    let text = match &done {
+        Ok(_) => "ok".to_string(),
+        Err(e) => e.to_string(),
+    };
+    w.log(|| format!("c{c} fenced {what}: {text}"));
+    w.close(window, end);
+    if w.contenders[c].writing == Some((window, me)) {
+        w.contenders[c].writing = None;
+    }
+    Some(done.is_ok())
 }

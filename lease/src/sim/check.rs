@@ -11,6 +11,7 @@ pub(crate) fn check(w: &mut World) {
     safety_and_epochs(w);
     fail_closed(w);
     liveness(w);
+    suspect_taken_over(w);
 }
 
 /// No two leases (contender, epoch) inside a window at once, and each new
@@ -171,5 +172,38 @@ fn liveness(w: &mut World) {
             secs(bound),
             other.map_or("none".to_string(), |t| format!("{:.4} s", secs(t)))
         )),
+    }
+}
+
+/// A run that starts with a suspect record (a dead holder's, stamped far
+/// ahead or with an absurd TTL): a live contender holds the lease within
+/// two TTLs (the record's watch, at most the run's TTL, plus the polls
+/// and requests of the attempts that watch it), at an epoch above the
+/// record's. Skipped on a store that ignores a condition, where no lease
+/// may be handed out at all.
+fn suspect_taken_over(w: &mut World) {
+    let Some(rec) = w.suspect.clone() else {
+        return;
+    };
+    if w.switch.is_some() && w.switch != Some(Misbehaviour::IgnoreIfMatchOnDelete) {
+        return;
+    }
+    let bound = 2 * rec.suspect_watch_s(w.ttl_s) * SEC;
+    match w.grants.first().copied() {
+        Some((t, _, epoch)) if t <= bound && epoch > rec.epoch => {}
+        Some((t, c, epoch)) if t <= bound => w.violations.push(format!(
+            "fencing tokens: c{c} took over the suspect record of epoch {} at epoch {epoch}",
+            rec.epoch
+        )),
+        other => {
+            w.violations.push(format!(
+            "liveness: the suspect record (renewed_at {}, ttl {} s) was not taken over by {:.4} \
+             s (first grant: {})",
+            rec.renewed_at,
+            rec.ttl_s,
+            secs(bound),
+            other.map_or("none".to_string(), |(t, c, _)| format!("c{c} at {:.4} s", secs(t)))
+        ))
+        }
     }
 }

@@ -10,7 +10,7 @@
 //! thread gives the baton back until its answer arrives.
 
 use super::sched::{current, Ev, Nanos, Shared, SEC};
-use super::world::{instance_id, Done, Op, Request, KEY};
+use super::world::{instance_id, key_of, Done, Op, Request, KEY};
 use crate::clock::Clock;
 use crate::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
@@ -49,12 +49,6 @@ fn method(op: &Op) -> &'static str {
         Op::Get(_) => "GET",
         Op::Put(..) => "PUT",
         Op::Delete(..) => "DELETE",
-    }
-}
-
-fn key_of(op: &Op) -> &str {
-    match op {
-        Op::Get(k) | Op::Put(k, ..) | Op::Delete(k, _) => k,
     }
 }
 
@@ -117,7 +111,7 @@ impl SimStore {
             }
         }
         let ttl = w.ttl_s * SEC;
-        let faulty = now < w.faults_until;
+        let faulty = now >= w.faults_from && now < w.faults_until;
         let rates = w.rates;
         let normal = |w: &mut super::world::World| w.rng.range(MS, 40 * MS);
         let mut d1 = normal(&mut w);

@@ -34,6 +34,7 @@ struct Batch {
     runs: u64,
     failing: Vec<sim::Outcome>,
     injected: BTreeMap<&'static str, u64>,
+    checked: BTreeMap<&'static str, u64>,
 }
 
 /// Run seeds `first..first + runs` on every core; with `stop_at_first`,
@@ -50,6 +51,7 @@ fn batch(
     let done = AtomicU64::new(0);
     let failing = Mutex::new(Vec::new());
     let injected = Mutex::new(BTreeMap::new());
+    let checked = Mutex::new(BTreeMap::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
         for _ in 0..workers {
@@ -64,12 +66,8 @@ fn batch(
                     return;
                 };
                 done.fetch_add(1, Ordering::SeqCst);
-                {
-                    let mut all = injected.lock().unwrap_or_else(|e| e.into_inner());
-                    for (k, v) in &outcome.injected {
-                        *all.entry(*k).or_insert(0) += v;
-                    }
-                }
+                add(&injected, &outcome.injected);
+                add(&checked, &outcome.checked);
                 if !outcome.violations.is_empty() {
                     lowest_failure.fetch_min(seed, Ordering::SeqCst);
                     if !stop_at_first {
@@ -94,7 +92,22 @@ fn batch(
         runs: done.load(Ordering::SeqCst),
         failing,
         injected: injected.into_inner().unwrap_or_else(|e| e.into_inner()),
+        checked: checked.into_inner().unwrap_or_else(|e| e.into_inner()),
     })
+}
+
+/// Add one run's counts to a batch's.
+fn add(all: &Mutex<BTreeMap<&'static str, u64>>, counts: &BTreeMap<&'static str, u64>) {
+    let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
+    for (k, v) in counts {
+        *all.entry(*k).or_insert(0) += v;
+    }
+}
+
+/// `counts` as `name N, name N`.
+fn listed(counts: &BTreeMap<&'static str, u64>) -> String {
+    let items: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    items.join(", ")
 }
 
 fn main() -> ExitCode {
@@ -176,9 +189,8 @@ fn main() -> ExitCode {
             match batch(first, runs, rest.first().copied(), false) {
                 Ok(b) => {
                     let secs = started.elapsed().as_secs_f64();
-                    let faults: Vec<String> =
-                        b.injected.iter().map(|(k, v)| format!("{k} {v}")).collect();
-                    println!("faults injected: {}", faults.join(", "));
+                    println!("faults injected: {}", listed(&b.injected));
+                    println!("checked: {}", listed(&b.checked));
                     println!(
                         "seeds {first}..{}: {:.1} s, {:.0} runs/s",
                         first + runs - 1,

@@ -7,11 +7,13 @@
 //! store that answers like S3 or has one misbehaviour switch on; and
 //! faults on requests (dropped, 5xx, 409, landing up to two TTLs late,
 //! answer lost after landing, slow answers), contenders partitioned from
-//! the store or paused for up to two TTLs, and the holder crashing without
-//! releasing. Each contender runs the real [`crate::Contender`], drives
+//! the store or paused for up to two TTLs, the holder crashing without
+//! releasing, and (some runs) a dead holder's suspect record on the key at
+//! the start. Each contender runs the real [`crate::Contender`], drives
 //! the real [`crate::keeper::RenewalSchedule`] as the keeper thread does,
-//! writes through the real [`crate::FencedWriter`] while `may_write()`,
-//! and runs a command whose death `bucket-lease run`'s real
+//! writes through the real [`crate::FencedWriter`] while `may_write()`
+//! (a create-only data object, then the pointer moved to it), and runs a
+//! command whose death `bucket-lease run`'s real
 //! [`crate::supervision::Plan`] decides. Blocking calls take simulated time:
 //! see `env.rs` and `sched.rs`.
 //!
@@ -21,8 +23,13 @@
 //! windows carry a higher epoch), **fail closed** (no lease on a store that
 //! ignores a write condition, sends none, or returns no ETag),
 //! **liveness** (after the holder crashes, another contender holds within
-//! the bound in `check.rs`) and **no loss** (a live record is replaced or
-//! removed only by its holder, or once stale on true time).
+//! the bound in `check.rs`; a suspect record is taken over within two
+//! TTLs), **no loss** (a live record is replaced or removed only by its
+//! holder, or once stale on true time; a suspect one not before its
+//! watch), **pointers** (every state of the pointer names an existing
+//! object written at the pointer's epoch or later, and its epoch never
+//! goes back) and **deadlines** (no call returns past its deadline unless
+//! its contender was paused).
 
 mod actor;
 mod check;
@@ -36,6 +43,8 @@ use self::sched::{Ev, Shared, SEC};
 use self::world::{Contender, Injected, Rates, World};
 use crate::memory::{MemoryStore, Misbehaviour};
 use crate::mutant::Mutant;
+use crate::record::{format_stamp, LeaseRecord, MAX_SANE_TTL_S};
+use crate::store::{PutMode, PutOptions, Store};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -48,6 +57,9 @@ pub struct Outcome {
     pub violations: Vec<String>,
     /// Faults injected, by kind.
     pub injected: BTreeMap<&'static str, u64>,
+    /// What the checker looked at, by kind: write windows, pointer states,
+    /// takeovers after a crash and of a suspect record.
+    pub checked: BTreeMap<&'static str, u64>,
     /// The run's readable trace, when asked for.
     pub trace: Vec<String>,
     /// A one-line description of the run's set-up.
@@ -133,11 +145,17 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
     };
     let crash_at = rng.chance(3500).then(|| rng.range(ttl, run_len / 2));
     let faults_until = crash_at.unwrap_or(u64::MAX);
+    let wall0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+    let suspect = rng
+        .chance(1500)
+        .then(|| suspect_record(&mut rng, ttl_s, wall0));
+    // A suspect run is quiet until the record's takeover is due.
+    let faults_from = if suspect.is_some() { 2 * ttl } else { 0 };
     let clip = |spans: Vec<(u64, u64)>| -> Vec<(u64, u64)> {
         spans
             .into_iter()
-            .filter(|(a, _)| *a < faults_until)
-            .map(|(a, b)| (a, b.min(faults_until)))
+            .filter(|(a, b)| *a < faults_until && *b > faults_from)
+            .map(|(a, b)| (a.max(faults_from), b.min(faults_until)))
             .collect()
     };
     let skew_limit = i64::try_from(ttl_s * 1000 * 15 / 100).unwrap_or(0);
@@ -182,6 +200,13 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         None => run_len,
     };
     let store = MemoryStore::new();
+    if let Some(rec) = &suspect {
+        let _ = store.put(
+            world::KEY,
+            &rec.to_bytes(),
+            &PutOptions::new(PutMode::Overwrite),
+        );
+    }
     if let Some(s) = switch {
         store.set(s);
     }
@@ -198,18 +223,27 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         },
         crash_at.map_or("none".to_string(), |t| format!("at {:.1} s", world::secs(t))),
         world::secs(end)
-    );
+    ) + &suspect.as_ref().map_or(String::new(), |r| {
+        format!(
+            ", starts with a suspect record (renewed_at {}, ttl {} s, epoch {})",
+            r.renewed_at, r.ttl_s, r.epoch
+        )
+    });
     let mut w = World {
         sched: Default::default(),
         rng,
         base: Instant::now(),
-        wall0: SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000),
+        wall0,
         ttl_s,
         contenders,
         store,
         switch,
         rates,
+        faults_from,
         faults_until,
+        suspect,
+        pointer_epoch: 0,
+        pointer_checks: 0,
         requests: Vec::new(),
         windows: Vec::new(),
         grants: Vec::new(),
@@ -250,6 +284,9 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         }
         let _ = c;
     }
+    if w.suspect.is_some() {
+        w.injected.add("suspect record");
+    }
     for (at, c, skew_ms) in steps {
         w.push(at, Ev::Step { c, skew_ms });
     }
@@ -268,12 +305,43 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
             t.push(format!("VIOLATION {v}"));
         }
     }
+    let mut checked = BTreeMap::new();
+    checked.insert("write windows", w.windows.len() as u64);
+    checked.insert("pointer states", w.pointer_checks);
+    checked.insert("crash takeovers", u64::from(w.crash.is_some()));
+    checked.insert("suspect takeovers", u64::from(w.suspect.is_some()));
     Outcome {
         seed,
+        checked,
         violations: std::mem::take(&mut w.violations),
         injected: w.injected.counts.clone(),
         trace: w.trace.take().unwrap_or_default(),
         setup,
+    }
+}
+
+/// The record of a dead holder that no contender can trust to expire on
+/// time: stamped at least four TTLs ahead of true time, or with a TTL above
+/// the sane maximum, or both.
+fn suspect_record(rng: &mut Rng, ttl_s: u64, wall0: SystemTime) -> LeaseRecord {
+    let ahead = match rng.range(0, 3) {
+        0 => 0,
+        _ => ttl_s * rng.range(4, 10_000),
+    };
+    let absurd = [MAX_SANE_TTL_S + 1, 86_400, 1_000_000_000, u64::MAX];
+    let record_ttl = if ahead == 0 || rng.chance(5000) {
+        absurd[usize::try_from(rng.range(0, 4)).unwrap_or(0)]
+    } else {
+        ttl_s
+    };
+    let stamp = format_stamp(wall0 + Duration::from_secs(ahead));
+    LeaseRecord {
+        instance_id: world::GHOST.to_string(),
+        acquired_at: stamp.clone(),
+        renewed_at: stamp,
+        ttl_s: record_ttl,
+        epoch: rng.range(1, 1000),
+        released_at: None,
     }
 }
 

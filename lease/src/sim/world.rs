@@ -12,6 +12,14 @@ use std::time::{Duration, Instant, SystemTime};
 /// The lease key every contender contends for.
 pub(crate) const KEY: &str = "sim/LEASE";
 
+/// The pointer every holder's command moves to the data object it wrote
+/// last, through [`crate::FencedWriter::put_pointer`].
+pub(crate) const POINTER: &str = "sim/LATEST";
+
+/// The instance id of the dead holder whose suspect record some runs
+/// start with.
+pub(crate) const GHOST: &str = "ghost";
+
 /// The kind of window of a command alive under the lease.
 pub(crate) const COMMAND: &str = "command alive";
 
@@ -106,8 +114,18 @@ pub(crate) struct World {
     pub(crate) store: MemoryStore,
     pub(crate) switch: Option<Misbehaviour>,
     pub(crate) rates: Rates,
-    /// Faults stop here (a crash run's quiet period after the crash).
+    /// Faults start here (a suspect run's quiet start, until the suspect
+    /// record's takeover is due) and stop here (a crash run's quiet period
+    /// after the crash).
+    pub(crate) faults_from: Nanos,
     pub(crate) faults_until: Nanos,
+    /// The suspect record the run started with (a dead holder's, stamped
+    /// far ahead or with an absurd TTL), if any.
+    pub(crate) suspect: Option<LeaseRecord>,
+    /// The highest epoch the pointer has carried, and how many of its
+    /// states were checked.
+    pub(crate) pointer_epoch: u64,
+    pub(crate) pointer_checks: u64,
     pub(crate) requests: Vec<Request>,
     pub(crate) windows: Vec<Window>,
     /// (when, contender, epoch) of every lease handed out.
@@ -254,14 +272,19 @@ impl World {
     }
 
     /// End contender `c`'s command at `t`: its window closes, and so does
-    /// the window of its write in flight (when that request's answer came
-    /// earlier, at the answer).
+    /// the window of its write call in flight, at `t` or at the answer of
+    /// the call's last PUT when that came earlier.
     pub(crate) fn command_dies(&mut self, c: usize, t: Nanos) {
         if let Some(i) = self.contenders[c].command.take() {
             self.close(i, t);
         }
         if let Some((i, tid)) = self.contenders[c].writing.take() {
-            let answered = self.put_answer.get(&tid).copied().unwrap_or(t);
+            // A call that sent no PUT yet wrote nothing: an empty window.
+            let answered = self
+                .put_answer
+                .get(&tid)
+                .copied()
+                .unwrap_or(self.windows[i].start);
             self.close(i, t.min(answered));
         }
     }
@@ -295,6 +318,9 @@ impl World {
         if before != after {
             self.check_replacement(c, before.as_deref(), after.as_deref());
         }
+        if key_of(&op) == POINTER {
+            self.check_pointer(c, id);
+        }
         self.requests[id].landed = Some(done);
     }
 
@@ -326,6 +352,21 @@ impl World {
         if rec.is_released() || rec.instance_id == instance_id(c) {
             return;
         }
+        if rec.instance_id == GHOST {
+            // The suspect record is taken over by design once it sat
+            // unchanged for its watch (its liveness is checked in
+            // `check.rs`); never before that watch, on true time.
+            let watch = rec.suspect_watch_s(self.ttl_s) * SEC;
+            if self.sched.now < watch {
+                self.violation(format!(
+                    "no loss: c{c} took over the suspect record of {GHOST} after {:.4} s, before \
+                     its watch of {} s",
+                    secs(self.sched.now),
+                    watch / SEC
+                ));
+            }
+            return;
+        }
         let sent = self.first_sent.get(before).copied().unwrap_or(0);
         let skew_room = self.ttl_s * SEC / 3;
         let stale_at = sent
@@ -345,6 +386,35 @@ impl World {
                 secs(sent)
             ));
         }
+    }
+
+    /// Every state of the pointer a reader could see (checked as each
+    /// request on it lands): it names a data object that exists and was
+    /// written at the pointer's epoch or later, and its epoch never goes
+    /// back.
+    fn check_pointer(&mut self, c: usize, id: usize) {
+        let Ok(pointer) = self.store.get(POINTER, None) else {
+            return;
+        };
+        self.pointer_checks += 1;
+        let epoch = epoch_of(&pointer);
+        let named = String::from_utf8_lossy(&pointer.body).into_owned();
+        let data_epoch = self.store.get(&named, None).ok().map(|o| epoch_of(&o));
+        let problem = match data_epoch {
+            None => Some(format!("names {named}, which does not exist")),
+            Some(e) if e < epoch => Some(format!("names {named}, written at epoch {e}")),
+            _ if epoch < self.pointer_epoch => Some(format!(
+                "went back from epoch {} (names {named})",
+                self.pointer_epoch
+            )),
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            self.violation(format!(
+                "pointer: after request #{id} of c{c} the pointer at epoch {epoch} {problem}"
+            ));
+        }
+        self.pointer_epoch = self.pointer_epoch.max(epoch);
     }
 
     /// Whoever runs a command under the lease now crashes: no more steps,
@@ -397,6 +467,23 @@ impl World {
     pub(crate) fn push(&mut self, at: Nanos, ev: Ev) {
         self.sched.push(at, ev);
     }
+}
+
+/// The key a request names.
+pub(crate) fn key_of(op: &Op) -> &str {
+    match op {
+        Op::Get(k) | Op::Put(k, ..) | Op::Delete(k, _) => k,
+    }
+}
+
+/// The epoch a fenced write stored in `object`'s metadata (0: none).
+fn epoch_of(object: &Object) -> u64 {
+    object
+        .metadata
+        .iter()
+        .find(|(name, _)| name == crate::fence::EPOCH_METADATA)
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The instance id of contender `c`.
