@@ -96,6 +96,13 @@ pub enum LeaseError {
         /// The lease object's key.
         key: String,
     },
+    /// A wait for the lease was cancelled through its
+    /// [`Cancel`](crate::lease::Cancel) handle. Nothing of ours is left
+    /// holding the key.
+    Cancelled {
+        /// The lease object's key.
+        key: String,
+    },
     /// A store request failed.
     Store(StoreError),
 }
@@ -112,13 +119,15 @@ impl LeaseError {
     /// Whether trying again cannot help until someone changes the
     /// configuration, the service or the bucket: refused credentials or
     /// permissions, a missing bucket, a service that ignores conditions, a
-    /// TTL over the maximum, an exhausted epoch.
+    /// TTL over the maximum, an exhausted epoch; or the caller cancelled
+    /// the wait.
     pub fn is_permanent(&self) -> bool {
         match self {
             LeaseError::Store(e) => e.is_permanent(),
             LeaseError::ConditionsIgnored { .. }
             | LeaseError::TtlTooLong { .. }
-            | LeaseError::EpochExhausted { .. } => true,
+            | LeaseError::EpochExhausted { .. }
+            | LeaseError::Cancelled { .. } => true,
             LeaseError::Held { .. } | LeaseError::Lost { .. } | LeaseError::Fenced { .. } => false,
         }
     }
@@ -169,6 +178,10 @@ impl fmt::Display for LeaseError {
                  later holder can have a greater one; nothing was written. Remove the LEASE \
                  object by hand once no holder is alive",
                 u64::MAX
+            ),
+            LeaseError::Cancelled { key } => write!(
+                f,
+                "waiting for lease {key} was cancelled; nothing was taken"
             ),
             LeaseError::Store(e) => write!(f, "lease store request failed: {e}"),
         }

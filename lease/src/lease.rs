@@ -77,6 +77,9 @@ use crate::store::{DeleteMode, PutMode, PutOptions, Store, StoreError, StoreErro
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+mod wait;
+pub use wait::{Cancel, Wait, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_MAX_REREAD};
+
 /// How many lost races for the key an acquire attempt absorbs before it
 /// reports the winner.
 pub const ACQUIRE_RACES: usize = 3;
@@ -189,6 +192,10 @@ pub struct Contender {
     /// A suspect record's identity and when, on our monotonic clock, we
     /// first saw it so.
     suspect_seen: Option<(String, Instant)>,
+    /// When, on our monotonic clock, the foreign record the last attempt
+    /// read can be taken: its expiry by our wall clock, or the end of its
+    /// suspect watch. For [`Contender::acquire_with`].
+    free_at: Option<Instant>,
 }
 
 impl Contender {
@@ -200,6 +207,7 @@ impl Contender {
             options,
             instance_id: new_instance_id(),
             suspect_seen: None,
+            free_at: None,
         }
     }
 
@@ -255,6 +263,7 @@ impl Contender {
                 ttl_s: self.options.ttl_s,
             });
         }
+        self.free_at = None;
         let clock = Arc::clone(&self.options.clock);
         let best_effort = self.options.best_effort;
         let mut races = 0;
@@ -423,6 +432,13 @@ impl Contender {
         }
         if !rec.is_suspect(now) || mutant::on(Mutant::SuspectWatchedForever) {
             self.suspect_seen = None;
+            // Fresh: it expires by our wall clock `ttl - age` from now.
+            let ttl = time::Duration::seconds(i64::try_from(rec.ttl_s).unwrap_or(i64::MAX));
+            let left = rec
+                .age(now)
+                .and_then(|age| ttl.checked_sub(age))
+                .and_then(|left| Duration::try_from(left).ok());
+            self.free_at = left.and_then(|left| clock.now().checked_add(left));
             return Err(held());
         }
         let identity = format!(
@@ -447,6 +463,7 @@ impl Contender {
                     );
                     return Ok(());
                 }
+                self.free_at = since.checked_add(watch);
             }
             _ => {
                 log::warn!(
@@ -460,6 +477,7 @@ impl Contender {
                     watch.as_secs()
                 );
                 self.suspect_seen = Some((identity, clock.now()));
+                self.free_at = clock.now().checked_add(watch);
             }
         }
         Err(held())

@@ -55,7 +55,7 @@ pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{IgnoredCondition, LeaseError};
 pub use fence::{FencedWriter, WriteError};
 pub use keeper::{Event, Keeper, KeeperOptions};
-pub use lease::{Contender, Exclusion, Lease, LeaseOptions, LeaseStatus, Released};
+pub use lease::{Cancel, Contender, Exclusion, Lease, LeaseOptions, LeaseStatus, Released, Wait};
 pub use record::{lease_key, LeaseRecord};
 pub use store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,

@@ -11,7 +11,7 @@ use super::sched::{current, Nanos, Shared, SEC};
 use super::world::POINTER;
 use crate::clock::Clock;
 use crate::keeper::{Attempt, Event, RenewalSchedule, Step};
-use crate::lease::{Contender, Lease, LeaseOptions};
+use crate::lease::{Contender, Lease, LeaseOptions, Wait};
 use crate::mutant::{self, Mutant};
 use crate::store::Store;
 use crate::supervision::{Plan, Seen};
@@ -58,9 +58,15 @@ pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
     let options = LeaseOptions::new(ttl_s).clock(Arc::clone(&clock));
     let mut contender = Contender::new(store, "sim", options).with_instance_id(id(c));
     loop {
-        let deadline = clock.now() + dur(poll);
+        // As `run --wait` does: the real wait, expiry-aware, re-reading at
+        // least every poll, each attempt bounded by a poll.
+        let span = sh.lock().rng.range(1, 4);
+        let deadline = clock.now() + dur(poll * span);
+        let wait = Wait::until(deadline)
+            .max_reread(dur(poll))
+            .attempt_timeout(dur(poll));
         let started = now(&sh);
-        let acquired = contender.try_acquire_before(Some(deadline));
+        let acquired = contender.acquire_with(&wait);
         {
             let mut w = sh.lock();
             let limit = w.nanos_of(deadline);

@@ -7,20 +7,23 @@
 //! - **COMMAND starts only while the lease may be written under.** Without
 //!   `--wait` there is one attempt; a lease held by another instance exits
 //!   75 naming the holder. With `--wait S` the same [`Contender`] (one
-//!   instance id) tries again every quarter of the TTL (between 0.2 and
-//!   1 s, jittered) until S seconds have passed, so a write of ours whose
-//!   answer was lost is recognised as ours. COMMAND is started only if
-//!   [`Lease::may_write`] is true at that instant; a lease fenced before
-//!   that (an acquire slower than two thirds of the TTL) is released and
-//!   run exits 76 without starting it.
-//! - **The wait is bounded.** Every request of an attempt, the probe's
-//!   included, is abandoned at the attempt's deadline:
-//!   `min(now + 10 s, max(start + S, start + 10 s))`, so `run` gives up
-//!   within `max(S, 10 s)`, plus at most 2 s to look for a record of ours
-//!   that may have landed unseen. Refused credentials or permissions (exit
-//!   77) and a missing bucket (exit 78) end it at once, with what to fix.
+//!   instance id, so a write of ours whose answer was lost is recognised as
+//!   ours) then waits with [`Contender::acquire_with`]: it sleeps until the
+//!   holder's record can expire by this machine's clock, re-reading it at
+//!   least every quarter of the TTL (between 0.2 and 1 s, jittered) so a
+//!   release is noticed at once, until S seconds have passed. COMMAND is
+//!   started only if [`Lease::may_write`] is true at that instant; a lease
+//!   fenced before that (an acquire slower than two thirds of the TTL) is
+//!   released and run exits 76 without starting it.
+//! - **The wait is bounded.** The first attempt's requests, the probe's
+//!   included, are abandoned 10 s after the start; every later attempt's
+//!   at `min(now + 10 s, start + S)`, so `run` gives up within
+//!   `max(S, 10 s)`, plus at most 2 s to look for a record of ours that
+//!   may have landed unseen. Refused credentials or permissions (exit 77)
+//!   and a missing bucket (exit 78) end it at once, with what to fix.
 //!   SIGINT or SIGTERM end the wait at once, even in the middle of a
-//!   request (130 or 143), after a bounded look for a record of ours.
+//!   request (130 or 143): the wait is cancelled, and within 2 s a lease
+//!   taken meanwhile is released, or a record of ours looked for.
 //! - **The lease is kept while COMMAND runs** by the renewal thread
 //!   ([`Keeper`]), every third of the TTL. Retried renewals are logged.
 //! - **Every process of COMMAND is dead by the write deadline.** What is
@@ -99,11 +102,11 @@ use crate::{
     signal_exit_code, Failure, Parser, Token,
 };
 use bucket_lease::keeper::DEFAULT_RELEASE_TIMEOUT;
-use bucket_lease::lease::{jittered, DEFAULT_TTL_S};
+use bucket_lease::lease::DEFAULT_TTL_S;
 use bucket_lease::supervision::{Plan, Seen, Stop};
 use bucket_lease::{
-    Contender, Event, Exclusion, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions, Released,
-    Store,
+    Cancel, Contender, Event, Exclusion, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions,
+    Released, Store, Wait,
 };
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGTSTP};
 use signal_hook::iterator::Signals;
@@ -378,127 +381,52 @@ fn acquire(
     signals: &mut Signals,
 ) -> Result<Lease, Failure> {
     let start = Instant::now();
-    // No --wait: one attempt. (--wait is at most 10^9 s, so the sum fits;
-    // if it did not, there would be no end to the wait.)
-    let wait_until = match o.wait {
-        None => Some(start),
-        Some(wait) => start.checked_add(wait),
-    };
+    // --wait is at most 10^9 s, so the sum fits; if it did not, there
+    // would be no end to the wait.
+    let wait = o.wait.map(|wait| match start.checked_add(wait) {
+        Some(end) => Wait::until(end),
+        None => Wait::forever(),
+    });
     let poll = Duration::from_millis(o.ttl_s.saturating_mul(250))
         .clamp(Duration::from_millis(200), Duration::from_secs(1));
+    let cancel = Cancel::new();
+    let wait = wait.map(|w| {
+        w.attempt_timeout(ACQUIRE_TIMEOUT)
+            .max_reread(poll)
+            .cancel(cancel.clone())
+    });
     let mut contender = Contender::new(Arc::clone(store), prefix, options.clone());
     let id = contender.instance_id().to_string();
-    let mut announced = false;
-    loop {
-        let deadline = attempt_deadline(start, Instant::now(), wait_until);
-        let (returned, result) = match attempt(contender, deadline, signals)? {
-            Attempt::Done(done) => *done,
-            Attempt::Interrupted(sig) => {
-                // The contender is busy on the worker: look with its id.
-                let twin = Contender::new(Arc::clone(store), prefix, options.clone())
-                    .with_instance_id(id.clone());
-                abandon(&twin);
-                return Err(interrupted(sig));
-            }
-        };
-        contender = returned;
-        let error = match result {
-            Ok(lease) => return Ok(lease),
-            Err(error) => error,
-        };
-        let failure = || {
-            Failure::new(
-                lease_error_code(&error),
-                format!("run: {}{error}", lease_error_summary(&error)),
-            )
-        };
-        if error.is_permanent() {
-            return Err(failure());
-        }
-        let now = Instant::now();
-        let left = match wait_until {
-            Some(end) => end.checked_duration_since(now).filter(|d| !d.is_zero()),
-            None => Some(Duration::MAX),
-        };
-        let Some(left) = left else {
-            if matches!(error, LeaseError::Store(_)) {
-                abandon(&contender);
-            }
-            return Err(failure());
-        };
-        match &error {
-            LeaseError::Held { holder, key } if !announced => {
-                log::info!(
-                    "{key} is held by {holder}; waiting up to {}",
-                    human_secs(left.as_secs_f64())
-                );
-                announced = true;
-            }
-            LeaseError::Held { .. } => {}
-            _ => log::warn!("taking the lease failed, retrying: {error}"),
-        }
-        let pause = jittered(poll).min(left);
-        let until = now.checked_add(pause).unwrap_or(now);
-        while Instant::now() < until {
-            if let Some(sig) = signals.pending().next() {
-                abandon(&contender);
-                return Err(interrupted(sig));
-            }
-            std::thread::sleep(TICK.min(until.saturating_duration_since(Instant::now())));
-        }
-    }
-}
-
-/// The deadline of an attempt starting at `now` of a wait that started at
-/// `start` and ends at `wait_until` (`None`: no end): at most
-/// [`ACQUIRE_TIMEOUT`] away, and not past the end of the wait, which is
-/// given at least [`ACQUIRE_TIMEOUT`].
-fn attempt_deadline(start: Instant, now: Instant, wait_until: Option<Instant>) -> Option<Instant> {
-    let this_attempt = now.checked_add(ACQUIRE_TIMEOUT);
-    let whole_wait = wait_until.map(|end| match start.checked_add(ACQUIRE_TIMEOUT) {
-        Some(least) => end.max(least),
-        None => end,
-    });
-    earliest(this_attempt, whole_wait)
-}
-
-/// The earlier of two optional instants; `None` only when both are.
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// How an acquire attempt on the worker thread ended.
-enum Attempt {
-    /// It returned: the contender comes back with the result.
-    Done(Box<(Contender, Result<Lease, LeaseError>)>),
-    /// A signal arrived first; the attempt is left to finish on its own.
-    Interrupted(i32),
-}
-
-/// One acquire attempt bounded by `deadline`, on a worker thread, while
-/// this thread watches for SIGINT, SIGTERM and SIGHUP.
-fn attempt(
-    mut contender: Contender,
-    deadline: Option<Instant>,
-    signals: &mut Signals,
-) -> Result<Attempt, Failure> {
     let (sender, results) = mpsc::channel();
     std::thread::Builder::new()
         .name("acquire".to_string())
         .spawn(move || {
-            let result = contender.try_acquire_before(deadline);
+            let result = take(&mut contender, start, wait.as_ref());
             let _ = sender.send((contender, result));
         })
         .map_err(|e| Failure::new(exit::STORE, format!("run: cannot start a thread: {e}")))?;
-    loop {
+    let (contender, result) = loop {
         if let Some(sig) = signals.pending().next() {
-            return Ok(Attempt::Interrupted(sig));
+            cancel.cancel();
+            // The attempt in flight ends by its deadline; give it a moment,
+            // then hand back whatever of ours it may have written.
+            match results.recv_timeout(ABANDON_TIMEOUT) {
+                Ok((_, Ok(lease))) => {
+                    let deadline = Instant::now().checked_add(ABANDON_TIMEOUT);
+                    if let Err(e) = lease.release_before(deadline) {
+                        log::warn!("could not release the lease taken as the signal came: {e}");
+                    }
+                }
+                Ok((contender, Err(_))) => abandon(&contender),
+                Err(_) => abandon(
+                    &Contender::new(Arc::clone(store), prefix, options.clone())
+                        .with_instance_id(id.clone()),
+                ),
+            }
+            return Err(interrupted(sig));
         }
         match results.recv_timeout(TICK) {
-            Ok(done) => return Ok(Attempt::Done(Box::new(done))),
+            Ok(done) => break done,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 return Err(Failure::new(
@@ -507,7 +435,46 @@ fn attempt(
                 ))
             }
         }
+    };
+    let error = match result {
+        Ok(lease) => return Ok(lease),
+        Err(error) => error,
+    };
+    if matches!(error, LeaseError::Store(_)) {
+        abandon(&contender);
     }
+    Err(Failure::new(
+        lease_error_code(&error),
+        format!("run: {}{error}", lease_error_summary(&error)),
+    ))
+}
+
+/// One attempt bounded by [`ACQUIRE_TIMEOUT`]; then, with `--wait`, the
+/// library's wait ([`Contender::acquire_with`]) until its end.
+fn take(
+    contender: &mut Contender,
+    start: Instant,
+    wait: Option<&Wait>,
+) -> Result<Lease, LeaseError> {
+    let first = contender.try_acquire_before(start.checked_add(ACQUIRE_TIMEOUT));
+    let (Some(wait), Err(error)) = (wait, &first) else {
+        return first;
+    };
+    let left = match wait.deadline() {
+        Some(end) => end.saturating_duration_since(Instant::now()),
+        None => Duration::MAX,
+    };
+    if error.is_permanent() || left.is_zero() {
+        return first;
+    }
+    match error {
+        LeaseError::Held { holder, key } => log::info!(
+            "{key} is held by {holder}; waiting up to {}",
+            human_secs(left.as_secs_f64())
+        ),
+        _ => log::warn!("taking the lease failed, retrying: {error}"),
+    }
+    contender.acquire_with(wait)
 }
 
 /// The failure for a wait ended by signal `sig`.
@@ -714,35 +681,6 @@ fn exclusion_name(exclusion: Exclusion) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const S: Duration = Duration::from_secs(1);
-
-    #[test]
-    fn attempts_are_bounded_by_the_wait_and_the_acquire_timeout() {
-        let start = Instant::now();
-        let t = ACQUIRE_TIMEOUT;
-        // No --wait: one attempt of at most ACQUIRE_TIMEOUT.
-        assert_eq!(attempt_deadline(start, start, Some(start)), Some(start + t));
-        // --wait 2: still ACQUIRE_TIMEOUT in all.
-        let end = start + 2 * S;
-        assert_eq!(attempt_deadline(start, start, Some(end)), Some(start + t));
-        assert_eq!(
-            attempt_deadline(start, start + 4 * S, Some(end)),
-            Some(start + t)
-        );
-        // --wait 60: each attempt ACQUIRE_TIMEOUT, the last cut at the end.
-        let end = start + 60 * S;
-        assert_eq!(
-            attempt_deadline(start, start + 20 * S, Some(end)),
-            Some(start + 20 * S + t)
-        );
-        assert_eq!(
-            attempt_deadline(start, start + 55 * S, Some(end)),
-            Some(end)
-        );
-        // No end to the wait: each attempt ACQUIRE_TIMEOUT.
-        assert_eq!(attempt_deadline(start, start, None), Some(start + t));
-    }
 
     #[test]
     fn exit_bytes_never_overflow() {
