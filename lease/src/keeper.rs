@@ -362,21 +362,7 @@ impl Renewer {
             // Lost or fenced: nothing more to do until the owner stops us.
             self.wait_for(None);
         }
-        let deadline = self.clock().now() + self.release_timeout;
-        let released = catch_unwind(AssertUnwindSafe(|| {
-            self.lease.release_before(Some(deadline))
-        }))
-        .unwrap_or_else(|panic| {
-            log::error!(
-                "{}: the release panicked: {}",
-                self.lease.key(),
-                panic_message(&*panic)
-            );
-            Err(LeaseError::Lost {
-                key: self.lease.key().to_string(),
-                holder: self.lease.lost_to(),
-            })
-        });
+        let released = release_guarded(&self.lease, self.release_timeout);
         let _ = self.events.send(Event::Released(released.clone()));
         released
     }
@@ -397,7 +383,7 @@ impl Renewer {
                     }
                 }
                 Step::Renew { deadline } => {
-                    let attempt = self.renew_once(deadline);
+                    let attempt = renew_guarded(&self.lease, deadline);
                     if let Some(event) = schedule.record(&self.lease, attempt) {
                         let _ = self.events.send(event);
                     }
@@ -408,28 +394,6 @@ impl Renewer {
                     }
                     let _ = self.events.send(event);
                     return true;
-                }
-            }
-        }
-    }
-
-    /// One renewal bounded by `deadline`, a panic in it turned into a loss.
-    fn renew_once(&self, deadline: Instant) -> Attempt {
-        let started = self.clock().now();
-        let renewed = catch_unwind(AssertUnwindSafe(|| self.lease.renew_before(Some(deadline))));
-        match renewed {
-            Ok(Ok(())) => Attempt::Renewed(self.clock().now().saturating_duration_since(started)),
-            Ok(Err(LeaseError::Lost { holder, .. })) => Attempt::Lost {
-                holder,
-                reason: "the record was replaced or deleted".to_string(),
-            },
-            Ok(Err(error)) => Attempt::Failed(error),
-            Err(panic) => {
-                let message = panic_message(&*panic);
-                log::error!("{}: the renewal panicked: {message}", self.lease.key());
-                Attempt::Lost {
-                    holder: None,
-                    reason: format!("the renewal panicked: {message}"),
                 }
             }
         }
@@ -447,6 +411,45 @@ impl Renewer {
             recv(timer) -> _ => true,
         }
     }
+}
+
+/// One renewal of `lease` bounded by `deadline`, a panic in it turned into
+/// a loss.
+pub(crate) fn renew_guarded(lease: &Lease, deadline: Instant) -> Attempt {
+    let started = lease.clock().now();
+    let renewed = catch_unwind(AssertUnwindSafe(|| lease.renew_before(Some(deadline))));
+    match renewed {
+        Ok(Ok(())) => Attempt::Renewed(lease.clock().now().saturating_duration_since(started)),
+        Ok(Err(LeaseError::Lost { holder, .. })) => Attempt::Lost {
+            holder,
+            reason: "the record was replaced or deleted".to_string(),
+        },
+        Ok(Err(error)) => Attempt::Failed(error),
+        Err(panic) => {
+            let message = panic_message(&*panic);
+            log::error!("{}: the renewal panicked: {message}", lease.key());
+            Attempt::Lost {
+                holder: None,
+                reason: format!("the renewal panicked: {message}"),
+            }
+        }
+    }
+}
+
+/// Release `lease` within `timeout`, a panic in it turned into an error.
+pub(crate) fn release_guarded(lease: &Lease, timeout: Duration) -> Result<Released, LeaseError> {
+    let deadline = lease.clock().now().checked_add(timeout);
+    catch_unwind(AssertUnwindSafe(|| lease.release_before(deadline))).unwrap_or_else(|panic| {
+        log::error!(
+            "{}: the release panicked: {}",
+            lease.key(),
+            panic_message(&*panic)
+        );
+        Err(LeaseError::Lost {
+            key: lease.key().to_string(),
+            holder: lease.lost_to(),
+        })
+    })
 }
 
 /// The message a panic carried, as far as it can be read.

@@ -77,7 +77,7 @@ use crate::store::{DeleteMode, PutMode, PutOptions, Store, StoreError, StoreErro
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-mod wait;
+pub mod wait;
 pub use wait::{Cancel, Wait, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_MAX_REREAD};
 
 /// How many lost races for the key an acquire attempt absorbs before it

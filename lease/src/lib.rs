@@ -6,6 +6,7 @@
 //! - [`record`]: the `LEASE` object's JSON and how a reader judges it.
 //! - [`lease`]: taking, renewing, fencing and releasing the lease.
 //! - [`keeper`]: the renewal thread and its events.
+//! - [`pool`]: many leases renewed by a scheduler and a few renewal threads.
 //! - [`fence`]: writes bound to a held lease, stamped with its epoch.
 //! - [`inspect`]: reading a lease from outside, and breaking a dead holder's.
 //! - [`supervision`]: when a command under the lease gets SIGTERM and SIGKILL.
@@ -45,6 +46,7 @@ pub mod keeper;
 pub mod lease;
 pub mod memory;
 mod mutant;
+pub mod pool;
 pub mod record;
 #[cfg(feature = "simulation")]
 pub mod sim;
@@ -56,6 +58,7 @@ pub use error::{IgnoredCondition, LeaseError};
 pub use fence::{FencedWriter, WriteError};
 pub use keeper::{Event, Keeper, KeeperOptions};
 pub use lease::{Cancel, Contender, Exclusion, Lease, LeaseOptions, LeaseStatus, Released, Wait};
+pub use pool::{KeeperPool, LeaseId, PoolEvent, PoolOptions, PooledLease};
 pub use record::{lease_key, LeaseRecord};
 pub use store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,

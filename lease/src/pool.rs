@@ -1,0 +1,620 @@
+//! Many leases kept by a few threads: a program that owns many prefixes
+//! (shards, tables, databases) renews them all from one [`KeeperPool`].
+//!
+//! One scheduler thread drives a [`RenewalSchedule`] per lease (the same
+//! machine a [`Keeper`](crate::Keeper) drives) and hands each renewal that
+//! falls due to one of a few renewal threads. What it promises:
+//!
+//! - **Each lease is kept as a `Keeper` would keep it.** Its own schedule
+//!   (every third of its TTL after its last confirmed write), its own
+//!   retries, its own write deadline and fence: `may_write()` and
+//!   `write_deadline()` on the lease read only that lease's state, never
+//!   another's. Its events arrive on the pool's channel as [`PoolEvent`]s,
+//!   tagged with its id and key.
+//! - **One hanging renewal delays no other lease** while a renewal thread
+//!   is free: a renewal is bounded by its lease's write deadline, and the
+//!   others go to the other threads. With `renewal_threads(0)` the
+//!   scheduler renews inline, which suits stores that answer in
+//!   microseconds (memory, a local directory): one thread in all.
+//! - **Leases come and go while it runs.** [`KeeperPool::add`] starts
+//!   keeping a lease at once; [`KeeperPool::remove`] stops keeping one and
+//!   releases it (after a renewal in flight, which its deadline bounds),
+//!   within the release timeout.
+//! - **Stopping releases every lease.** [`KeeperPool::stop`] and dropping
+//!   the pool release each lease, each within the release timeout, several
+//!   at a time, then join every thread.
+//! - **A panic in a renewal is that lease's loss**, reported as
+//!   [`Event::Lost`], as with a `Keeper`.
+//!
+//! The pool waits on its own clock ([`PoolOptions::clock`]), which must be
+//! the clock its leases were taken with (the system clock unless told
+//! otherwise).
+
+use crate::clock::{system_clock, Clock};
+use crate::error::LeaseError;
+use crate::keeper::{
+    release_guarded, renew_guarded, Attempt, Event, RenewalSchedule, Step, DEFAULT_RELEASE_TIMEOUT,
+};
+use crate::lease::{Lease, Released};
+use crossbeam_channel::{select, Receiver, Sender};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How many threads renew unless told otherwise, beside the scheduler.
+pub const DEFAULT_RENEWAL_THREADS: usize = 3;
+
+/// How a [`KeeperPool`] runs.
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    renewal_threads: usize,
+    release_timeout: Duration,
+    clock: Arc<dyn Clock>,
+    thread_name: String,
+}
+
+impl PoolOptions {
+    /// [`DEFAULT_RENEWAL_THREADS`] renewal threads, releases within
+    /// [`DEFAULT_RELEASE_TIMEOUT`], on the system clock, threads named
+    /// `bucket-lease-pool`.
+    pub fn new() -> Self {
+        PoolOptions {
+            renewal_threads: DEFAULT_RENEWAL_THREADS,
+            release_timeout: DEFAULT_RELEASE_TIMEOUT,
+            clock: system_clock(),
+            thread_name: "bucket-lease-pool".to_string(),
+        }
+    }
+
+    /// Renew on `n` threads beside the scheduler; 0 renews on the
+    /// scheduler itself (for stores that never block: memory, a local
+    /// directory). For an HTTP store keep at least 2, so that one renewal
+    /// hanging until its deadline delays no other lease.
+    pub fn renewal_threads(mut self, n: usize) -> Self {
+        self.renewal_threads = n;
+        self
+    }
+
+    /// Give each release at most `timeout`.
+    pub fn release_timeout(mut self, timeout: Duration) -> Self {
+        self.release_timeout = timeout;
+        self
+    }
+
+    /// Wait on `clock`: the clock the pool's leases were taken with.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Name the pool's threads `name` (Linux shows 15 bytes).
+    pub fn thread_name(mut self, name: impl Into<String>) -> Self {
+        self.thread_name = name.into();
+        self
+    }
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A lease's number in its pool, for [`KeeperPool::remove`] and events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseId(u64);
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// What happened to one lease of a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolEvent {
+    /// The lease's number in the pool.
+    pub id: LeaseId,
+    /// The lease object's key.
+    pub key: String,
+    /// What happened, as a [`Keeper`](crate::Keeper) reports it.
+    pub event: Event,
+}
+
+/// A lease kept by a pool: ask it before each write.
+#[derive(Debug, Clone)]
+pub struct PooledLease {
+    id: LeaseId,
+    lease: Arc<Lease>,
+}
+
+impl PooledLease {
+    /// Its number in the pool.
+    pub fn id(&self) -> LeaseId {
+        self.id
+    }
+
+    /// The lease, for its key, epoch and state, and for a
+    /// [`FencedWriter`](crate::FencedWriter).
+    pub fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
+    /// Whether a write may start now.
+    pub fn may_write(&self) -> bool {
+        self.lease.may_write()
+    }
+
+    /// When writing must have finished; `None` when it must not start.
+    pub fn write_deadline(&self) -> Option<Instant> {
+        self.lease.write_deadline()
+    }
+}
+
+/// Leases renewed by a scheduler thread and a few renewal threads. See the
+/// [module docs](self).
+pub struct KeeperPool {
+    commands: Sender<Command>,
+    events: Receiver<PoolEvent>,
+    next_id: AtomicU64,
+    len: Arc<AtomicUsize>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl fmt::Debug for KeeperPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeeperPool")
+            .field("leases", &self.len())
+            .field("threads", &self.threads.len())
+            .finish()
+    }
+}
+
+enum Command {
+    Add(LeaseId, Arc<Lease>),
+    Remove(LeaseId, RemoveReply),
+    Stop(StopReply),
+}
+
+impl KeeperPool {
+    /// Start the scheduler and the renewal threads.
+    ///
+    /// # Errors
+    ///
+    /// When the operating system cannot start a thread; those already
+    /// started are stopped.
+    pub fn spawn(options: PoolOptions) -> std::io::Result<KeeperPool> {
+        let (commands, command_rx) = crossbeam_channel::unbounded();
+        let (events_tx, events) = crossbeam_channel::unbounded();
+        let (jobs, job_rx) = crossbeam_channel::unbounded::<Job>();
+        let (done_tx, done) = crossbeam_channel::unbounded();
+        let len = Arc::new(AtomicUsize::new(0));
+        let mut threads = Vec::new();
+        for i in 0..options.renewal_threads {
+            let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
+            let timeout = options.release_timeout;
+            let thread = std::thread::Builder::new()
+                .name(format!("{}-{i}", options.thread_name))
+                .spawn(move || {
+                    for job in job_rx {
+                        let _ = done_tx.send(work(job, timeout));
+                    }
+                })?;
+            threads.push(thread);
+        }
+        let scheduler = Scheduler {
+            clock: Arc::clone(&options.clock),
+            release_timeout: options.release_timeout,
+            inline: options.renewal_threads == 0,
+            commands: command_rx,
+            jobs,
+            done,
+            done_tx,
+            events: events_tx,
+            machine: PoolSchedule::new(),
+            removers: HashMap::new(),
+            stopping: None,
+            len: Arc::clone(&len),
+        };
+        let thread = std::thread::Builder::new()
+            .name(options.thread_name.clone())
+            .spawn(move || scheduler.run())?;
+        threads.push(thread);
+        Ok(KeeperPool {
+            commands,
+            events,
+            next_id: AtomicU64::new(0),
+            len,
+            threads,
+        })
+    }
+
+    /// Keep `lease` from now on. Should the pool's scheduler be gone (it
+    /// never is while the pool lives), the lease is released and marked
+    /// lost, so it forbids writing.
+    pub fn add(&self, lease: Lease) -> PooledLease {
+        let id = LeaseId(self.next_id.fetch_add(1, Ordering::SeqCst));
+        let lease = Arc::new(lease);
+        self.len.fetch_add(1, Ordering::SeqCst);
+        if self
+            .commands
+            .send(Command::Add(id, Arc::clone(&lease)))
+            .is_err()
+        {
+            self.len.fetch_sub(1, Ordering::SeqCst);
+            let _ = lease.release();
+            lease.mark_lost(None);
+        }
+        PooledLease { id, lease }
+    }
+
+    /// Stop keeping lease `id` and release it (after a renewal in flight);
+    /// `None` when the pool does not hold it.
+    pub fn remove(&self, id: LeaseId) -> Option<Result<Released, LeaseError>> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.commands.send(Command::Remove(id, reply)).ok()?;
+        answer.recv().ok().flatten()
+    }
+
+    /// Every lease's events. Clones of the receiver share one queue; the
+    /// queue is unbounded, so a program that never reads it never blocks
+    /// the pool.
+    pub fn events(&self) -> &Receiver<PoolEvent> {
+        &self.events
+    }
+
+    /// How many leases the pool keeps.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::SeqCst)
+    }
+
+    /// Whether the pool keeps no lease.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Release every lease and join every thread; each lease's release.
+    pub fn stop(mut self) -> Releases {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Releases {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        let released = match self.commands.send(Command::Stop(reply)) {
+            Ok(()) => answer.recv().unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        released
+    }
+}
+
+impl Drop for KeeperPool {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            let _ = self.shut_down();
+        }
+    }
+}
+
+/// Do one job on a renewal thread.
+fn work(job: Job, release_timeout: Duration) -> Done {
+    match job {
+        Job::Renew(id, lease, deadline) => Done::Renewed(id, renew_guarded(&lease, deadline)),
+        Job::Release(id, lease) => Done::Released(id, release_guarded(&lease, release_timeout)),
+    }
+}
+
+/// What the pool's machine asks its driver to do.
+#[derive(Debug)]
+pub enum Job {
+    /// Renew this lease, every request bounded by the deadline; then
+    /// hand the outcome to [`PoolSchedule::finish`].
+    Renew(LeaseId, Arc<Lease>, Instant),
+    /// Release this lease; then hand the outcome to
+    /// [`PoolSchedule::finish`].
+    Release(LeaseId, Arc<Lease>),
+}
+
+/// A job's outcome, for the pool's machine.
+#[derive(Debug)]
+pub enum Done {
+    /// How a renewal ended.
+    Renewed(LeaseId, Attempt),
+    /// How a release ended.
+    Released(LeaseId, Result<Released, LeaseError>),
+}
+
+/// The answer owed to whoever removes a lease: `None` inside for a lease
+/// the pool did not hold.
+type RemoveReply = Sender<Option<Result<Released, LeaseError>>>;
+
+/// Each lease's release, as a stop returns them.
+type Releases = Vec<(LeaseId, Result<Released, LeaseError>)>;
+
+/// The answer owed to whoever stops the pool.
+type StopReply = Sender<Releases>;
+
+/// One lease as the machine sees it.
+#[derive(Debug)]
+struct Kept {
+    lease: Arc<Lease>,
+    schedule: RenewalSchedule,
+    /// A renewal or the release is out.
+    busy: bool,
+    /// The lease ended (fenced or lost): nothing to renew.
+    ended: bool,
+    /// Release it once nothing of it is out.
+    removing: bool,
+    /// Bumped at each scheduling, so stale wake-ups are skipped.
+    generation: u64,
+}
+
+/// The pool's decisions, without threads or I/O: which lease to renew
+/// when, what to report, when to release. [`KeeperPool`] drives it with a
+/// scheduler thread and renewal threads; a simulation drives the same
+/// machine on simulated time. Each lease is stepped by its own
+/// [`RenewalSchedule`], so one lease's renewals never move another's fence.
+#[derive(Debug, Default)]
+pub struct PoolSchedule {
+    leases: HashMap<LeaseId, Kept>,
+    due: BinaryHeap<Reverse<(Instant, LeaseId, u64)>>,
+}
+
+impl PoolSchedule {
+    /// An empty machine.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keep `lease` as `id`; the jobs and events of its first step go to
+    /// `jobs` and `events`.
+    pub fn add(
+        &mut self,
+        id: LeaseId,
+        lease: Arc<Lease>,
+        jobs: &mut Vec<Job>,
+        events: &mut Vec<PoolEvent>,
+    ) {
+        let schedule = RenewalSchedule::new(&lease);
+        self.leases.insert(
+            id,
+            Kept {
+                lease,
+                schedule,
+                busy: false,
+                ended: false,
+                removing: false,
+                generation: 0,
+            },
+        );
+        self.step(id, jobs, events);
+    }
+
+    /// Stop keeping `id`: its release is a job now, or once its renewal in
+    /// flight is done. False when the machine does not hold it.
+    pub fn remove(&mut self, id: LeaseId, jobs: &mut Vec<Job>) -> bool {
+        let Some(kept) = self.leases.get_mut(&id) else {
+            return false;
+        };
+        kept.removing = true;
+        self.release_if_free(id, jobs);
+        true
+    }
+
+    /// The ids of every lease held.
+    pub fn ids(&self) -> Vec<LeaseId> {
+        self.leases.keys().copied().collect()
+    }
+
+    /// Whether no lease is held (removed leases leave once released).
+    pub fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+
+    /// When the machine next has something to do, if ever.
+    pub fn next_wake(&self) -> Option<Instant> {
+        self.due.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// Step every lease whose time has come by `now`.
+    pub fn run_due(&mut self, now: Instant, jobs: &mut Vec<Job>, events: &mut Vec<PoolEvent>) {
+        while let Some(Reverse((at, id, generation))) = self.due.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.due.pop();
+            if self
+                .leases
+                .get(&id)
+                .is_some_and(|k| k.generation == generation)
+            {
+                self.step(id, jobs, events);
+            }
+        }
+    }
+
+    /// Take a job's outcome. A finished release is returned, the lease
+    /// gone from the machine.
+    pub fn finish(
+        &mut self,
+        done: Done,
+        jobs: &mut Vec<Job>,
+        events: &mut Vec<PoolEvent>,
+    ) -> Option<(LeaseId, Result<Released, LeaseError>)> {
+        match done {
+            Done::Renewed(id, attempt) => {
+                let kept = self.leases.get_mut(&id)?;
+                kept.busy = false;
+                if let Some(event) = kept.schedule.record(&kept.lease, attempt) {
+                    let key = kept.lease.key().to_string();
+                    events.push(PoolEvent { id, key, event });
+                }
+                if kept.removing {
+                    self.release_if_free(id, jobs);
+                } else {
+                    self.step(id, jobs, events);
+                }
+                None
+            }
+            Done::Released(id, released) => {
+                let kept = self.leases.remove(&id)?;
+                let key = kept.lease.key().to_string();
+                events.push(PoolEvent {
+                    id,
+                    key,
+                    event: Event::Released(released.clone()),
+                });
+                Some((id, released))
+            }
+        }
+    }
+
+    /// Ask lease `id`'s schedule what to do, and queue it.
+    fn step(&mut self, id: LeaseId, jobs: &mut Vec<Job>, events: &mut Vec<PoolEvent>) {
+        let Some(kept) = self.leases.get_mut(&id) else {
+            return;
+        };
+        if kept.busy || kept.ended || kept.removing {
+            return;
+        }
+        match kept.schedule.step(&kept.lease) {
+            Step::Wait { until } => {
+                kept.generation += 1;
+                self.due.push(Reverse((until, id, kept.generation)));
+            }
+            Step::Renew { deadline } => {
+                kept.busy = true;
+                jobs.push(Job::Renew(id, Arc::clone(&kept.lease), deadline));
+            }
+            Step::End(event) => {
+                kept.ended = true;
+                if event == Event::Fenced {
+                    log::warn!("{}: fenced: no renewal landed in time", kept.lease.key());
+                }
+                let key = kept.lease.key().to_string();
+                events.push(PoolEvent { id, key, event });
+            }
+        }
+    }
+
+    /// Queue lease `id`'s release if it is being removed and nothing of it
+    /// is out.
+    fn release_if_free(&mut self, id: LeaseId, jobs: &mut Vec<Job>) {
+        let Some(kept) = self.leases.get_mut(&id) else {
+            return;
+        };
+        if kept.busy || !kept.removing {
+            return;
+        }
+        kept.busy = true;
+        jobs.push(Job::Release(id, Arc::clone(&kept.lease)));
+    }
+}
+
+/// The scheduler thread: drives a [`PoolSchedule`] with channels and the
+/// pool's clock.
+struct Scheduler {
+    clock: Arc<dyn Clock>,
+    release_timeout: Duration,
+    inline: bool,
+    commands: Receiver<Command>,
+    jobs: Sender<Job>,
+    done: Receiver<Done>,
+    done_tx: Sender<Done>,
+    events: Sender<PoolEvent>,
+    machine: PoolSchedule,
+    /// Who waits for each lease being removed.
+    removers: HashMap<LeaseId, RemoveReply>,
+    /// The stop in progress, and the releases it collected.
+    stopping: Option<(Option<StopReply>, Releases)>,
+    /// The pool's count of its leases.
+    len: Arc<AtomicUsize>,
+}
+
+impl Scheduler {
+    fn run(mut self) {
+        loop {
+            if self.stopping.is_some() && self.machine.is_empty() {
+                if let Some((Some(reply), released)) = self.stopping.take() {
+                    let _ = reply.send(released);
+                }
+                return; // dropping `jobs` ends the renewal threads
+            }
+            let timer = match self.machine.next_wake() {
+                Some(at) => self.clock.timer(at),
+                None => crossbeam_channel::never(),
+            };
+            let (mut jobs, mut events) = (Vec::new(), Vec::new());
+            select! {
+                recv(self.commands) -> command => match command {
+                    Ok(Command::Add(id, lease)) => self.machine.add(id, lease, &mut jobs, &mut events),
+                    Ok(Command::Remove(id, reply)) => {
+                        if self.machine.remove(id, &mut jobs) {
+                            self.removers.insert(id, reply);
+                        } else {
+                            let _ = reply.send(None);
+                        }
+                    }
+                    Ok(Command::Stop(reply)) => self.stop(Some(reply), &mut jobs),
+                    // The handle is gone without a stop: release everything.
+                    Err(_) => {
+                        self.commands = crossbeam_channel::never();
+                        self.stop(None, &mut jobs);
+                    }
+                },
+                recv(self.done) -> done => {
+                    if let Ok(done) = done {
+                        if let Some((id, released)) = self.machine.finish(done, &mut jobs, &mut events) {
+                            self.len.fetch_sub(1, Ordering::SeqCst);
+                            match self.removers.remove(&id) {
+                                Some(reply) => {
+                                    let _ = reply.send(Some(released));
+                                }
+                                None => {
+                                    if let Some((_, all)) = self.stopping.as_mut() {
+                                        all.push((id, released));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                },
+                recv(timer) -> _ => self.machine.run_due(self.clock.now(), &mut jobs, &mut events),
+            }
+            for event in events {
+                let _ = self.events.send(event);
+            }
+            for job in jobs {
+                self.dispatch(job);
+            }
+        }
+    }
+
+    /// Remove every lease; answer `reply` once all are released.
+    fn stop(&mut self, reply: Option<StopReply>, jobs: &mut Vec<Job>) {
+        self.stopping.get_or_insert((None, Vec::new())).0 = reply;
+        for id in self.machine.ids() {
+            self.machine.remove(id, jobs);
+        }
+    }
+
+    /// Hand `job` to a renewal thread, or do it here when renewing inline.
+    fn dispatch(&mut self, job: Job) {
+        let job = if self.inline {
+            job
+        } else {
+            match self.jobs.send(job) {
+                Ok(()) => return,
+                Err(e) => e.into_inner(),
+            }
+        };
+        let _ = self.done_tx.send(work(job, self.release_timeout));
+    }
+}
