@@ -31,6 +31,9 @@
 //!     holder's object, no proof of a concurrent writer. `put_new` fails
 //!     with [`WriteError::Exists`], leaving the lease alone; `put_pointer`
 //!     swaps against the version it read.
+//! - **A newer pointer is proof too.** [`read_pointer`](FencedWriter::read_pointer)
+//!   of a pointer a newer holder wrote marks the lease lost and fails with
+//!   [`WriteError::Superseded`], remembering nothing to swap on.
 //!
 //! What a pointer write costs: the first write of a pointer this writer has
 //! not read or written is two requests (a HEAD-like read, then the
@@ -235,15 +238,32 @@ impl FencedWriter {
     }
 
     /// Read a pointer and remember its version for the next
-    /// [`put_pointer`](Self::put_pointer). `None` when it is absent.
+    /// [`put_pointer`](Self::put_pointer). `None` when it is absent. A
+    /// pointer a newer holder wrote proves this lease superseded: the lease
+    /// is marked lost and nothing is remembered, so no later swap can move
+    /// the pointer back to an older epoch.
     ///
     /// # Errors
     ///
-    /// [`WriteError::Fenced`] outside the lease; [`WriteError::Store`] when
+    /// [`WriteError::Fenced`] outside the lease; [`WriteError::Superseded`]
+    /// when a newer holder wrote the pointer; [`WriteError::Store`] when
     /// the request failed.
     pub fn read_pointer(&self, key: &str) -> Result<Option<Object>, WriteError> {
         let deadline = self.deadline(key)?;
         match self.lease.store().get(key, Some(deadline)) {
+            Ok(object) if self.author(&object) == Author::Newer => {
+                self.pointers().remove(key);
+                let (epoch, holder) = stamp_of(&object);
+                let proof = StoreError::new(StoreErrorKind::Precondition, "GET", key).with_message(
+                    format!(
+                        "the pointer was written at epoch {} by {}, after this lease's epoch {}",
+                        epoch.unwrap_or(0),
+                        holder.as_deref().unwrap_or("an unnamed holder"),
+                        self.lease.epoch()
+                    ),
+                );
+                Err(self.superseded(proof))
+            }
             Ok(object) => {
                 self.pointers()
                     .insert(key.to_string(), object.version.clone());

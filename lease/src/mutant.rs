@@ -25,12 +25,14 @@ pub(crate) enum Mutant {
     SuspectWatchedForever,
     /// `put_pointer` overwrites the pointer unconditionally.
     PointerOverwrites,
+    /// A keeper pool sends one renewal at a time, whatever its threads.
+    PoolSerialRenewals,
 }
 
 impl Mutant {
     /// Every mutant, in the order `--mutants` lists them.
     #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
-    pub(crate) const ALL: [Mutant; 8] = [
+    pub(crate) const ALL: [Mutant; 9] = [
         Mutant::KeeperNeverFences,
         Mutant::KillAtFullTtl,
         Mutant::ReleaseByDelete,
@@ -39,6 +41,7 @@ impl Mutant {
         Mutant::FenceAtFullTtl,
         Mutant::SuspectWatchedForever,
         Mutant::PointerOverwrites,
+        Mutant::PoolSerialRenewals,
     ];
 
     /// The mutant's name on the command line.
@@ -53,6 +56,7 @@ impl Mutant {
             Mutant::FenceAtFullTtl => "fence-at-full-ttl",
             Mutant::SuspectWatchedForever => "suspect-watched-forever",
             Mutant::PointerOverwrites => "pointer-overwrites",
+            Mutant::PoolSerialRenewals => "pool-serial-renewals",
         }
     }
 }

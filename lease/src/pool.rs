@@ -36,6 +36,7 @@ use crate::keeper::{
     release_guarded, renew_guarded, Attempt, Event, RenewalSchedule, Step, DEFAULT_RELEASE_TIMEOUT,
 };
 use crate::lease::{Lease, Released};
+use crate::mutant::{self, Mutant};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -107,6 +108,14 @@ impl Default for PoolOptions {
 /// A lease's number in its pool, for [`KeeperPool::remove`] and events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LeaseId(u64);
+
+impl LeaseId {
+    /// The `i`th id, for a driver of its own (the simulation).
+    #[cfg_attr(not(feature = "simulation"), allow(dead_code))]
+    pub(crate) fn from_index(i: usize) -> Self {
+        LeaseId(i as u64)
+    }
+}
 
 impl fmt::Display for LeaseId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -304,7 +313,7 @@ impl Drop for KeeperPool {
 }
 
 /// Do one job on a renewal thread.
-fn work(job: Job, release_timeout: Duration) -> Done {
+pub(crate) fn work(job: Job, release_timeout: Duration) -> Done {
     match job {
         Job::Renew(id, lease, deadline) => Done::Renewed(id, renew_guarded(&lease, deadline)),
         Job::Release(id, lease) => Done::Released(id, release_guarded(&lease, release_timeout)),
@@ -408,6 +417,11 @@ impl PoolSchedule {
         true
     }
 
+    /// The lease held as `id`.
+    pub fn lease(&self, id: LeaseId) -> Option<&Arc<Lease>> {
+        self.leases.get(&id).map(|k| &k.lease)
+    }
+
     /// The ids of every lease held.
     pub fn ids(&self) -> Vec<LeaseId> {
         self.leases.keys().copied().collect()
@@ -478,6 +492,8 @@ impl PoolSchedule {
 
     /// Ask lease `id`'s schedule what to do, and queue it.
     fn step(&mut self, id: LeaseId, jobs: &mut Vec<Job>, events: &mut Vec<PoolEvent>) {
+        let one_at_a_time =
+            mutant::on(Mutant::PoolSerialRenewals) && self.leases.values().any(|k| k.busy);
         let Some(kept) = self.leases.get_mut(&id) else {
             return;
         };
@@ -488,6 +504,11 @@ impl PoolSchedule {
             Step::Wait { until } => {
                 kept.generation += 1;
                 self.due.push(Reverse((until, id, kept.generation)));
+            }
+            Step::Renew { .. } if one_at_a_time => {
+                kept.generation += 1;
+                let soon = kept.lease.clock().now() + Duration::from_millis(10);
+                self.due.push(Reverse((soon, id, kept.generation)));
             }
             Step::Renew { deadline } => {
                 kept.busy = true;

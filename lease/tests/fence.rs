@@ -284,3 +284,17 @@ fn a_reader_rejects_objects_older_than_the_epoch_it_trusts() {
         1
     );
 }
+
+/// Reading a pointer a newer holder wrote is proof enough: the stale
+/// holder's lease is marked lost, and the version read is not kept, so no
+/// later `put_pointer` can swap the pointer back to an older epoch.
+#[test]
+fn reading_a_pointer_from_a_newer_holder_supersedes_the_stale_holder() {
+    let (store, stale, _successor) = stale_and_successor();
+    let err = stale.read_pointer("db/LATEST").unwrap_err();
+    assert!(matches!(err, WriteError::Superseded(_)), "{err}");
+    assert!(err.to_string().contains("epoch 2"), "{err}");
+    assert!(stale.lease().is_lost());
+    assert!(stale.put_pointer("db/LATEST", b"old").is_err());
+    assert_eq!(store.inner.peek("db/LATEST").unwrap(), b"2");
+}

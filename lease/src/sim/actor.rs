@@ -276,7 +276,7 @@ fn write(sh: &Arc<Shared>, c: usize, lease: &Arc<Lease>, hold: &Hold) {
             return;
         }
         let data = format!("sim/data/c{c}-e{epoch}-{n}");
-        let written = fenced(sh, c, &writer, "write", |w| w.put_new(&data, b"x"));
+        let written = fenced(sh, c, &writer, hold, "write", |w| w.put_new(&data, b"x"));
         if written == Some(true) && hold.command_alive.load(Ordering::SeqCst) {
             // Now and then the command reads the pointer first, as a job
             // that builds on the last manifest does (a read: no window).
@@ -290,7 +290,7 @@ fn write(sh: &Arc<Shared>, c: usize, lease: &Arc<Lease>, hold: &Hold) {
                 sh.lock()
                     .log(|| format!("c{c} fenced pointer read: {text}"));
             }
-            fenced(sh, c, &writer, "pointer write", |w| {
+            fenced(sh, c, &writer, hold, "pointer write", |w| {
                 w.put_pointer(POINTER, data.as_bytes())
             });
         }
@@ -299,7 +299,8 @@ fn write(sh: &Arc<Shared>, c: usize, lease: &Arc<Lease>, hold: &Hold) {
     }
 }
 
-/// One write call on the real [`FencedWriter`] when `may_write()`,
+/// One write call on the real [`FencedWriter`] while the command lives
+/// and `may_write()`,
 /// inside a window that opens at the call and closes with the answer of
 /// its last PUT (the reads it makes write nothing; a call that sent no PUT
 /// leaves an empty window). `None` when the lease forbade writing;
@@ -308,11 +309,13 @@ fn fenced<T>(
     sh: &Arc<Shared>,
     c: usize,
     writer: &FencedWriter,
+    hold: &Hold,
     what: &'static str,
     call: impl FnOnce(&FencedWriter) -> Result<T, WriteError>,
 ) -> Option<bool> {
     let lease = writer.lease();
-    if !lease.may_write() {
+    // A dead command sends nothing; a live one asks the lease first.
+    if !hold.command_alive.load(Ordering::SeqCst) || !lease.may_write() {
         return None;
     }
     let me = current();

@@ -12,6 +12,7 @@ pub(crate) fn check(w: &mut World) {
     fail_closed(w);
     liveness(w);
     suspect_taken_over(w);
+    pool_fences_alone(w);
 }
 
 /// No two leases (contender, epoch) inside a window at once, and each new
@@ -206,4 +207,53 @@ fn suspect_taken_over(w: &mut World) {
         ))
         }
     }
+}
+
+/// In a pool run: the black-holed lease is fenced by its own write
+/// deadline, the removed lease is released, and no other lease of the pool
+/// is ever fenced or lost.
+fn pool_fences_alone(w: &mut World) {
+    let Some(run) = w.pool.clone() else {
+        return;
+    };
+    let mut found = Vec::new();
+    for (t, key, event) in &run.events {
+        let bad = event == "Fenced" || event.starts_with("Lost");
+        if bad && *key != run.hole {
+            found.push(format!(
+                "pool: {key} reported {event} at {:.4} s although only {} was black-holed",
+                secs(*t),
+                run.hole
+            ));
+        }
+    }
+    if let Some(deadline) = run.hole_deadline {
+        let fenced = run
+            .events
+            .iter()
+            .find(|(_, key, event)| *key == run.hole && event == "Fenced")
+            .map(|(t, _, _)| *t);
+        match fenced {
+            Some(t) if t <= deadline => {}
+            other => found.push(format!(
+                "pool: black-holed {} was not fenced by its write deadline {:.4} s (fenced: {})",
+                run.hole,
+                secs(deadline),
+                other.map_or("never".to_string(), |t| format!("at {:.4} s", secs(t)))
+            )),
+        }
+    }
+    if let Some((key, at)) = &run.removed {
+        let released = run
+            .events
+            .iter()
+            .any(|(_, k, event)| k == key && event.starts_with("Released(Ok(Freed))"));
+        if *at + 10 * SEC < w.sched.now && !released {
+            found.push(format!(
+                "pool: {key}, removed at {:.4} s, was never released",
+                secs(*at)
+            ));
+        }
+    }
+    w.violations.extend(found);
 }

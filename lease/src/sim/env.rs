@@ -111,7 +111,7 @@ impl SimStore {
             }
         }
         let ttl = w.ttl_s * SEC;
-        let faulty = now >= w.faults_from && now < w.faults_until;
+        let faulty = now >= w.faults_from && now < w.faults_until && !w.contenders[c].quiet;
         let rates = w.rates;
         let normal = |w: &mut super::world::World| w.rng.range(MS, 40 * MS);
         let mut d1 = normal(&mut w);
@@ -119,7 +119,11 @@ impl SimStore {
         let mut effect = true;
         let mut answer = Answer::Result;
         let mut fault = None;
-        if faulty && w.partitioned(c, now) {
+        if w.black_hole.as_deref() == Some(key.as_str()) {
+            effect = false;
+            answer = Answer::Transport { timed_out: true };
+            fault = Some("black hole");
+        } else if faulty && w.partitioned(c, now) {
             effect = false;
             if w.rng.chance(5000) {
                 answer = Answer::Transport { timed_out: false };

@@ -34,6 +34,7 @@
 mod actor;
 mod check;
 mod env;
+mod pooled;
 mod rng;
 mod sched;
 mod world;
@@ -180,6 +181,7 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
             partitions.push((at, at + rng.range(ttl / 10, 2 * ttl)));
         }
         contenders.push(Contender {
+            quiet: false,
             ttl_s: if huge_ttl == Some(c as u64) {
                 4000
             } else {
@@ -195,6 +197,39 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
             writing: None,
         });
     }
+    // Some runs add a process that keeps several leases in one pool, one
+    // of them black-holed after it is taken and one removed on the way.
+    // (On a store that answers like S3 or ignores only DELETE conditions:
+    // elsewhere no lease is ever handed out.)
+    let strict = matches!(switch, None | Some(Misbehaviour::IgnoreIfMatchOnDelete));
+    let pool = (rng.chance(1500) && strict).then(|| {
+        let leases = usize::try_from(rng.range(3, 9)).unwrap_or(3);
+        contenders.push(Contender {
+            quiet: true,
+            ttl_s,
+            skew_ms: rng.range_i(-skew_limit, skew_limit + 1),
+            drift_ppm: rng.range_i(-100, 101),
+            pauses: Vec::new(),
+            partitions: Vec::new(),
+            crashed: false,
+            threads: Vec::new(),
+            command: None,
+            writing: None,
+        });
+        pooled::PoolRun {
+            contender: n,
+            leases,
+            threads: usize::try_from(rng.range(2, 4)).unwrap_or(2),
+            hole: "sim/pool-0/LEASE".to_string(),
+            hole_from: rng.range(ttl, 3 * ttl),
+            hole_deadline: None,
+            removed: Some((
+                format!("sim/pool-{}/LEASE", leases - 1),
+                rng.range(ttl, run_len / 2),
+            )),
+            events: Vec::new(),
+        }
+    });
     let end = match crash_at {
         Some(t) => run_len.max(t + 4 * ttl + 3 * SEC),
         None => run_len,
@@ -223,7 +258,12 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         },
         crash_at.map_or("none".to_string(), |t| format!("at {:.1} s", world::secs(t))),
         world::secs(end)
-    ) + &suspect.as_ref().map_or(String::new(), |r| {
+    ) + &pool.as_ref().map_or(String::new(), |p| {
+        format!(
+            ", a pool of {} leases on {} renewal threads (c{})",
+            p.leases, p.threads, p.contender
+        )
+    }) + &suspect.as_ref().map_or(String::new(), |r| {
         format!(
             ", starts with a suspect record (renewed_at {}, ttl {} s, epoch {})",
             r.renewed_at, r.ttl_s, r.epoch
@@ -254,6 +294,8 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         injected: Injected::default(),
         trace: trace.then(Vec::new),
         put_answer: HashMap::new(),
+        black_hole: None,
+        pool,
         events: HashMap::new(),
     };
     w.log(|| setup.clone());
@@ -293,9 +335,13 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
     if let Some(t) = crash_at {
         w.push(t, Ev::CrashHolder);
     }
+    let pool_contender = w.pool.as_ref().map(|p| p.contender);
     let sh = Shared::new(w);
     for c in 0..n {
         sh.spawn(c, move |sh| actor::contender(sh, c));
+    }
+    if let Some(c) = pool_contender {
+        sh.spawn(c, move |sh| pooled::pool_holder(sh, c));
     }
     sh.run(end);
     let mut w = sh.lock();
@@ -310,6 +356,10 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
     checked.insert("pointer states", w.pointer_checks);
     checked.insert("crash takeovers", u64::from(w.crash.is_some()));
     checked.insert("suspect takeovers", u64::from(w.suspect.is_some()));
+    checked.insert(
+        "pooled leases",
+        w.pool.as_ref().map_or(0, |p| p.leases as u64),
+    );
     Outcome {
         seed,
         checked,

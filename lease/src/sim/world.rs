@@ -35,6 +35,8 @@ pub(crate) struct Contender {
     pub(crate) partitions: Vec<(Nanos, Nanos)>,
     pub(crate) crashed: bool,
     pub(crate) threads: Vec<usize>,
+    /// No faults, pauses or partitions of its own (the pool's contender).
+    pub(crate) quiet: bool,
     /// The window of the command now running, if any.
     pub(crate) command: Option<usize>,
     /// The window of the command's write in flight, if any, and the
@@ -141,6 +143,10 @@ pub(crate) struct World {
     pub(crate) trace: Option<Vec<String>>,
     /// The put answer time of each thread's last PUT.
     pub(crate) put_answer: HashMap<usize, Nanos>,
+    /// Every request on this key hangs until its deadline.
+    pub(crate) black_hole: Option<String>,
+    /// The pool run's set-up and what it saw, in a pool run.
+    pub(crate) pool: Option<super::pooled::PoolRun>,
     /// Keeper events waiting for each contender's supervisor.
     pub(crate) events: HashMap<usize, Vec<crate::keeper::Event>>,
 }

@@ -1,0 +1,191 @@
+//! A process that keeps many leases in one pool: the real
+//! [`PoolSchedule`] driven as [`crate::KeeperPool`] drives it, with its
+//! scheduler and renewal threads as simulated threads.
+//!
+//! The pool's contender has no faults of its own, but one of its leases is
+//! black-holed after it is taken (every request on its key hangs until its
+//! deadline); one other lease is removed and released on the way. The
+//! checker then requires that the black-holed lease is fenced by its own
+//! write deadline and that no other lease of the pool is ever fenced or
+//! lost: one lease's renewals never move another's fence.
+
+use super::env::{id, SimClock, SimStore};
+use super::sched::{current, Nanos, Shared, SEC};
+use crate::clock::Clock;
+use crate::lease::{Contender, LeaseOptions};
+use crate::pool::{work, Done, Job, LeaseId, PoolEvent, PoolSchedule};
+use crate::store::Store;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the pool's threads share.
+#[derive(Default)]
+struct Queues {
+    jobs: VecDeque<Job>,
+    done: VecDeque<Done>,
+    workers: Vec<usize>,
+}
+
+/// How the pool run is set up and what it saw, for the checker.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolRun {
+    /// The pool's contender.
+    pub(crate) contender: usize,
+    /// How many leases, and how many renewal threads.
+    pub(crate) leases: usize,
+    pub(crate) threads: usize,
+    /// The key black-holed, from when, and the lease's write deadline then.
+    pub(crate) hole: String,
+    pub(crate) hole_from: Nanos,
+    pub(crate) hole_deadline: Option<Nanos>,
+    /// The key removed, and when.
+    pub(crate) removed: Option<(String, Nanos)>,
+    /// Every event of the pool: when, which key, what.
+    pub(crate) events: Vec<(Nanos, String, String)>,
+}
+
+fn lock(q: &Mutex<Queues>) -> std::sync::MutexGuard<'_, Queues> {
+    q.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The pool's scheduler thread: take the leases, start the renewal
+/// threads, then drive the machine.
+pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
+    let (n, threads, ttl_s, hole_from, remove_at) = {
+        let w = sh.lock();
+        let run = w.pool.as_ref().expect("a pool run");
+        let remove_at = run.removed.as_ref().map_or(Nanos::MAX, |(_, t)| *t);
+        (run.leases, run.threads, w.ttl_s, run.hole_from, remove_at)
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SimClock {
+        sh: Arc::clone(&sh),
+        c,
+    });
+    let store: Arc<dyn Store> = Arc::new(SimStore {
+        sh: Arc::clone(&sh),
+        c,
+    });
+    let options = LeaseOptions::new(ttl_s).clock(Arc::clone(&clock));
+    let mut machine = PoolSchedule::new();
+    let queues = Arc::new(Mutex::new(Queues::default()));
+    let me = current();
+    let (mut jobs, mut events) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let mut contender = Contender::new(
+            Arc::clone(&store),
+            &format!("sim/pool-{i}"),
+            options.clone(),
+        )
+        .with_instance_id(format!("{}-{i}", id(c)));
+        let lease = loop {
+            match contender.try_acquire() {
+                Ok(lease) => break lease,
+                Err(e) => {
+                    let text = e.to_string();
+                    sh.lock()
+                        .log(|| format!("c{c} pool acquire of lease {i} fails: {text}"));
+                    clock.sleep(Duration::from_millis(100));
+                }
+            }
+        };
+        machine.add(
+            LeaseId::from_index(i),
+            Arc::new(lease),
+            &mut jobs,
+            &mut events,
+        );
+    }
+    for _ in 0..threads {
+        let q = Arc::clone(&queues);
+        let tid = sh.spawn(c, move |sh| renewal_thread(&sh, &q, me));
+        lock(&queues).workers.push(tid);
+    }
+    let mut holed = false;
+    let mut removed = false;
+    loop {
+        let now = sh.lock().sched.now;
+        if !holed && now >= hole_from {
+            holed = true;
+            let mut w = sh.lock();
+            let key = w.pool.as_ref().map(|r| r.hole.clone()).unwrap_or_default();
+            w.log(|| format!("c{c} pool: {key} is black-holed from now"));
+            w.black_hole = Some(key);
+        }
+        if holed {
+            // The black-holed lease's write deadline: two thirds of a TTL
+            // after the last renewal that landed (a renewal sent before
+            // the hole may still land).
+            if let Some(lease) = machine.lease(LeaseId::from_index(0)) {
+                let deadline = lease.confirmed_at() + lease.fence_after();
+                let mut w = sh.lock();
+                let deadline = w.nanos_of(deadline);
+                if let Some(run) = w.pool.as_mut() {
+                    run.hole_deadline = Some(deadline);
+                }
+            }
+        }
+        if !removed && now >= remove_at {
+            removed = true;
+            if let Some(i) = n.checked_sub(1).filter(|&i| i > 0) {
+                machine.remove(LeaseId::from_index(i), &mut jobs);
+                sh.lock().log(|| format!("c{c} pool: removing lease {i}"));
+            }
+        }
+        loop {
+            let done = lock(&queues).done.pop_front();
+            let Some(done) = done else { break };
+            machine.finish(done, &mut jobs, &mut events);
+        }
+        machine.run_due(clock.now(), &mut jobs, &mut events);
+        {
+            let mut w = sh.lock();
+            let t = w.sched.now;
+            for PoolEvent { key, event, .. } in events.drain(..) {
+                let text = format!("{event:?}");
+                w.log(|| format!("c{c} pool event: {key}: {text}"));
+                if let Some(run) = w.pool.as_mut() {
+                    run.events.push((t, key, text));
+                }
+            }
+        }
+        if !jobs.is_empty() {
+            let workers = {
+                let mut q = lock(&queues);
+                q.jobs.extend(jobs.drain(..));
+                q.workers.clone()
+            };
+            let mut w = sh.lock();
+            for tid in workers {
+                Shared::interrupt(&mut w, tid);
+            }
+        }
+        let wake = {
+            let w = sh.lock();
+            let mut wake = machine.next_wake().map_or(Nanos::MAX, |at| w.nanos_of(at));
+            if !holed {
+                wake = wake.min(hole_from);
+            }
+            if !removed {
+                wake = wake.min(remove_at);
+            }
+            wake.min(w.sched.now + 3600 * SEC)
+        };
+        sh.wait_until(wake);
+    }
+}
+
+/// A renewal thread: take jobs, do them, hand back what happened.
+fn renewal_thread(sh: &Arc<Shared>, queues: &Mutex<Queues>, scheduler: usize) {
+    loop {
+        let job = lock(queues).jobs.pop_front();
+        let Some(job) = job else {
+            let now = sh.lock().sched.now;
+            sh.wait_until(now + 3600 * SEC);
+            continue;
+        };
+        let done = work(job, Duration::from_secs(5));
+        lock(queues).done.push_back(done);
+        Shared::interrupt(&mut sh.lock(), scheduler);
+    }
+}
