@@ -246,7 +246,8 @@ pub fn table(rows: &[Row], floor: Option<&str>, previous: Option<&Value>) -> Vec
             row.percentile(100.0).map_or_else(dash, short),
             cpu.map_or_else(dash, |c| short(c.median)),
             range(cpu),
-            match (row.syscalls, row.clones) {
+            // A slope of a call-free row can come out a hair below zero.
+            match (row.syscalls.map(|s| s.max(0.0)), row.clones) {
                 (Some(s), Some(c)) if c >= 0.05 => format!("{s:.1} ({c:.1} clone)"),
                 (Some(s), _) => format!("{s:.1}"),
                 _ => dash(),
