@@ -1,6 +1,7 @@
 //! `bucket-lease bench` leaves nothing behind: every scratch lease it
 //! takes is released, and the scratch `LEASE` object itself is removed,
-//! on a `file://` bucket and on moto.
+//! on a `file://` bucket and on moto. It prints the table of the cargo
+//! bench (measure.rs) with every operation counted. No test looks at a time.
 
 #[path = "cli_common/mod.rs"]
 mod cli_common;
@@ -52,4 +53,75 @@ fn bench_removes_its_scratch_lease_on_moto() {
         matches!(&gone, Err(e) if e.kind() == bucket_lease::StoreErrorKind::NotFound),
         "{gone:?}"
     );
+}
+
+#[test]
+fn bench_prints_the_shared_table_and_counts_every_operation() {
+    let t = Target::fs("bench-table");
+    let url = t.url("job");
+    let done = t.run([
+        "bench",
+        "-q",
+        "--iters",
+        "3",
+        "--renewals",
+        "4",
+        url.as_str(),
+    ]);
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let header = done
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("row "))
+        .unwrap_or_else(|| panic!("no table header in {}", done.stdout));
+    for column in ["p50", "p50 range", "p99", "max", "CPU/op", "CPU range"] {
+        assert!(
+            header.contains(column),
+            "{column:?} missing from {header:?}"
+        );
+    }
+    let ops = |name: &str| -> String {
+        let line = done
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} row in {}", done.stdout));
+        line.split_whitespace().nth(1).unwrap().to_string()
+    };
+    assert_eq!(ops("acquire"), "3");
+    assert_eq!(ops("renew"), "12");
+    assert_eq!(ops("release"), "3");
+    assert!(done.stdout.contains("\nrenew latency\n"), "{}", done.stdout);
+
+    let done = t.run([
+        "bench",
+        "--iters",
+        "2",
+        "--renewals",
+        "3",
+        "--json",
+        url.as_str(),
+    ]);
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let report: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(report["iterations"], 2);
+    assert_eq!(report["renewals_per_round"], 3);
+    assert_eq!(report["renew"]["samples"], 6);
+    assert_eq!(report["renew"]["batches"], 2);
+    assert_eq!(report["acquire"]["samples"], 2);
+    assert!(report["renew"]["cpu_us"].is_number(), "{report}");
+    assert!(report["renew"]["histogram"].is_array(), "{report}");
+    assert_eq!(
+        bench_leftovers(&t.bucket_dir().unwrap()),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn bench_refuses_zero_renewals() {
+    let t = Target::fs("bench-usage");
+    let url = t.url("job");
+    let done = t.run(["bench", "--renewals", "0", url.as_str()]);
+    assert_ne!(done.code, Some(0));
+    assert!(done.stderr.contains("--renewals"), "{}", done.stderr);
 }

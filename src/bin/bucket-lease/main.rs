@@ -32,6 +32,9 @@ mod brk;
 mod child;
 mod inspect;
 mod log;
+// Shared with benches/renewal.rs, which uses what `bench` does not.
+#[allow(dead_code)]
+mod measure;
 #[cfg(target_os = "linux")]
 mod procs;
 mod run;
