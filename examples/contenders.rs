@@ -14,7 +14,9 @@
 
 use bucket_lease::backends::config;
 use bucket_lease::backends::fs::DirStore;
-use bucket_lease::{Contender, Event, Keeper, KeeperOptions, LeaseError, LeaseOptions, Store};
+use bucket_lease::{
+    Contender, Event, Keeper, KeeperOptions, LeaseError, LeaseOptions, Store, Wait,
+};
 use std::error::Error;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,13 +63,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     // A stops renewing without releasing, as a crashed process would.
     let crashed_at = Instant::now();
     println!("A stops renewing without releasing (a crash)");
-    let b_lease = loop {
-        match b.try_acquire() {
-            Ok(lease) => break lease,
-            Err(LeaseError::Held { .. }) => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => return Err(e.into()),
-        }
-    };
+    // B waits: it sleeps until A's record can expire by its own clock,
+    // re-reading it at least every second.
+    let b_lease = b.acquire_with(&Wait::until(
+        Instant::now() + Duration::from_secs(4 * TTL_S),
+    ))?;
     println!(
         "B took the lease over {:.1} s later: epoch {}; A stopped writing {:.1} s after its \
          last renewal",
