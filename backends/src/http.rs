@@ -14,6 +14,7 @@
 
 use crate::config::{redact_user_info, ConfigError};
 use crate::credentials::{CredentialsProvider, Source};
+use crate::net::{CachingResolver, TcpConnector};
 use crate::sign::{Credentials, Signer};
 use crate::xml::ErrorBody;
 use bucket_lease_core::store::{
@@ -25,14 +26,41 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use ureq::http::{self, HeaderMap, HeaderName, HeaderValue, Method};
-use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 
 /// The timeout of one request when the caller gives no earlier deadline.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most bytes read from one answer (an object or an error body).
 pub const DEFAULT_MAX_BODY: usize = 64 * 1024;
+
+/// The input buffer of a connection: an answer's head must fit in it
+/// ([`MAX_ANSWER_HEAD`]); a body goes through it in pieces of this size.
+/// Allocated (and zeroed) once per connection; ureq's default is 128 KiB.
+const INPUT_BUFFER: usize = 8 * 1024;
+
+/// The largest answer head (status line and headers) read. S3 caps user
+/// metadata at 2 KiB; a larger head is an error naming its size, not a
+/// truncated answer.
+const MAX_ANSWER_HEAD: usize = 6 * 1024;
+
+/// The output buffer of a connection: a request's head must fit in it
+/// (signed headers and metadata: 1 to 3 KiB); a body goes through it in
+/// pieces. ureq's default is 128 KiB.
+const OUTPUT_BUFFER: usize = 8 * 1024;
+
+/// How long an idle connection is kept. The longest renewal interval is a
+/// third of the longest TTL the command allows (3600 s), 1200 s; a keeper
+/// that failed waits at most one interval more before it retries. 1260 s
+/// keeps the connection across the longest interval with a minute to spare
+/// (ureq's default, 15 s, dropped it for any TTL over 45 s). A connection
+/// the server closed meanwhile is found closed when taken from the pool,
+/// and a new one is opened.
+pub(crate) const MAX_IDLE_AGE: Duration = Duration::from_secs(1260);
+
+/// Idle connections kept: the acquire probe's three concurrent writes each
+/// use one.
+const MAX_IDLE_CONNECTIONS: usize = 3;
 
 /// How a request names its bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,13 +343,24 @@ impl HttpStoreBuilder {
             .https_only(endpoint.scheme == "https")
             .timeout_global(Some(self.timeout))
             .user_agent(concat!("bucket-lease/", env!("CARGO_PKG_VERSION")))
+            .input_buffer_size(INPUT_BUFFER)
+            .output_buffer_size(OUTPUT_BUFFER)
+            .max_response_header_size(MAX_ANSWER_HEAD)
+            .max_idle_age(MAX_IDLE_AGE)
+            .max_idle_connections(MAX_IDLE_CONNECTIONS)
+            .max_idle_connections_per_host(MAX_IDLE_CONNECTIONS)
             .build();
-        let agent = match self.connect_to {
-            Some(addr) => {
-                ureq::Agent::with_parts(config, DefaultConnector::default(), FixedResolver(addr))
-            }
-            None => ureq::Agent::new_with_config(config),
+        // ureq's default chain (CONNECT proxies, TCP, rustls), with our TCP
+        // transport and resolver (see `net`).
+        let connector =
+            ().chain(ConnectProxyConnector::default())
+                .chain(TcpConnector)
+                .chain(RustlsConnector::default());
+        let resolver = match self.connect_to {
+            Some(addr) => CachingResolver::fixed(addr),
+            None => CachingResolver::default(),
         };
+        let agent = ureq::Agent::with_parts(config, connector, resolver);
 
         Ok(HttpStore {
             agent,
@@ -862,23 +901,6 @@ impl Store for HttpStore {
         let request = self.request(op, key, condition, &[])?;
         self.execute(op, key, request, &[], deadline)?;
         Ok(())
-    }
-}
-
-/// A resolver that answers one address whatever the host.
-#[derive(Debug)]
-struct FixedResolver(SocketAddr);
-
-impl Resolver for FixedResolver {
-    fn resolve(
-        &self,
-        _uri: &http::Uri,
-        _config: &ureq::config::Config,
-        _timeout: NextTimeout,
-    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let mut addrs = self.empty();
-        addrs.push(self.0);
-        Ok(addrs)
     }
 }
 
