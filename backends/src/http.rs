@@ -15,7 +15,7 @@
 use crate::config::{redact_user_info, ConfigError};
 use crate::credentials::{CredentialsProvider, Source};
 use crate::net::{CachingResolver, TcpConnector};
-use crate::sign::{Credentials, Signer};
+use crate::sign::{sign_request, Credentials};
 use crate::xml::ErrorBody;
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
@@ -625,8 +625,7 @@ impl HttpStore {
         body: &[u8],
         time: SystemTime,
     ) -> Result<http::Request<()>, StoreError> {
-        let signer = Signer::new(credentials.clone(), self.region.clone());
-        signer.sign(&mut request, body, time).map_err(|e| {
+        sign_request(credentials, &self.region, &mut request, body, time).map_err(|e| {
             StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(e.to_string())
         })?;
         Ok(request)
@@ -678,7 +677,10 @@ impl HttpStore {
         } else if declared.is_some_and(|n| n > cap) {
             Err(self.max_body)
         } else {
-            let mut bytes = Vec::new();
+            // The declared length (at most the cap) at once, rather than
+            // growing from empty; read_to_end still checks for more.
+            let mut bytes =
+                Vec::with_capacity(declared.map_or(0, |n| usize::try_from(n).unwrap_or(0)));
             response
                 .body_mut()
                 .as_reader()
@@ -971,12 +973,15 @@ fn is_dns_label(bucket: &str) -> bool {
 /// Percent-encode a key for an S3 path: everything but unreserved
 /// characters and `/`.
 fn encode_key(key: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(key.len());
     for b in key.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
             out.push(b as char);
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
         }
     }
     out
