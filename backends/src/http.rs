@@ -855,6 +855,12 @@ fn transport_error(op: Op, key: &str, error: ureq::Error) -> StoreError {
 }
 
 impl Store for HttpStore {
+    /// Requests go out on separate pooled connections, so an acquire's
+    /// probe sends its three writes at once.
+    fn concurrent_requests(&self) -> bool {
+        true
+    }
+
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         let request = self.request(Op::Get, key, None, &[])?;
         let answer = self.execute(Op::Get, key, request, &[], deadline)?;

@@ -717,3 +717,51 @@ fn idle_connections_outlive_the_longest_renewal_interval() {
     let store = store("http://127.0.0.1:9");
     assert_eq!(store.agent.config().max_idle_age(), MAX_IDLE_AGE);
 }
+
+#[test]
+fn an_acquire_sends_its_three_probe_writes_at_once() {
+    use bucket_lease_core::{Contender, LeaseOptions};
+    use std::io::Write;
+    use std::sync::{Condvar, Mutex};
+    // The first PUT (the acquire's create) lands; the next three (the
+    // probe) are answered 412 only once all three are in flight together,
+    // else 500 after 5 s. Later writes (the release) land.
+    let state = Arc::new((Mutex::new((0usize, 0usize)), Condvar::new()));
+    let url = raw_server(move |_, mut stream| {
+        while let Some((head, _)) = read_request(&mut stream) {
+            let answer = if head.starts_with("GET") {
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_string()
+            } else if head.starts_with("PUT") {
+                let (lock, arrived) = &*state;
+                let mut counts = lock.lock().unwrap();
+                counts.0 += 1;
+                let n = counts.0;
+                if (2..=4).contains(&n) {
+                    counts.1 += 1;
+                    arrived.notify_all();
+                    let (counts, waited) = arrived
+                        .wait_timeout_while(counts, Duration::from_secs(5), |c| c.1 < 3)
+                        .unwrap();
+                    drop(counts);
+                    if waited.timed_out() {
+                        "HTTP/1.1 500 Alone\r\ncontent-length: 0\r\n\r\n".to_string()
+                    } else {
+                        "HTTP/1.1 412 Precondition Failed\r\ncontent-length: 0\r\n\r\n".to_string()
+                    }
+                } else {
+                    format!("HTTP/1.1 200 OK\r\nETag: \"e{n}\"\r\ncontent-length: 0\r\n\r\n")
+                }
+            } else {
+                "HTTP/1.1 204 No Content\r\n\r\n".to_string()
+            };
+            if stream.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let store: Arc<dyn Store> = Arc::new(store(&url));
+    let lease = Contender::new(store, "jobs", LeaseOptions::new(30))
+        .try_acquire()
+        .expect("the probe's writes were in flight together");
+    assert_eq!(lease.key(), "jobs/LEASE");
+}
