@@ -75,14 +75,14 @@ fn a_child_that_ignores_sigterm_is_killed_at_the_deadline() {
 }
 
 /// An acquire so slow that the lease is fenced by the time it is taken
-/// (each request held 0.8 s; the probe alone outlasts 2/3 of a 3 s TTL)
-/// never starts the command.
+/// (each request held 1.2 s; the create and the probe, whose three writes
+/// go out at once, outlast 2/3 of a 3 s TTL) never starts the command.
 #[test]
 fn a_lease_fenced_during_its_acquire_never_starts_the_command() {
     let Some((t, proxy)) = moto_behind_a_proxy("slow-acquire") else {
         return;
     };
-    proxy.delay(Duration::from_millis(800));
+    proxy.delay(Duration::from_millis(1200));
     let url = t.url("slow");
     let marker = t.path("started");
     let done = t.run([

@@ -8,13 +8,22 @@
 //! body is not read), and has its status mapped to a [`StoreErrorKind`] by
 //! meaning (see [`HttpStore`]).
 //!
+//! What a request costs: no thread (a host name is looked up on a helper
+//! thread only the first time and, in the background, once a minute; see
+//! `net`), and on a kept connection three system calls: a non-blocking
+//! peek that checks the connection, one write, one read. Each connection
+//! holds 16 KiB of buffers and is kept idle up to `MAX_IDLE_AGE` (over
+//! the longest renewal interval), at most three of them (an acquire's
+//! probe sends its three writes at once, each on its own connection).
+//!
 //! An endpoint never carries credentials: one with user information
 //! (`user:password@`) is refused, and no error, `Debug` output or message
 //! shows what was before its `@`.
 
 use crate::config::{redact_user_info, ConfigError};
 use crate::credentials::{CredentialsProvider, Source};
-use crate::sign::{Credentials, Signer};
+use crate::net::{CachingResolver, TcpConnector};
+use crate::sign::{sign_request, Credentials};
 use crate::xml::ErrorBody;
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
@@ -25,14 +34,42 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use ureq::http::{self, HeaderMap, HeaderName, HeaderValue, Method};
-use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 
 /// The timeout of one request when the caller gives no earlier deadline.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most bytes read from one answer (an object or an error body).
 pub const DEFAULT_MAX_BODY: usize = 64 * 1024;
+
+/// The input buffer of a connection: an answer's head must fit in it
+/// ([`MAX_ANSWER_HEAD`]); a body goes through it in pieces of this size.
+/// Allocated (and zeroed) once per connection; ureq's default is 128 KiB.
+const INPUT_BUFFER: usize = 8 * 1024;
+
+/// The largest answer head (status line and headers) read. S3 caps user
+/// metadata at 2 KiB; a larger head is an error naming its size, not a
+/// truncated answer.
+const MAX_ANSWER_HEAD: usize = 6 * 1024;
+
+/// The output buffer of a connection: a request's head must fit in it
+/// (signed headers and metadata: 1 to 3 KiB); a body goes through it in
+/// pieces. ureq's default is 128 KiB.
+const OUTPUT_BUFFER: usize = 8 * 1024;
+
+/// How long an idle connection is kept. The longest renewal interval is a
+/// third of the longest TTL a lease takes (`MAX_SANE_TTL_S`, 3600 s):
+/// 1200 s, and a keeper's pause before a retry is at most one interval. 1260 s
+/// keeps the connection across the longest interval with a minute to spare
+/// (ureq's default, 15 s, dropped it for any TTL over 45 s). A connection
+/// the server closed meanwhile is found closed when taken from the pool,
+/// and a new one is opened.
+pub(crate) const MAX_IDLE_AGE: Duration =
+    Duration::from_secs(bucket_lease_core::record::MAX_SANE_TTL_S / 3 + 60);
+
+/// Idle connections kept: the acquire probe's three concurrent writes each
+/// use one.
+const MAX_IDLE_CONNECTIONS: usize = 3;
 
 /// How a request names its bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,13 +352,24 @@ impl HttpStoreBuilder {
             .https_only(endpoint.scheme == "https")
             .timeout_global(Some(self.timeout))
             .user_agent(concat!("bucket-lease/", env!("CARGO_PKG_VERSION")))
+            .input_buffer_size(INPUT_BUFFER)
+            .output_buffer_size(OUTPUT_BUFFER)
+            .max_response_header_size(MAX_ANSWER_HEAD)
+            .max_idle_age(MAX_IDLE_AGE)
+            .max_idle_connections(MAX_IDLE_CONNECTIONS)
+            .max_idle_connections_per_host(MAX_IDLE_CONNECTIONS)
             .build();
-        let agent = match self.connect_to {
-            Some(addr) => {
-                ureq::Agent::with_parts(config, DefaultConnector::default(), FixedResolver(addr))
-            }
-            None => ureq::Agent::new_with_config(config),
+        // ureq's default chain (CONNECT proxies, TCP, rustls), with our TCP
+        // transport and resolver (see `net`).
+        let connector =
+            ().chain(ConnectProxyConnector::default())
+                .chain(TcpConnector)
+                .chain(RustlsConnector::default());
+        let resolver = match self.connect_to {
+            Some(addr) => CachingResolver::fixed(addr),
+            None => CachingResolver::default(),
         };
+        let agent = ureq::Agent::with_parts(config, connector, resolver);
 
         Ok(HttpStore {
             agent,
@@ -586,8 +634,7 @@ impl HttpStore {
         body: &[u8],
         time: SystemTime,
     ) -> Result<http::Request<()>, StoreError> {
-        let signer = Signer::new(credentials.clone(), self.region.clone());
-        signer.sign(&mut request, body, time).map_err(|e| {
+        sign_request(credentials, &self.region, &mut request, body, time).map_err(|e| {
             StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(e.to_string())
         })?;
         Ok(request)
@@ -639,7 +686,10 @@ impl HttpStore {
         } else if declared.is_some_and(|n| n > cap) {
             Err(self.max_body)
         } else {
-            let mut bytes = Vec::new();
+            // The declared length (at most the cap) at once, rather than
+            // growing from empty; read_to_end still checks for more.
+            let mut bytes =
+                Vec::with_capacity(declared.map_or(0, |n| usize::try_from(n).unwrap_or(0)));
             response
                 .body_mut()
                 .as_reader()
@@ -814,6 +864,12 @@ fn transport_error(op: Op, key: &str, error: ureq::Error) -> StoreError {
 }
 
 impl Store for HttpStore {
+    /// Requests go out on separate pooled connections, so an acquire's
+    /// probe sends its three writes at once.
+    fn concurrent_requests(&self) -> bool {
+        true
+    }
+
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         let request = self.request(Op::Get, key, None, &[])?;
         let answer = self.execute(Op::Get, key, request, &[], deadline)?;
@@ -862,23 +918,6 @@ impl Store for HttpStore {
         let request = self.request(op, key, condition, &[])?;
         self.execute(op, key, request, &[], deadline)?;
         Ok(())
-    }
-}
-
-/// A resolver that answers one address whatever the host.
-#[derive(Debug)]
-struct FixedResolver(SocketAddr);
-
-impl Resolver for FixedResolver {
-    fn resolve(
-        &self,
-        _uri: &http::Uri,
-        _config: &ureq::config::Config,
-        _timeout: NextTimeout,
-    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let mut addrs = self.empty();
-        addrs.push(self.0);
-        Ok(addrs)
     }
 }
 
@@ -949,12 +988,15 @@ fn is_dns_label(bucket: &str) -> bool {
 /// Percent-encode a key for an S3 path: everything but unreserved
 /// characters and `/`.
 fn encode_key(key: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(key.len());
     for b in key.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
             out.push(b as char);
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
         }
     }
     out

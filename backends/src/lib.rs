@@ -47,6 +47,8 @@ pub mod fs;
 mod http;
 #[cfg(feature = "minio")]
 pub mod minio;
+#[cfg(feature = "_http")]
+mod net;
 #[cfg(feature = "r2")]
 pub mod r2;
 #[cfg(feature = "s3")]

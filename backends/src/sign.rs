@@ -11,6 +11,7 @@ use aws_sigv4::http_request::{
     UriPathNormalizationMode,
 };
 use aws_sigv4::sign::v4;
+use aws_smithy_runtime_api::client::identity::Identity;
 use std::fmt;
 use std::time::SystemTime;
 use ureq::http;
@@ -25,6 +26,9 @@ use ureq::http;
 #[derive(Clone)]
 pub struct Credentials {
     inner: aws_credential_types::Credentials,
+    /// What aws-sigv4 signs with, made once per set of credentials (a
+    /// refresh makes a new `Credentials`), not once per request.
+    identity: Identity,
 }
 
 impl Credentials {
@@ -44,14 +48,16 @@ impl Credentials {
     }
 
     fn build(access_key_id: String, secret: String, session_token: Option<String>) -> Self {
+        let inner = aws_credential_types::Credentials::new(
+            access_key_id,
+            secret,
+            session_token,
+            None,
+            "bucket-lease",
+        );
         Credentials {
-            inner: aws_credential_types::Credentials::new(
-                access_key_id,
-                secret,
-                session_token,
-                None,
-                "bucket-lease",
-            ),
+            identity: inner.clone().into(),
+            inner,
         }
     }
 
@@ -85,6 +91,7 @@ impl fmt::Debug for Credentials {
 
 /// Signs requests for one set of credentials in one region, for S3
 /// (service name `s3`).
+#[cfg(test)]
 #[derive(Debug, Clone)]
 pub(crate) struct Signer {
     credentials: Credentials,
@@ -102,6 +109,7 @@ impl fmt::Display for SignError {
     }
 }
 
+#[cfg(test)]
 impl Signer {
     pub(crate) fn new(credentials: Credentials, region: impl Into<String>) -> Self {
         Signer {
@@ -118,45 +126,80 @@ impl Signer {
         payload: &[u8],
         time: SystemTime,
     ) -> Result<(), SignError> {
-        // S3 signs the path as sent (no second encoding, no `..` folding)
-        // and wants the payload hash in `x-amz-content-sha256`.
-        let mut settings = SigningSettings::default();
-        settings.percent_encoding_mode = PercentEncodingMode::Single;
-        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
-        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-
-        let identity = self.credentials.inner.clone().into();
-        let params = v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&self.region)
-            .name("s3")
-            .time(time)
-            .settings(settings)
-            .build()
-            .map_err(|e| SignError(e.to_string()))?
-            .into();
-
-        let mut headers = Vec::with_capacity(request.headers().len());
-        for (name, value) in request.headers() {
-            let value = value
-                .to_str()
-                .map_err(|_| SignError(format!("header {name} is not visible ASCII")))?;
-            headers.push((name.as_str(), value));
-        }
-        let uri = request.uri().to_string();
-        let signable = SignableRequest::new(
-            request.method().as_str(),
-            uri,
-            headers.into_iter(),
-            SignableBody::Bytes(payload),
-        )
-        .map_err(|e| SignError(e.to_string()))?;
-        let (instructions, _signature) = sign(signable, &params)
-            .map_err(|e| SignError(e.to_string()))?
-            .into_parts();
-        instructions.apply_to_request_http1x(request);
-        Ok(())
+        sign_request(&self.credentials, &self.region, request, payload, time)
     }
+}
+
+/// Sign `request`, whose body is `payload`, with `credentials` for `region`
+/// as of `time`. The request's URI must already be percent-encoded as it
+/// will be sent.
+///
+/// aws-sigv4 derives the signing key (four HMACs) on every call: its API
+/// takes no derived key, and the functions that would take one
+/// (`v4::calculate_signature`) need the canonical request, which only its
+/// private code builds.
+pub(crate) fn sign_request<B>(
+    credentials: &Credentials,
+    region: &str,
+    request: &mut http::Request<B>,
+    payload: &[u8],
+    time: SystemTime,
+) -> Result<(), SignError> {
+    // S3 signs the path as sent (no second encoding, no `..` folding)
+    // and wants the payload hash in `x-amz-content-sha256`.
+    let mut settings = SigningSettings::default();
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+
+    let params = v4::SigningParams::builder()
+        .identity(&credentials.identity)
+        .region(region)
+        .name("s3")
+        .time(time)
+        .settings(settings)
+        .build()
+        .map_err(|e| SignError(e.to_string()))?
+        .into();
+
+    let mut headers = Vec::with_capacity(request.headers().len());
+    for (name, value) in request.headers() {
+        let value = value
+            .to_str()
+            .map_err(|_| SignError(format!("header {name} is not visible ASCII")))?;
+        headers.push((name.as_str(), value));
+    }
+    let uri = uri_text(request.uri());
+    let signable = SignableRequest::new(
+        request.method().as_str(),
+        uri,
+        headers.into_iter(),
+        SignableBody::Bytes(payload),
+    )
+    .map_err(|e| SignError(e.to_string()))?;
+    let (instructions, _signature) = sign(signable, &params)
+        .map_err(|e| SignError(e.to_string()))?
+        .into_parts();
+    instructions.apply_to_request_http1x(request);
+    Ok(())
+}
+
+/// `uri` as text, without the formatting machinery of `Display`.
+fn uri_text(uri: &http::Uri) -> String {
+    let (scheme, authority) = (uri.scheme_str(), uri.authority().map(|a| a.as_str()));
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut text = String::with_capacity(
+        scheme.map_or(0, |s| s.len() + 3) + authority.map_or(0, str::len) + path.len(),
+    );
+    if let Some(scheme) = scheme {
+        text.push_str(scheme);
+        text.push_str("://");
+    }
+    if let Some(authority) = authority {
+        text.push_str(authority);
+    }
+    text.push_str(path);
+    text
 }
 
 #[cfg(test)]

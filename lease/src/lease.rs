@@ -11,7 +11,9 @@
 //! - **The service is checked, not trusted.** Each conditional acquire
 //!   probes the service: a create over the lease just written, a write
 //!   conditional on an ETag no service issues, and the same write against an
-//!   absent key beside the lease must all be refused. If the service accepts
+//!   absent key beside the lease must all be refused (sent at once on a
+//!   store that allows it, [`Store::concurrent_requests`], else one after
+//!   the other; the answer is the same). If the service accepts
 //!   any of them it ignores that condition, and the acquire hands the key
 //!   back (its record marked released, the probe key removed) and fails
 //!   with [`LeaseError::ConditionsIgnored`]. Exclusion is never weakened by
@@ -950,6 +952,9 @@ impl Lease {
                 IgnoredCondition::IfMatchOnAbsentKey,
             ),
         ];
+        if self.store.concurrent_requests() {
+            return self.probe_at_once(body, deadline, checks);
+        }
         for (key, mode, condition) in checks {
             let Some(fence) = self.write_deadline() else {
                 return Err(LeaseError::Fenced {
@@ -970,6 +975,75 @@ impl Lease {
                         key: self.key.clone(),
                         condition,
                     });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`probe`](Self::probe) with its three writes sent at once, each on
+    /// its own thread (the first on this one), for stores that allow it
+    /// ([`Store::concurrent_requests`]). The answer is the sequential
+    /// probe's: the first write, in the same order, whose answer was not a
+    /// refusal decides (an accepted write is [`LeaseError::ConditionsIgnored`]
+    /// naming its condition, another error is returned as it is). The probe
+    /// object is removed whenever its write was accepted, whatever decided.
+    fn probe_at_once(
+        &self,
+        body: &[u8],
+        deadline: Option<Instant>,
+        checks: [(String, PutMode, IgnoredCondition); 3],
+    ) -> Result<(), LeaseError> {
+        let Some(fence) = self.write_deadline() else {
+            return Err(LeaseError::Fenced {
+                key: self.key.clone(),
+            });
+        };
+        let bound = Some(deadline.map_or(fence, |d| d.min(fence)));
+        let (store, clock) = (&*self.store, &*self.clock);
+        let put = |(key, mode, _): &(String, PutMode, IgnoredCondition)| {
+            put_retrying(store, clock, key, body, mode.clone(), bound)
+        };
+        let answers: Vec<Result<Version, StoreError>> = std::thread::scope(|scope| {
+            let others: Vec<_> = checks[1..]
+                .iter()
+                .map(|check| {
+                    // Without a thread, the write is sent from this one.
+                    std::thread::Builder::new()
+                        .name("bucket-lease-probe".into())
+                        .spawn_scoped(scope, move || put(check))
+                        .map_err(|_| check)
+                })
+                .collect();
+            let mut answers = vec![put(&checks[0])];
+            for other in others {
+                answers.push(match other {
+                    Ok(thread) => thread
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(check) => put(check),
+                });
+            }
+            answers
+        });
+        let (probe_key, _, _) = &checks[2];
+        if answers[2].is_ok() {
+            if let Err(e) = self
+                .store
+                .delete(probe_key, &DeleteMode::Unconditional, bound)
+            {
+                log::error!("{probe_key}: could not remove the probe object: {e}");
+            }
+        }
+        for ((_, _, condition), answer) in checks.iter().zip(answers) {
+            match answer {
+                Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+                Ok(_) => {
+                    return Err(LeaseError::ConditionsIgnored {
+                        key: self.key.clone(),
+                        condition: *condition,
+                    })
                 }
             }
         }
@@ -1099,6 +1173,109 @@ pub(crate) fn put_retrying(
                 clock.sleep(pause);
             }
             answer => return answer,
+        }
+    }
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::*;
+    use crate::clock::TestClock;
+    use crate::memory::{MemoryStore, Misbehaviour};
+    use crate::store::Object;
+
+    /// A memory store on which the probe sends its writes at once.
+    #[derive(Debug)]
+    struct AtOnce(Arc<MemoryStore>);
+
+    impl Store for AtOnce {
+        fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+            self.0.get(key, deadline)
+        }
+        fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+            self.0.head(key, deadline)
+        }
+        fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+            self.0.put(key, body, options)
+        }
+        fn delete(
+            &self,
+            key: &str,
+            mode: &DeleteMode,
+            deadline: Option<Instant>,
+        ) -> Result<(), StoreError> {
+            self.0.delete(key, mode, deadline)
+        }
+        fn concurrent_requests(&self) -> bool {
+            true
+        }
+    }
+
+    /// What an acquire answers with `switches` on, and the keys and the
+    /// record it leaves.
+    fn acquire(at_once: bool, switches: &[Misbehaviour]) -> (String, Vec<String>, String) {
+        let memory = Arc::new(MemoryStore::new());
+        for switch in switches {
+            memory.set(*switch);
+        }
+        let store: Arc<dyn Store> = if at_once {
+            Arc::new(AtOnce(memory.clone()))
+        } else {
+            memory.clone()
+        };
+        let options = LeaseOptions::new(30).clock(Arc::new(TestClock::new()));
+        let answer = match Contender::new(store, "db", options).try_acquire() {
+            Ok(lease) => format!("held, {:?}", lease.exclusion()),
+            Err(e) => format!("{e:?}"),
+        };
+        let keys = memory
+            .keys()
+            .into_iter()
+            .map(|k| {
+                if k.contains(".probe-") {
+                    "PROBE".into()
+                } else {
+                    k
+                }
+            })
+            .collect();
+        let record = memory
+            .peek(&lease_key("db"))
+            .and_then(|b| LeaseRecord::parse(&b))
+            .map_or("none".into(), |r| format!("released: {}", r.is_released()));
+        (answer, keys, record)
+    }
+
+    #[test]
+    fn the_probe_sent_at_once_answers_as_the_one_sent_in_order() {
+        use Misbehaviour::*;
+        let ignored = [IgnoreIfNoneMatch, IgnoreIfMatch, CreateOnIfMatchAbsent];
+        let mut cases: Vec<Vec<Misbehaviour>> = (0..8u32)
+            .map(|bits| {
+                (0..3)
+                    .filter(|i| bits & (1 << i) != 0)
+                    .map(|i| ignored[i])
+                    .collect()
+            })
+            .collect();
+        for other in [
+            NotModifiedOnCreate,
+            NoConditions,
+            NoEtags,
+            IgnoreIfMatchOnDelete,
+        ] {
+            cases.push(vec![other]);
+            cases.push(vec![other, IgnoreIfMatch]);
+        }
+        for switches in cases {
+            let in_order = acquire(false, &switches);
+            for _ in 0..3 {
+                assert_eq!(acquire(true, &switches), in_order, "{switches:?}");
+            }
+            assert!(
+                !in_order.1.iter().any(|k| k == "PROBE"),
+                "{switches:?}: the probe object is removed"
+            );
         }
     }
 }

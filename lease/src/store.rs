@@ -142,6 +142,16 @@ pub trait Store: Send + Sync + fmt::Debug {
         Ok(object)
     }
 
+    /// Whether independent requests may be sent at once, from several
+    /// threads (an acquire's three probe writes, so that it costs about
+    /// three round trips instead of five). `false`, the default, sends them
+    /// one after another, as stores whose calls a test or the deterministic
+    /// simulation orders need, and as stores that answer at once (memory, a
+    /// local directory) lose nothing by; network stores say `true`.
+    fn concurrent_requests(&self) -> bool {
+        false
+    }
+
     /// Write `body` to `key` as `options` say, and return the new version.
     ///
     /// # Errors

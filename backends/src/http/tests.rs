@@ -534,3 +534,234 @@ fn signatures_match_botocore_for_each_profile() {
     #[cfg(feature = "r2")]
     assert!(ours.iter().any(|a| a.contains("/auto/s3/aws4_request")));
 }
+
+/// Read one request from `stream`: its head and its body.
+fn read_request(stream: &mut std::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).ok()?;
+    Some((head, body))
+}
+
+/// A loopback server that hands each accepted connection to `serve`, with
+/// its number; `http://127.0.0.1:PORT`.
+fn raw_server(serve: impl Fn(usize, std::net::TcpStream) + Send + Sync + 'static) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let serve = Arc::new(serve);
+    std::thread::spawn(move || {
+        for (i, stream) in listener.incoming().enumerate() {
+            let serve = serve.clone();
+            std::thread::spawn(move || serve(i, stream.unwrap()));
+        }
+    });
+    url
+}
+
+fn soon() -> Option<Instant> {
+    Some(Instant::now() + Duration::from_secs(10))
+}
+
+#[test]
+fn a_kept_connection_the_server_closed_while_idle_is_replaced() {
+    use std::io::Write;
+    let (closed, was_closed) = std::sync::mpsc::channel();
+    let closed = std::sync::Mutex::new(closed);
+    let url = raw_server(move |i, mut stream| {
+        while read_request(&mut stream).is_some() {
+            let answer = format!("HTTP/1.1 200 OK\r\nETag: \"v{i}\"\r\ncontent-length: 0\r\n\r\n");
+            stream.write_all(answer.as_bytes()).unwrap();
+            if i == 0 {
+                // The first connection is closed once idle.
+                drop(stream);
+                closed.lock().unwrap().send(()).unwrap();
+                return;
+            }
+        }
+    });
+    let store = store(&url);
+    let put = || {
+        store
+            .put(
+                "k",
+                b"x",
+                &PutOptions::new(PutMode::Overwrite).with_deadline(soon()),
+            )
+            .unwrap()
+            .etag
+    };
+    assert_eq!(put().as_deref(), Some("\"v0\""));
+    was_closed.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    // Found closed when taken from the pool: a new connection, no error.
+    assert_eq!(put().as_deref(), Some("\"v1\""));
+    assert_eq!(put().as_deref(), Some("\"v1\""), "the new one is kept");
+}
+
+#[test]
+fn bytes_nobody_asked_for_after_an_answer_close_the_connection() {
+    use std::io::Write;
+    let url = raw_server(move |i, mut stream| {
+        while read_request(&mut stream).is_some() {
+            let answer = format!("HTTP/1.1 200 OK\r\nETag: \"v{i}\"\r\ncontent-length: 0\r\n\r\n");
+            stream.write_all(answer.as_bytes()).unwrap();
+            if i == 0 {
+                stream.write_all(b"garbage").unwrap();
+            }
+        }
+    });
+    let store = store(&url);
+    let options = PutOptions::new(PutMode::Overwrite).with_deadline(soon());
+    assert_eq!(
+        store.put("k", b"x", &options).unwrap().etag.as_deref(),
+        Some("\"v0\"")
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        store.put("k", b"x", &options).unwrap().etag.as_deref(),
+        Some("\"v1\"")
+    );
+}
+
+#[test]
+fn objects_up_to_the_cap_and_large_heads_go_both_ways_whole() {
+    use std::io::Write;
+    let cap = DEFAULT_MAX_BODY;
+    let object: Vec<u8> = (0..cap).map(|i| (i % 251) as u8).collect();
+    let expected = object.clone();
+    // 40 metadata headers of 100 bytes: an answer head of about 4.5 KiB.
+    let value = "v".repeat(100);
+    let (v, seen) = (value.clone(), std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::new(seen);
+    let seen_by_server = seen.clone();
+    let url = raw_server(move |_, mut stream| {
+        while let Some((head, body)) = read_request(&mut stream) {
+            let mut answer = String::from("HTTP/1.1 200 OK\r\nETag: \"big\"\r\n");
+            if head.starts_with("GET") {
+                for i in 0..40 {
+                    answer.push_str(&format!("x-amz-meta-m{i:02}: {v}\r\n"));
+                }
+                answer.push_str(&format!("content-length: {}\r\n\r\n", expected.len()));
+                stream.write_all(answer.as_bytes()).unwrap();
+                stream.write_all(&expected).unwrap();
+            } else {
+                seen_by_server.lock().unwrap().push((head, body));
+                stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nETag: \"big\"\r\ncontent-length: 0\r\n\r\n")
+                    .unwrap();
+            }
+        }
+    });
+    let store = store(&url);
+    // A 64 KiB body and 2 KiB of metadata (S3's limit) in one request.
+    let metadata = "m".repeat(2000);
+    let options = PutOptions::new(PutMode::Overwrite)
+        .with_deadline(soon())
+        .with_metadata("big", metadata.clone());
+    store.put("k", &object, &options).unwrap();
+    let (head, body) = seen.lock().unwrap().pop().unwrap();
+    assert_eq!(body, object);
+    assert!(head.contains(&format!("x-amz-meta-big: {metadata}\r\n")));
+
+    for _ in 0..2 {
+        let got = store.get("k", soon()).unwrap();
+        assert_eq!(got.body, object);
+        assert_eq!(got.metadata.len(), 40);
+        assert!(got.metadata.iter().all(|(_, v)| *v == value));
+        assert_eq!(got.version.etag.as_deref(), Some("\"big\""));
+    }
+}
+
+#[test]
+fn an_answer_head_over_the_limit_is_an_error_not_a_hang() {
+    use std::io::Write;
+    let url = raw_server(move |_, mut stream| {
+        while read_request(&mut stream).is_some() {
+            let mut answer = String::from("HTTP/1.1 200 OK\r\n");
+            for i in 0..100 {
+                answer.push_str(&format!("x-amz-meta-m{i:03}: {}\r\n", "v".repeat(100)));
+            }
+            answer.push_str("content-length: 0\r\n\r\n");
+            if stream.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let e = store(&url).get("k", soon()).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(!e.is_timeout(), "{e}");
+}
+
+#[test]
+fn idle_connections_outlive_the_longest_renewal_interval() {
+    use bucket_lease_core::record::MAX_SANE_TTL_S;
+    // A lease renews every third of its TTL.
+    let longest_interval = Duration::from_secs(MAX_SANE_TTL_S / 3);
+    assert!(MAX_IDLE_AGE >= longest_interval + Duration::from_secs(60));
+    let store = store("http://127.0.0.1:9");
+    assert_eq!(store.agent.config().max_idle_age(), MAX_IDLE_AGE);
+}
+
+#[test]
+fn an_acquire_sends_its_three_probe_writes_at_once() {
+    use bucket_lease_core::{Contender, LeaseOptions};
+    use std::io::Write;
+    use std::sync::{Condvar, Mutex};
+    // The first PUT (the acquire's create) lands; the next three (the
+    // probe) are answered 412 only once all three are in flight together,
+    // else 500 after 5 s. Later writes (the release) land.
+    let state = Arc::new((Mutex::new((0usize, 0usize)), Condvar::new()));
+    let url = raw_server(move |_, mut stream| {
+        while let Some((head, _)) = read_request(&mut stream) {
+            let answer = if head.starts_with("GET") {
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_string()
+            } else if head.starts_with("PUT") {
+                let (lock, arrived) = &*state;
+                let mut counts = lock.lock().unwrap();
+                counts.0 += 1;
+                let n = counts.0;
+                if (2..=4).contains(&n) {
+                    counts.1 += 1;
+                    arrived.notify_all();
+                    let (counts, waited) = arrived
+                        .wait_timeout_while(counts, Duration::from_secs(5), |c| c.1 < 3)
+                        .unwrap();
+                    drop(counts);
+                    if waited.timed_out() {
+                        "HTTP/1.1 500 Alone\r\ncontent-length: 0\r\n\r\n".to_string()
+                    } else {
+                        "HTTP/1.1 412 Precondition Failed\r\ncontent-length: 0\r\n\r\n".to_string()
+                    }
+                } else {
+                    format!("HTTP/1.1 200 OK\r\nETag: \"e{n}\"\r\ncontent-length: 0\r\n\r\n")
+                }
+            } else {
+                "HTTP/1.1 204 No Content\r\n\r\n".to_string()
+            };
+            if stream.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let store: Arc<dyn Store> = Arc::new(store(&url));
+    let lease = Contender::new(store, "jobs", LeaseOptions::new(30))
+        .try_acquire()
+        .expect("the probe's writes were in flight together");
+    assert_eq!(lease.key(), "jobs/LEASE");
+}
