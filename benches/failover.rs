@@ -62,18 +62,19 @@ fn main() {
         "many leases: {leases} leases, TTL 30 s, one pool (4 threads); renewal lateness over 35 s"
     );
     println!(
-        "{:<8} {:<12} {:>9} {:>9} {:>9} {:>9} {:>12}",
-        "store", "run", "renewals", "p50 ms", "p99 ms", "max ms", "others fenced"
+        "{:<8} {:<12} {:>9} {:>9} {:>9} {:>9} {:>14} {:>13}",
+        "store", "run", "renewals", "p50 ms", "p99 ms", "max ms", "others fenced", "KiB per lease"
     );
     for (name, open) in stores.iter().filter(|(n, _)| *n != "memory") {
         for hole in [false, true] {
             let run = many(open(), leases, hole);
             let (p50, p99, max) = percentiles(run.lateness.clone());
             println!(
-                "{name:<8} {:<12} {:>9} {p50:>9.2} {p99:>9.2} {max:>9.2} {:>12}",
+                "{name:<8} {:<12} {:>9} {p50:>9.2} {p99:>9.2} {max:>9.2} {:>14} {:>13.1}",
                 if hole { "1 black hole" } else { "all answer" },
                 run.lateness.len(),
-                run.others_fenced
+                run.others_fenced,
+                run.bytes_per_lease / 1024.0
             );
         }
     }
@@ -131,6 +132,9 @@ fn failover(
 struct ManyRun {
     lateness: Vec<Duration>,
     others_fenced: usize,
+    /// Resident memory per held lease, in bytes (the process's growth
+    /// while taking and adding them, divided by their number).
+    bytes_per_lease: f64,
 }
 
 /// Keep `n` leases with one pool for 35 s; with `hole`, black-hole one.
@@ -145,6 +149,7 @@ fn many(store: Arc<dyn Store>, n: usize, hole: bool) -> ManyRun {
     let store: Arc<dyn Store> = Arc::clone(&timed) as Arc<dyn Store>;
     let pool = KeeperPool::spawn(PoolOptions::new()).expect("threads start");
     let run = format!("many-{}-{}", std::process::id(), u8::from(hole));
+    let resident_before = resident_bytes();
     let held: Vec<_> = (0..n)
         .map(|i| {
             let lease = Contender::new(
@@ -157,6 +162,7 @@ fn many(store: Arc<dyn Store>, n: usize, hole: bool) -> ManyRun {
             pool.add(lease)
         })
         .collect();
+    let bytes_per_lease = resident_bytes().saturating_sub(resident_before) as f64 / n as f64;
     let hole_key = format!("{run}/0/LEASE");
     if hole {
         *timed.hole.lock().unwrap() = Some(hole_key.clone());
@@ -176,6 +182,7 @@ fn many(store: Arc<dyn Store>, n: usize, hole: bool) -> ManyRun {
     ManyRun {
         lateness,
         others_fenced,
+        bytes_per_lease,
     }
 }
 
@@ -228,6 +235,14 @@ impl Store for Timed {
     ) -> Result<(), StoreError> {
         self.inner.delete(key, mode, deadline)
     }
+}
+
+/// The process's resident memory, from `/proc/self/statm` (0 elsewhere).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
 }
 
 /// p50, p99 and the maximum, in milliseconds.
