@@ -12,20 +12,17 @@
 //! A directory argument is used as the bucket (`file://`); a URL is opened
 //! as `bucket-lease` opens it (see `bucket_lease::backends::config`).
 
-use bucket_lease::backends::config;
-use bucket_lease::backends::fs::DirStore;
-use bucket_lease::{
-    Contender, Event, Keeper, KeeperOptions, LeaseError, LeaseOptions, Store, Wait,
-};
+mod common;
+
+use bucket_lease::{Contender, Event, Keeper, KeeperOptions, LeaseError, LeaseOptions, Wait};
 use std::error::Error;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TTL_S: u64 = 2;
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let (store, prefix, scratch) = open_store()?;
+    let (store, prefix, scratch) = common::open_store("demo", "demo")?;
     let options = LeaseOptions::from_env(TTL_S);
 
     // Instance A takes the lease and renews it once by hand.
@@ -107,29 +104,6 @@ fn until(lease: &bucket_lease::Lease) -> Duration {
     lease.write_deadline().map_or(Duration::ZERO, |d| {
         d.saturating_duration_since(Instant::now())
     })
-}
-
-/// A store, the prefix to lease in it, and a scratch directory to remove.
-type Opened = (Arc<dyn Store>, String, Option<PathBuf>);
-
-/// The store and prefix named on the command line, and the scratch
-/// directory to remove at the end when none was named.
-fn open_store() -> Result<Opened, Box<dyn Error>> {
-    let arg = std::env::args().nth(1);
-    if let Some(url) = arg.as_deref().filter(|a| a.contains("://")) {
-        let (store, prefix) = config::open(url)?;
-        return Ok((store, prefix, None));
-    }
-    let (dir, scratch) = match arg {
-        Some(dir) => (PathBuf::from(dir), false),
-        None => {
-            let name = format!("bucket-lease-demo-{}", std::process::id());
-            (std::env::temp_dir().join(name), true)
-        }
-    };
-    println!("bucket: the directory {}", dir.display());
-    let store = Arc::new(DirStore::open(&dir)?);
-    Ok((store, "demo".to_string(), scratch.then_some(dir)))
 }
 
 fn short(id: &str) -> &str {

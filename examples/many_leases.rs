@@ -9,13 +9,12 @@
 //! cargo run --example many_leases --features s3 -- s3://bucket/prefix
 //! ```
 
-use bucket_lease::backends::config;
-use bucket_lease::backends::fs::DirStore;
+mod common;
+
 use bucket_lease::{
-    Contender, Event, FencedWriter, KeeperPool, LeaseError, LeaseOptions, PoolOptions, Store,
+    Contender, Event, FencedWriter, KeeperPool, LeaseError, LeaseOptions, PoolOptions,
 };
 use std::error::Error;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +22,7 @@ const SHARDS: usize = 100;
 const TTL_S: u64 = 3;
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let (store, prefix, scratch) = open_store()?;
+    let (store, prefix, scratch) = common::open_store("shards", "shards")?;
     let options = LeaseOptions::from_env(TTL_S);
     // A scheduler and 3 renewal threads, whatever the number of leases.
     let pool = KeeperPool::spawn(PoolOptions::new())?;
@@ -83,27 +82,4 @@ fn main() -> Result<(), Box<dyn Error>> {
         std::fs::remove_dir_all(dir)?;
     }
     Ok(())
-}
-
-/// A store, the prefix to lease in it, and a scratch directory to remove.
-type Opened = (Arc<dyn Store>, String, Option<PathBuf>);
-
-/// The store and prefix named on the command line (a URL or a directory),
-/// or a scratch directory.
-fn open_store() -> Result<Opened, Box<dyn Error>> {
-    let arg = std::env::args().nth(1);
-    if let Some(url) = arg.as_deref().filter(|a| a.contains("://")) {
-        let (store, prefix) = config::open(url)?;
-        return Ok((store, prefix, None));
-    }
-    let (dir, scratch) = match arg {
-        Some(dir) => (PathBuf::from(dir), false),
-        None => {
-            let name = format!("bucket-lease-shards-{}", std::process::id());
-            (std::env::temp_dir().join(name), true)
-        }
-    };
-    println!("bucket: the directory {}", dir.display());
-    let store = Arc::new(DirStore::open(&dir)?);
-    Ok((store, "shards".to_string(), scratch.then_some(dir)))
 }

@@ -8,18 +8,17 @@
 //! cargo run --example wait_for_lease --features s3 -- s3://bucket/prefix
 //! ```
 
-use bucket_lease::backends::config;
-use bucket_lease::backends::fs::DirStore;
-use bucket_lease::{Cancel, Contender, LeaseError, LeaseOptions, Store, Wait};
+mod common;
+
+use bucket_lease::{Cancel, Contender, LeaseError, LeaseOptions, Wait};
 use std::error::Error;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TTL_S: u64 = 2;
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let (store, prefix, scratch) = open_store()?;
+    let (store, prefix, scratch) = common::open_store("wait", "wait-demo")?;
     let options = LeaseOptions::from_env(TTL_S);
     let contender = || Contender::new(Arc::clone(&store), &prefix, options.clone());
 
@@ -79,27 +78,4 @@ fn main() -> Result<(), Box<dyn Error>> {
         std::fs::remove_dir_all(dir)?;
     }
     Ok(())
-}
-
-/// A store, the prefix to lease in it, and a scratch directory to remove.
-type Opened = (Arc<dyn Store>, String, Option<PathBuf>);
-
-/// The store and prefix named on the command line (a URL or a directory),
-/// or a scratch directory.
-fn open_store() -> Result<Opened, Box<dyn Error>> {
-    let arg = std::env::args().nth(1);
-    if let Some(url) = arg.as_deref().filter(|a| a.contains("://")) {
-        let (store, prefix) = config::open(url)?;
-        return Ok((store, prefix, None));
-    }
-    let (dir, scratch) = match arg {
-        Some(dir) => (PathBuf::from(dir), false),
-        None => {
-            let name = format!("bucket-lease-wait-{}", std::process::id());
-            (std::env::temp_dir().join(name), true)
-        }
-    };
-    println!("bucket: the directory {}", dir.display());
-    let store = Arc::new(DirStore::open(&dir)?);
-    Ok((store, "wait-demo".to_string(), scratch.then_some(dir)))
 }
