@@ -235,8 +235,12 @@ fn bench_measures_on_a_scratch_prefix() {
     assert_eq!(json["iterations"], 5);
     assert_eq!(json["exclusion"], "conditional");
     assert!(json["prefix"].as_str().unwrap().contains("real/bench-"));
-    for op in ["acquire", "renew", "release"] {
-        assert_eq!(json[op]["samples"], 5, "{json}");
+    // One acquire and one release per iteration, renewals_per_round renewals.
+    let per_round = json["renewals_per_round"]
+        .as_u64()
+        .expect("renewals per round");
+    for (op, samples) in [("acquire", 5), ("renew", 5 * per_round), ("release", 5)] {
+        assert_eq!(json[op]["samples"], samples, "{json}");
         for q in ["p50_ms", "p90_ms", "p99_ms", "max_ms"] {
             assert!(
                 json[op][q].as_f64().is_some_and(|v| v >= 0.0),
