@@ -306,6 +306,17 @@ fn open_http(
     Err(not_built(url))
 }
 
+/// The profile's short name, for messages (`s3`, `r2`, `minio`, `file`).
+#[cfg(feature = "_http")]
+fn url_profile_name(url: &StoreUrl) -> &'static str {
+    match url {
+        StoreUrl::S3 { .. } => "s3",
+        StoreUrl::R2 { .. } => "r2",
+        StoreUrl::Minio { .. } => "minio",
+        StoreUrl::File { .. } => "file",
+    }
+}
+
 fn not_built(url: &StoreUrl) -> ConfigError {
     let (scheme, feature) = match url {
         StoreUrl::S3 { .. } => ("s3", "s3"),
@@ -343,6 +354,27 @@ pub fn http_builder(
     let endpoint = var("AWS_ENDPOINT_URL_S3")
         .or_else(|| var("AWS_ENDPOINT_URL"))
         .or_else(|| profile.get("endpoint_url").map(str::to_string));
+    // Ours first, then the AWS config key in the profile's `s3` section.
+    let addressing = match var("BUCKET_LEASE_ADDRESSING_STYLE") {
+        Some(style) => Some((style, "BUCKET_LEASE_ADDRESSING_STYLE")),
+        None => profile.get("s3.addressing_style").map(|style| {
+            (
+                style.to_string(),
+                "addressing_style in the profile's s3 section",
+            )
+        }),
+    };
+    let addressing = match addressing {
+        None => None,
+        Some((style, setting)) => {
+            crate::Addressing::parse_style(&style).map_err(|value| ConfigError::Invalid {
+                what: url_profile_name(url),
+                value,
+                why: format!("is not an addressing style ({setting})"),
+                fix: "set it to path, virtual or auto",
+            })?
+        }
+    };
     #[cfg(any(feature = "s3", feature = "minio"))]
     let region = var("AWS_REGION")
         .or_else(|| var("AWS_DEFAULT_REGION"))
@@ -398,6 +430,7 @@ pub fn http_builder(
     let provider =
         credentials::chain_with_profile(env, &profile).map_err(ConfigError::Credentials)?;
     Ok(builder
+        .addressing_style(addressing)
         .bucket(bucket.clone())
         .credentials_provider(provider))
 }
@@ -607,6 +640,104 @@ pub(crate) mod tests {
         // An IP endpoint cannot carry a bucket label: path-style.
         assert_eq!(store.base_url(), "http://127.0.0.1:9000/my-bucket");
         assert!(format!("{store:?}").contains("us-west-2"));
+    }
+
+    /// The addressing rule through the environment and a profile's `s3`
+    /// section: path-style for a custom endpoint, virtual-hosted for AWS's,
+    /// and `BUCKET_LEASE_ADDRESSING_STYLE` (over the profile's
+    /// `addressing_style`) forcing either.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn addressing_follows_the_endpoint_unless_a_setting_forces_it() {
+        let base = |extra: &[(&str, &str)]| {
+            let extra: Vec<(String, String)> = extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let env = move |name: &str| match name {
+                "AWS_ACCESS_KEY_ID" => Some("AKID".to_string()),
+                "AWS_SECRET_ACCESS_KEY" => Some("s".to_string()),
+                "AWS_REGION" => Some("eu-west-1".to_string()),
+                "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
+                n => extra.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()),
+            };
+            let url = StoreUrl::parse("s3://my-bucket/p").unwrap();
+            http_builder(&url, &env)
+                .and_then(|b| b.build())
+                .map(|store| store.base_url().to_string())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            base(&[]).unwrap(),
+            "https://my-bucket.s3.eu-west-1.amazonaws.com"
+        );
+        assert_eq!(
+            base(&[("AWS_ENDPOINT_URL", "http://localhost:4566")]).unwrap(),
+            "http://localhost:4566/my-bucket"
+        );
+        assert_eq!(
+            base(&[("AWS_ENDPOINT_URL_S3", "http://minio:9000")]).unwrap(),
+            "http://minio:9000/my-bucket"
+        );
+        assert_eq!(
+            base(&[
+                ("AWS_ENDPOINT_URL", "http://localhost:4566"),
+                ("BUCKET_LEASE_ADDRESSING_STYLE", "virtual"),
+            ])
+            .unwrap(),
+            "http://my-bucket.localhost:4566"
+        );
+        assert_eq!(
+            base(&[("BUCKET_LEASE_ADDRESSING_STYLE", "path")]).unwrap(),
+            "https://s3.eu-west-1.amazonaws.com/my-bucket"
+        );
+        assert_eq!(
+            base(&[("BUCKET_LEASE_ADDRESSING_STYLE", "auto")]).unwrap(),
+            "https://my-bucket.s3.eu-west-1.amazonaws.com"
+        );
+        assert_eq!(
+            base(&[("BUCKET_LEASE_ADDRESSING_STYLE", "sideways")]).unwrap_err(),
+            "configuring the s3 store: \"sideways\" is not an addressing style \
+             (BUCKET_LEASE_ADDRESSING_STYLE); set it to path, virtual or auto"
+        );
+
+        // A profile's `s3` section, which the environment variable overrides.
+        let dir = std::env::temp_dir().join(format!(
+            "bucket-lease-addressing-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("config");
+        std::fs::write(
+            &config,
+            "[default]\nendpoint_url = http://ceph.internal:7480\ns3 =\n  addressing_style = virtual\n\
+             [profile other]\ns3 =\n    addressing_style = path\n",
+        )
+        .unwrap();
+        let config = config.to_str().unwrap().to_string();
+        let missing = dir.join("credentials").to_str().unwrap().to_string();
+        let files = [
+            ("AWS_CONFIG_FILE", config.as_str()),
+            ("AWS_SHARED_CREDENTIALS_FILE", missing.as_str()),
+        ];
+        assert_eq!(base(&files).unwrap(), "http://my-bucket.ceph.internal:7480");
+        let mut forced = files.to_vec();
+        forced.push(("BUCKET_LEASE_ADDRESSING_STYLE", "path"));
+        assert_eq!(
+            base(&forced).unwrap(),
+            "http://ceph.internal:7480/my-bucket"
+        );
+        let mut other = files.to_vec();
+        other.push(("AWS_PROFILE", "other"));
+        assert_eq!(
+            base(&other).unwrap(),
+            "https://s3.eu-west-1.amazonaws.com/my-bucket"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Endpoints carrying `user:password@` in each form a configuration

@@ -72,6 +72,13 @@ pub(crate) const MAX_IDLE_AGE: Duration =
 const MAX_IDLE_CONNECTIONS: usize = 3;
 
 /// How a request names its bucket.
+///
+/// Unless one is asked for ([`HttpStoreBuilder::addressing`]), a profile's
+/// virtual-hosted default applies only to AWS's own endpoints (the
+/// region's, or an explicit one under `amazonaws.com` or
+/// `amazonaws.com.cn`): any other endpoint given explicitly (LocalStack,
+/// MinIO, Ceph, …) is addressed path-style, as botocore and object_store
+/// do, since `bucket.localhost` or `bucket.minio` seldom resolves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Addressing {
     /// `https://endpoint/bucket/key`.
@@ -80,6 +87,24 @@ pub enum Addressing {
     /// (dots, capitals, underscores) and endpoints given as an IP address
     /// fall back to path-style, as the AWS SDKs do.
     VirtualHosted,
+}
+
+impl Addressing {
+    /// A setting's value: `path`, `virtual` (or `virtual-hosted`), or
+    /// `auto` (`None`: the rule above), as the AWS config key
+    /// `addressing_style` takes them.
+    ///
+    /// # Errors
+    ///
+    /// The value, when it is none of those.
+    pub fn parse_style(value: &str) -> Result<Option<Addressing>, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "path" => Ok(Some(Addressing::Path)),
+            "virtual" | "virtual-hosted" | "virtual_hosted" => Ok(Some(Addressing::VirtualHosted)),
+            "auto" | "" => Ok(None),
+            _ => Err(value.to_string()),
+        }
+    }
 }
 
 /// The defaults that set one service apart from another. Each profile
@@ -130,7 +155,8 @@ pub struct HttpStoreBuilder {
     bucket: Option<String>,
     region: Option<String>,
     credentials: Option<Arc<CredentialsProvider>>,
-    addressing: Addressing,
+    /// Asked for; `None` follows the rule of [`Addressing`].
+    addressing: Option<Addressing>,
     conditional_delete: bool,
     unquoted_etags: bool,
     timeout: Duration,
@@ -165,7 +191,7 @@ impl HttpStoreBuilder {
             bucket: None,
             region: None,
             credentials: None,
-            addressing: profile.addressing,
+            addressing: None,
             conditional_delete: profile.conditional_delete,
             unquoted_etags: profile.unquoted_etags,
             timeout: DEFAULT_TIMEOUT,
@@ -212,8 +238,16 @@ impl HttpStoreBuilder {
         self
     }
 
-    /// Path-style or virtual-hosted requests.
+    /// Path-style or virtual-hosted requests, whatever the endpoint (see
+    /// [`Addressing`] for the rule when this is not called).
     pub fn addressing(mut self, addressing: Addressing) -> Self {
+        self.addressing = Some(addressing);
+        self
+    }
+
+    /// [`addressing`](Self::addressing) when `Some`; `None` restores the
+    /// rule of [`Addressing`].
+    pub fn addressing_style(mut self, addressing: Option<Addressing>) -> Self {
         self.addressing = addressing;
         self
     }
@@ -297,6 +331,7 @@ impl HttpStoreBuilder {
                 })
             }
         };
+        let custom_endpoint = self.endpoint.is_some();
         let endpoint = match (self.endpoint, self.profile.endpoint_for_region) {
             (Some(endpoint), _) => endpoint,
             (None, Some(for_region)) => for_region(&region),
@@ -326,7 +361,14 @@ impl HttpStoreBuilder {
             why,
             fix: "give the endpoint as https://host[:port][/path] (http:// for plain HTTP)",
         })?;
-        let virtual_hosted = self.addressing == Addressing::VirtualHosted
+        let addressing = self
+            .addressing
+            .unwrap_or(if custom_endpoint && !endpoint.host_is_aws() {
+                Addressing::Path
+            } else {
+                self.profile.addressing
+            });
+        let virtual_hosted = addressing == Addressing::VirtualHosted
             && is_dns_label(&bucket)
             && !endpoint.host_is_ip();
         let base_url = if virtual_hosted {
@@ -965,13 +1007,26 @@ impl Endpoint {
         })
     }
 
-    fn host_is_ip(&self) -> bool {
-        let host = self
-            .authority
+    /// The host, without the port.
+    fn host(&self) -> &str {
+        self.authority
             .rsplit_once(':')
             .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
-            .map_or(self.authority.as_str(), |(host, _)| host);
+            .map_or(self.authority.as_str(), |(host, _)| host)
+    }
+
+    fn host_is_ip(&self) -> bool {
+        let host = self.host();
         host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok()
+    }
+
+    /// Whether the host is one of AWS's own (under `amazonaws.com` or
+    /// `amazonaws.com.cn`).
+    fn host_is_aws(&self) -> bool {
+        let host = self.host().trim_end_matches('.');
+        [".amazonaws.com", ".amazonaws.com.cn"]
+            .iter()
+            .any(|suffix| host.ends_with(suffix))
     }
 }
 

@@ -160,6 +160,71 @@ fn addressing_builds_the_base_url() {
     );
 }
 
+/// The addressing rule: path-style for a custom endpoint, virtual-hosted
+/// for AWS's own, and an explicit choice wins either way.
+#[test]
+fn custom_endpoints_are_path_style_unless_asked_otherwise() {
+    let base = |endpoint: Option<&str>, addressing: Option<Addressing>, bucket: &str| {
+        let mut profile = profile("s3");
+        profile.addressing = Addressing::VirtualHosted;
+        profile.endpoint_for_region = Some(|region| format!("https://s3.{region}.amazonaws.com"));
+        let mut b = HttpStore::builder(profile)
+            .bucket(bucket)
+            .credentials(Credentials::new("A", "S"));
+        if let Some(endpoint) = endpoint {
+            b = b.endpoint(endpoint);
+        }
+        if let Some(addressing) = addressing {
+            b = b.addressing(addressing);
+        }
+        b.build().unwrap().base_url().to_string()
+    };
+    // The region's own endpoint and AWS endpoints given explicitly.
+    assert_eq!(
+        base(None, None, "bkt"),
+        "https://bkt.s3.us-east-1.amazonaws.com"
+    );
+    assert_eq!(
+        base(Some("https://s3.eu-west-1.amazonaws.com"), None, "bkt"),
+        "https://bkt.s3.eu-west-1.amazonaws.com"
+    );
+    assert_eq!(
+        base(Some("https://s3.cn-north-1.amazonaws.com.cn"), None, "bkt"),
+        "https://bkt.s3.cn-north-1.amazonaws.com.cn"
+    );
+    // Custom endpoints by host name: path-style.
+    for (endpoint, url) in [
+        ("http://localhost:4566", "http://localhost:4566/bkt"),
+        ("http://minio:9000", "http://minio:9000/bkt"),
+        (
+            "https://ceph.internal/base",
+            "https://ceph.internal/base/bkt",
+        ),
+        // Not AWS, whatever it ends with.
+        ("https://notamazonaws.com", "https://notamazonaws.com/bkt"),
+    ] {
+        assert_eq!(base(Some(endpoint), None, "bkt"), url, "{endpoint}");
+    }
+    // Asked for: either way.
+    assert_eq!(
+        base(
+            Some("http://minio:9000"),
+            Some(Addressing::VirtualHosted),
+            "bkt"
+        ),
+        "http://bkt.minio:9000"
+    );
+    assert_eq!(
+        base(None, Some(Addressing::Path), "bkt"),
+        "https://s3.us-east-1.amazonaws.com/bkt"
+    );
+    // Dotted buckets stay path-style even when virtual-hosted is asked for.
+    assert_eq!(
+        base(None, Some(Addressing::VirtualHosted), "my.bkt"),
+        "https://s3.us-east-1.amazonaws.com/my.bkt"
+    );
+}
+
 #[test]
 fn missing_settings_name_what_to_set() {
     let e = HttpStore::builder(profile("minio")).build().unwrap_err();
