@@ -375,6 +375,24 @@ pub fn http_builder(
             })?
         }
     };
+    // AWS_USE_FIPS_ENDPOINT / AWS_USE_DUALSTACK_ENDPOINT, else the profile's
+    // use_fips_endpoint / use_dualstack_endpoint.
+    #[cfg(feature = "s3")]
+    let flag = |variable: &'static str, key: &str| -> Result<bool, ConfigError> {
+        let Some(value) = var(variable).or_else(|| profile.get(key).map(str::to_string)) else {
+            return Ok(false);
+        };
+        match value.trim().to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(ConfigError::Invalid {
+                what: "s3",
+                value,
+                why: format!("is not true or false ({variable})"),
+                fix: "set it to true or false",
+            }),
+        }
+    };
     #[cfg(any(feature = "s3", feature = "minio"))]
     let region = var("AWS_REGION")
         .or_else(|| var("AWS_DEFAULT_REGION"))
@@ -382,7 +400,11 @@ pub fn http_builder(
     let (builder, bucket) = match url {
         #[cfg(feature = "s3")]
         StoreUrl::S3 { bucket, .. } => {
-            let mut b = crate::s3::builder();
+            let variant = crate::EndpointVariant::new(
+                flag("AWS_USE_FIPS_ENDPOINT", "use_fips_endpoint")?,
+                flag("AWS_USE_DUALSTACK_ENDPOINT", "use_dualstack_endpoint")?,
+            );
+            let mut b = crate::s3::builder().endpoint_variant(variant);
             if let Some(region) = region {
                 b = b.region(region);
             }
@@ -738,6 +760,137 @@ pub(crate) mod tests {
             "https://s3.eu-west-1.amazonaws.com/my-bucket"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The endpoint of each standard partition, and the FIPS and
+    /// dual-stack variants asked for in the environment or the profile.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn regions_reach_their_partitions_endpoints_and_variants() {
+        let base = |extra: &[(&str, &str)]| {
+            let extra: Vec<(String, String)> = extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let env = move |name: &str| match name {
+                "AWS_ACCESS_KEY_ID" => Some("AKID".to_string()),
+                "AWS_SECRET_ACCESS_KEY" => Some("s".to_string()),
+                "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
+                "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
+                n => extra.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()),
+            };
+            let url = StoreUrl::parse("s3://bkt/p").unwrap();
+            http_builder(&url, &env)
+                .and_then(|b| b.build())
+                .map(|store| store.base_url().to_string())
+                .map_err(|e| e.to_string())
+        };
+        for (region, fips, dualstack, url) in [
+            (
+                "eu-west-1",
+                "",
+                "",
+                "https://bkt.s3.eu-west-1.amazonaws.com",
+            ),
+            (
+                "us-east-1",
+                "true",
+                "",
+                "https://bkt.s3-fips.us-east-1.amazonaws.com",
+            ),
+            (
+                "us-east-2",
+                "",
+                "true",
+                "https://bkt.s3.dualstack.us-east-2.amazonaws.com",
+            ),
+            (
+                "us-west-2",
+                "TRUE",
+                "true",
+                "https://bkt.s3-fips.dualstack.us-west-2.amazonaws.com",
+            ),
+            (
+                "eu-west-1",
+                "false",
+                "false",
+                "https://bkt.s3.eu-west-1.amazonaws.com",
+            ),
+            (
+                "cn-north-1",
+                "",
+                "",
+                "https://bkt.s3.cn-north-1.amazonaws.com.cn",
+            ),
+            (
+                "cn-northwest-1",
+                "",
+                "true",
+                "https://bkt.s3.dualstack.cn-northwest-1.amazonaws.com.cn",
+            ),
+            (
+                "us-gov-west-1",
+                "",
+                "",
+                "https://bkt.s3.us-gov-west-1.amazonaws.com",
+            ),
+            (
+                "us-gov-east-1",
+                "true",
+                "",
+                "https://bkt.s3-fips.us-gov-east-1.amazonaws.com",
+            ),
+            (
+                "us-gov-west-1",
+                "true",
+                "true",
+                "https://bkt.s3-fips.dualstack.us-gov-west-1.amazonaws.com",
+            ),
+        ] {
+            let got = base(&[
+                ("AWS_REGION", region),
+                ("AWS_USE_FIPS_ENDPOINT", fips),
+                ("AWS_USE_DUALSTACK_ENDPOINT", dualstack),
+            ]);
+            assert_eq!(
+                got.as_deref(),
+                Ok(url),
+                "{region} fips={fips} dualstack={dualstack}"
+            );
+        }
+        // China has no FIPS endpoints; a custom endpoint has no variants;
+        // a value that is not a boolean is named.
+        assert_eq!(
+            base(&[
+                ("AWS_REGION", "cn-north-1"),
+                ("AWS_USE_FIPS_ENDPOINT", "true")
+            ])
+            .unwrap_err(),
+            "configuring the s3 store: \"cn-north-1\" has no FIPS endpoint (the aws-cn \
+             partition has none); unset AWS_USE_FIPS_ENDPOINT (or use_fips_endpoint in the \
+             profile)"
+        );
+        assert_eq!(
+            base(&[
+                ("AWS_REGION", "eu-west-1"),
+                ("AWS_ENDPOINT_URL", "http://localhost:4566"),
+                ("AWS_USE_DUALSTACK_ENDPOINT", "true"),
+            ])
+            .unwrap_err(),
+            "configuring the s3 store: \"http://localhost:4566\" is an explicit endpoint, \
+             which has no FIPS or dual-stack variant; unset AWS_USE_FIPS_ENDPOINT and \
+             AWS_USE_DUALSTACK_ENDPOINT (or use_fips_endpoint and use_dualstack_endpoint in \
+             the profile), or name the variant's endpoint in AWS_ENDPOINT_URL"
+        );
+        assert_eq!(
+            base(&[
+                ("AWS_REGION", "eu-west-1"),
+                ("AWS_USE_FIPS_ENDPOINT", "yes")
+            ])
+            .unwrap_err(),
+            "configuring the s3 store: \"yes\" is not true or false (AWS_USE_FIPS_ENDPOINT); \
+             set it to true or false"
+        );
     }
 
     /// Endpoints carrying `user:password@` in each form a configuration

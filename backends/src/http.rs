@@ -120,9 +120,10 @@ pub struct Profile {
     /// The signing region when none is configured; `None` makes the region
     /// a required setting.
     pub region: Option<&'static str>,
-    /// The endpoint for a region when none is configured; `None` makes the
+    /// The endpoint for a region and variant when none is configured (an
+    /// error saying why the region has no such variant); `None` makes the
     /// endpoint a required setting.
-    pub endpoint_for_region: Option<fn(&str) -> String>,
+    pub endpoint_for_region: Option<EndpointForRegion>,
     /// Whether the service honours `If-Match` on DELETE. When `false`, a
     /// [`DeleteMode::IfVersion`] answers [`StoreErrorKind::NotImplemented`]
     /// without sending anything.
@@ -131,6 +132,27 @@ pub struct Profile {
     /// accept only that).
     pub unquoted_etags: bool,
 }
+
+/// Which of a region's endpoints to use (`AWS_USE_FIPS_ENDPOINT`,
+/// `AWS_USE_DUALSTACK_ENDPOINT`); both off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EndpointVariant {
+    /// The FIPS 140 endpoint.
+    pub fips: bool,
+    /// The dual-stack (IPv4 and IPv6) endpoint.
+    pub dualstack: bool,
+}
+
+impl EndpointVariant {
+    /// The variant with `fips` and `dualstack` as given.
+    pub fn new(fips: bool, dualstack: bool) -> Self {
+        EndpointVariant { fips, dualstack }
+    }
+}
+
+/// A profile's endpoint for a region in a variant, or why there is none.
+pub type EndpointForRegion = fn(&str, EndpointVariant) -> Result<String, String>;
 
 /// Settings for an [`HttpStore`], starting from a [`Profile`]'s defaults.
 ///
@@ -157,6 +179,7 @@ pub struct HttpStoreBuilder {
     credentials: Option<Arc<CredentialsProvider>>,
     /// Asked for; `None` follows the rule of [`Addressing`].
     addressing: Option<Addressing>,
+    variant: EndpointVariant,
     conditional_delete: bool,
     unquoted_etags: bool,
     timeout: Duration,
@@ -173,6 +196,7 @@ impl fmt::Debug for HttpStoreBuilder {
             .field("region", &self.region)
             .field("credentials", &self.credentials)
             .field("addressing", &self.addressing)
+            .field("variant", &self.variant)
             .field("conditional_delete", &self.conditional_delete)
             .field("unquoted_etags", &self.unquoted_etags)
             .field("timeout", &self.timeout)
@@ -192,6 +216,7 @@ impl HttpStoreBuilder {
             region: None,
             credentials: None,
             addressing: None,
+            variant: EndpointVariant::default(),
             conditional_delete: profile.conditional_delete,
             unquoted_etags: profile.unquoted_etags,
             timeout: DEFAULT_TIMEOUT,
@@ -249,6 +274,14 @@ impl HttpStoreBuilder {
     /// rule of [`Addressing`].
     pub fn addressing_style(mut self, addressing: Option<Addressing>) -> Self {
         self.addressing = addressing;
+        self
+    }
+
+    /// Use the region's FIPS or dual-stack endpoint (for a profile that
+    /// makes the endpoint from the region; an explicit endpoint has no
+    /// variant, and asking for one with it fails the build).
+    pub fn endpoint_variant(mut self, variant: EndpointVariant) -> Self {
+        self.variant = variant;
         self
     }
 
@@ -332,9 +365,32 @@ impl HttpStoreBuilder {
             }
         };
         let custom_endpoint = self.endpoint.is_some();
+        let variant = self.variant;
         let endpoint = match (self.endpoint, self.profile.endpoint_for_region) {
+            (Some(endpoint), Some(_)) if variant != EndpointVariant::default() => {
+                return Err(ConfigError::Invalid {
+                    what,
+                    value: redact_user_info(&endpoint),
+                    why: "is an explicit endpoint, which has no FIPS or dual-stack variant".into(),
+                    fix: "unset AWS_USE_FIPS_ENDPOINT and AWS_USE_DUALSTACK_ENDPOINT (or \
+                          use_fips_endpoint and use_dualstack_endpoint in the profile), or name \
+                          the variant's endpoint in AWS_ENDPOINT_URL",
+                });
+            }
             (Some(endpoint), _) => endpoint,
-            (None, Some(for_region)) => for_region(&region),
+            (None, Some(for_region)) => {
+                for_region(&region, variant).map_err(|why| ConfigError::Invalid {
+                    what,
+                    value: region.clone(),
+                    why,
+                    fix: if variant.fips {
+                        "unset AWS_USE_FIPS_ENDPOINT (or use_fips_endpoint in the profile)"
+                    } else {
+                        "unset AWS_USE_DUALSTACK_ENDPOINT (or use_dualstack_endpoint in the \
+                         profile)"
+                    },
+                })?
+            }
             (None, None) => {
                 return Err(ConfigError::Missing {
                     what,

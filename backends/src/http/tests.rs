@@ -167,7 +167,8 @@ fn custom_endpoints_are_path_style_unless_asked_otherwise() {
     let base = |endpoint: Option<&str>, addressing: Option<Addressing>, bucket: &str| {
         let mut profile = profile("s3");
         profile.addressing = Addressing::VirtualHosted;
-        profile.endpoint_for_region = Some(|region| format!("https://s3.{region}.amazonaws.com"));
+        profile.endpoint_for_region =
+            Some(|region, _| Ok(format!("https://s3.{region}.amazonaws.com")));
         let mut b = HttpStore::builder(profile)
             .bucket(bucket)
             .credentials(Credentials::new("A", "S"));
