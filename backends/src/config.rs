@@ -143,7 +143,13 @@ impl StoreUrl {
     /// # Errors
     ///
     /// [`ConfigError::Invalid`] when the scheme is unknown, the bucket is
-    /// missing, or the URL carries a query, a fragment or user information.
+    /// missing, the URL carries a raw `?`, `#` or `@` (a query, a fragment
+    /// or user information: in a prefix, write them `%3F`, `%23`, `%40`),
+    /// or a `%` does not start a UTF-8 percent-encoding.
+    ///
+    /// The bucket, the directory and the prefix are percent-decoded once:
+    /// `s3://b/jobs%3Fnightly` is the prefix `jobs?nightly`, `%25` a
+    /// literal `%`.
     pub fn parse(url: &str) -> Result<StoreUrl, ConfigError> {
         let invalid = |why: &str| ConfigError::Invalid {
             what: "URL",
@@ -156,8 +162,12 @@ impl StoreUrl {
             return Err(invalid("has no scheme"));
         };
         if rest.contains(['?', '#', '@']) {
-            return Err(invalid("carries a query, a fragment or user information"));
+            return Err(invalid(
+                "carries a raw ?, # or @ (a query, a fragment or user information); to have \
+                 one in the prefix, percent-encode it (%3F, %23, %40)",
+            ));
         }
+        let decode = |part: &str| percent_decode(part).map_err(&invalid);
         if scheme == "file" {
             let path = rest.strip_prefix("localhost").unwrap_or(rest);
             if !path.starts_with('/') {
@@ -166,15 +176,15 @@ impl StoreUrl {
             let (dir, prefix) = path.rsplit_once('/').unwrap_or(("", path));
             let dir = if dir.is_empty() { "/" } else { dir };
             return Ok(StoreUrl::File {
-                dir: PathBuf::from(dir),
-                prefix: prefix.to_string(),
+                dir: PathBuf::from(decode(dir)?),
+                prefix: decode(prefix)?,
             });
         }
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
             return Err(invalid("names no bucket"));
         }
-        let (bucket, prefix) = (bucket.to_string(), prefix.trim_end_matches('/').to_string());
+        let (bucket, prefix) = (decode(bucket)?, decode(prefix.trim_end_matches('/'))?);
         match scheme {
             "s3" => Ok(StoreUrl::S3 { bucket, prefix }),
             "r2" => Ok(StoreUrl::R2 { bucket, prefix }),
@@ -244,6 +254,31 @@ pub fn open_with_env(
     let parsed = StoreUrl::parse(url)?;
     let store = parsed.open_with_env(env)?;
     Ok((store, parsed.prefix().to_string()))
+}
+
+/// `text` with each `%XX` replaced by its byte, once.
+fn percent_decode(text: &str) -> Result<String, &'static str> {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let (Some(high), Some(low)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            ) else {
+                return Err("has a % not followed by two hex digits; write a literal % as %25");
+            };
+            // Two hex digits: at most 255.
+            out.push(u8::try_from(high * 16 + low).unwrap_or(u8::MAX));
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "decodes to bytes that are not UTF-8")
 }
 
 /// `text` (a URL or an endpoint) fit to show: everything between a known
@@ -518,6 +553,59 @@ pub(crate) mod tests {
             .unwrap_err()
             .to_string();
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn prefixes_are_percent_decoded_once_and_raw_query_characters_say_to_encode() {
+        assert_eq!(
+            StoreUrl::parse("s3://b/jobs%3Fx%23y%40z/").unwrap(),
+            StoreUrl::S3 {
+                bucket: "b".into(),
+                prefix: "jobs?x#y@z".into()
+            }
+        );
+        // Once: %25 is a literal %, and what follows it stays as written.
+        assert_eq!(
+            StoreUrl::parse("minio://b/a%252F%20b%C3%A9")
+                .unwrap()
+                .prefix(),
+            "a%2F b\u{e9}"
+        );
+        assert_eq!(
+            StoreUrl::parse("file:///tmp/d%20x/p%3F").unwrap(),
+            StoreUrl::File {
+                dir: "/tmp/d x".into(),
+                prefix: "p?".into()
+            }
+        );
+        for (url, why) in [
+            (
+                "s3://b/p?x",
+                "configuring the URL store: \"s3://b/p?x\" carries a raw ?, # or @ (a query, a \
+                 fragment or user information); to have one in the prefix, percent-encode it \
+                 (%3F, %23, %40)",
+            ),
+            (
+                "s3://b/p#x",
+                "configuring the URL store: \"s3://b/p#x\" carries a raw ?, # or @",
+            ),
+            (
+                "s3://b/p%zz",
+                "configuring the URL store: \"s3://b/p%zz\" has a % not followed by two hex \
+                 digits; write a literal % as %25",
+            ),
+            (
+                "s3://b/p%",
+                "configuring the URL store: \"s3://b/p%\" has a % not followed by two hex digits",
+            ),
+            (
+                "s3://b/p%FF",
+                "configuring the URL store: \"s3://b/p%FF\" decodes to bytes that are not UTF-8",
+            ),
+        ] {
+            let e = StoreUrl::parse(url).unwrap_err().to_string();
+            assert!(e.starts_with(why), "{url}: {e}");
+        }
     }
 
     #[test]
