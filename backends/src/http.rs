@@ -471,6 +471,7 @@ impl HttpStoreBuilder {
 
         Ok(HttpStore {
             agent,
+            custom_endpoint,
             profile: self.profile.name,
             base_url,
             bucket,
@@ -501,6 +502,7 @@ impl HttpStoreBuilder {
 /// | 501 or code `NotImplemented` to a conditional request | [`StoreErrorKind::NotImplemented`] |
 /// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]) | [`StoreErrorKind::NotImplemented`], nothing sent |
 /// | 5xx, 408, 429, timeout, reset | [`StoreErrorKind::Transport`]: it may have landed |
+/// | 301, 307, or `AuthorizationHeaderMalformed` naming a region: the bucket is elsewhere | [`StoreErrorKind::Rejected`], its message naming the bucket's region (`x-amz-bucket-region`, `<Region>`) or the endpoint the service names, and what to set |
 /// | code `NoSuchBucket`, 501 to an unconditional request, other 3xx and 4xx | [`StoreErrorKind::Rejected`] |
 /// | an `If-Match` write or delete whose version has no ETag | [`StoreErrorKind::Rejected`], nothing sent |
 ///
@@ -514,6 +516,8 @@ impl HttpStoreBuilder {
 /// status when the body has none), its message and request id.
 pub struct HttpStore {
     agent: ureq::Agent,
+    /// The endpoint was given, not made from the region.
+    custom_endpoint: bool,
     profile: &'static str,
     base_url: String,
     bucket: String,
@@ -821,7 +825,13 @@ impl HttpStore {
                 .code
                 .unwrap_or_else(|| format!("HTTP {}", answer.status)),
         );
+        let region = header(&answer.headers, "x-amz-bucket-region").or(parsed.region);
         let message = match (&answer.body, parsed.message) {
+            _ if is_wrong_region(answer.status, error.code())
+                && (region.is_some() || parsed.endpoint.is_some()) =>
+            {
+                Some(self.wrong_region(region.as_deref(), parsed.endpoint.as_deref()))
+            }
             (Err(cap), _) => Some(format!(
                 "error body larger than the {cap}-byte cap, not read"
             )),
@@ -837,6 +847,34 @@ impl HttpStore {
             error = error.with_request_id(id);
         }
         Err(error)
+    }
+
+    /// What a redirect or a refused signing region says: the bucket's
+    /// region (or the endpoint the service names) and what to set.
+    fn wrong_region(&self, region: Option<&str>, endpoint: Option<&str>) -> String {
+        let endpoint_too = if self.custom_endpoint {
+            " and an endpoint in that region in AWS_ENDPOINT_URL"
+        } else {
+            ""
+        };
+        let (bucket, ours) = (&self.bucket, &self.region);
+        match (region, endpoint) {
+            (Some(region), endpoint) => {
+                let mut text = format!(
+                    "the bucket {bucket} is in region {region}, not {ours}; set \
+                     AWS_REGION={region}{endpoint_too}"
+                );
+                if let Some(endpoint) = endpoint {
+                    text.push_str(&format!(" (the service names {endpoint})"));
+                }
+                text
+            }
+            (None, endpoint) => format!(
+                "the bucket {bucket} is not in region {ours}: the service sends its requests \
+                 to {}; set AWS_REGION to the bucket's region{endpoint_too}",
+                endpoint.unwrap_or("another endpoint")
+            ),
+        }
     }
 
     fn execute(
@@ -872,6 +910,21 @@ impl HttpStore {
             (result, _) => result,
         }
     }
+}
+
+/// Whether an answer says the bucket is in another region: a redirect, or
+/// a signature scoped to the wrong region.
+fn is_wrong_region(status: u16, code: Option<&str>) -> bool {
+    matches!(status, 301 | 307)
+        || matches!(
+            code,
+            Some(
+                "PermanentRedirect"
+                    | "TemporaryRedirect"
+                    | "AuthorizationHeaderMalformed"
+                    | "IllegalLocationConstraintException"
+            )
+        )
 }
 
 /// An unsigned request's copy, for a retry.

@@ -831,3 +831,113 @@ fn an_acquire_sends_its_three_probe_writes_at_once() {
         .expect("the probe's writes were in flight together");
     assert_eq!(lease.key(), "jobs/LEASE");
 }
+
+/// A bucket in another region: S3's `301 PermanentRedirect` (with the
+/// region in `x-amz-bucket-region`, the endpoint in the body; a HEAD gets
+/// the header alone) and `400 AuthorizationHeaderMalformed` (the region in
+/// `<Region>`) name the bucket's region and what to set.
+#[test]
+fn a_bucket_in_another_region_is_named_with_what_to_set() {
+    use std::io::Write;
+    let url = raw_server(move |_, mut stream| {
+        while let Some((head, _)) = read_request(&mut stream) {
+            let (status, headers, body) = if head.starts_with("HEAD /bkt/head") {
+                (
+                    "301 Moved Permanently",
+                    "x-amz-bucket-region: eu-west-1\r\n",
+                    String::new(),
+                )
+            } else if head.starts_with("GET /bkt/get") {
+                (
+                    "301 Moved Permanently",
+                    "x-amz-bucket-region: eu-west-1\r\n",
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PermanentRedirect</Code>\
+                     <Message>The bucket you are attempting to access must be addressed using the \
+                     specified endpoint. Please send all future requests to this endpoint.</Message>\
+                     <Endpoint>bkt.s3.eu-west-1.amazonaws.com</Endpoint><Bucket>bkt</Bucket>\
+                     <RequestId>R1</RequestId></Error>"
+                        .to_string(),
+                )
+            } else if head.starts_with("GET /bkt/endpoint-only") {
+                (
+                    "301 Moved Permanently",
+                    "",
+                    "<Error><Code>PermanentRedirect</Code><Message>Use the endpoint.</Message>\
+                     <Endpoint>bkt.s3.ap-south-1.amazonaws.com</Endpoint></Error>"
+                        .to_string(),
+                )
+            } else {
+                (
+                    "400 Bad Request",
+                    "",
+                    "<Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization \
+                     header is malformed; the region 'us-east-1' is wrong; expecting \
+                     'eu-west-1'</Message><Region>eu-west-1</Region><RequestId>R2</RequestId>\
+                     </Error>"
+                        .to_string(),
+                )
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\n{headers}content-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(answer.as_bytes()).unwrap();
+        }
+    });
+    let store = store(&url);
+    let e = store.get("get", soon()).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected);
+    assert_eq!(
+        e.to_string(),
+        "GET get: rejected (PermanentRedirect: the bucket bkt is in region eu-west-1, not \
+         us-east-1; set AWS_REGION=eu-west-1 and an endpoint in that region in \
+         AWS_ENDPOINT_URL (the service names bkt.s3.eu-west-1.amazonaws.com); request id R1)"
+    );
+    let e = store.head("head", soon()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "HEAD head: rejected (HTTP 301: the bucket bkt is in region eu-west-1, not us-east-1; \
+         set AWS_REGION=eu-west-1 and an endpoint in that region in AWS_ENDPOINT_URL)"
+    );
+    let e = store.get("endpoint-only", soon()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "GET endpoint-only: rejected (PermanentRedirect: the bucket bkt is not in region \
+         us-east-1: the service sends its requests to bkt.s3.ap-south-1.amazonaws.com; set \
+         AWS_REGION to the bucket's region and an endpoint in that region in AWS_ENDPOINT_URL)"
+    );
+    let e = store
+        .put(
+            "put",
+            b"x",
+            &PutOptions::new(PutMode::Create).with_deadline(soon()),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected);
+    assert_eq!(
+        e.to_string(),
+        "PUT put: rejected (AuthorizationHeaderMalformed: the bucket bkt is in region \
+         eu-west-1, not us-east-1; set AWS_REGION=eu-west-1 and an endpoint in that region in \
+         AWS_ENDPOINT_URL; request id R2)"
+    );
+
+    // With the region's own endpoint, the region alone is to set.
+    let mut profile = profile("s3");
+    profile.region = None;
+    profile.endpoint_for_region = Some(|region, _| Ok(format!("http://s3.{region}.amazonaws.com")));
+    let store = HttpStore::builder(profile)
+        .region("us-east-1")
+        .addressing(Addressing::Path)
+        .connect_to(url.trim_start_matches("http://").parse().unwrap())
+        .bucket("bkt")
+        .credentials(Credentials::new("AKID", "SECRET"))
+        .build()
+        .unwrap();
+    let e = store.get("get", soon()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "GET get: rejected (PermanentRedirect: the bucket bkt is in region eu-west-1, not \
+         us-east-1; set AWS_REGION=eu-west-1 (the service names \
+         bkt.s3.eu-west-1.amazonaws.com); request id R1)"
+    );
+}
