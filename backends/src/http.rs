@@ -22,7 +22,7 @@
 
 use crate::config::{redact_user_info, ConfigError};
 use crate::credentials::{CredentialsProvider, Source};
-use crate::net::{CachingResolver, TcpConnector};
+use crate::net::{not_sent_of, CachingResolver, Handshake, Stage, TcpConnector};
 use crate::sign::{sign_request, Credentials};
 use crate::xml::ErrorBody;
 use bucket_lease_core::store::{
@@ -185,6 +185,8 @@ pub struct HttpStoreBuilder {
     timeout: Duration,
     max_body: usize,
     connect_to: Option<SocketAddr>,
+    /// The host name lookup (tests inject one; never real DNS in tests).
+    lookup: Option<crate::net::Lookup>,
 }
 
 impl fmt::Debug for HttpStoreBuilder {
@@ -222,6 +224,7 @@ impl HttpStoreBuilder {
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
             connect_to: None,
+            lookup: None,
         }
     }
 
@@ -321,6 +324,13 @@ impl HttpStoreBuilder {
     /// virtual-hosted addressing against a local server.
     pub fn connect_to(mut self, addr: SocketAddr) -> Self {
         self.connect_to = Some(addr);
+        self
+    }
+
+    /// Look host names up with `lookup` instead of the system's resolver.
+    #[cfg(test)]
+    pub(crate) fn lookup(mut self, lookup: crate::net::Lookup) -> Self {
+        self.lookup = Some(lookup);
         self
     }
 
@@ -427,6 +437,19 @@ impl HttpStoreBuilder {
         let virtual_hosted = addressing == Addressing::VirtualHosted
             && is_dns_label(&bucket)
             && !endpoint.host_is_ip();
+        // `host:port` the requests go to, for messages.
+        let port = endpoint.authority[endpoint.host().len()..]
+            .strip_prefix(':')
+            .unwrap_or(if endpoint.scheme == "https" {
+                "443"
+            } else {
+                "80"
+            });
+        let target = if virtual_hosted {
+            format!("{bucket}.{}:{port}", endpoint.host())
+        } else {
+            format!("{}:{port}", endpoint.host())
+        };
         let base_url = if virtual_hosted {
             format!(
                 "{}://{}.{}{}",
@@ -462,15 +485,19 @@ impl HttpStoreBuilder {
         let connector =
             ().chain(ConnectProxyConnector::default())
                 .chain(TcpConnector)
-                .chain(RustlsConnector::default());
-        let resolver = match self.connect_to {
+                .chain(Handshake(RustlsConnector::default()));
+        let mut resolver = match self.connect_to {
             Some(addr) => CachingResolver::fixed(addr),
             None => CachingResolver::default(),
         };
+        if let Some(lookup) = self.lookup {
+            resolver.lookup = lookup;
+        }
         let agent = ureq::Agent::with_parts(config, connector, resolver);
 
         Ok(HttpStore {
             agent,
+            target,
             custom_endpoint,
             profile: self.profile.name,
             base_url,
@@ -501,7 +528,9 @@ impl HttpStoreBuilder {
 /// | 401, 403 | [`StoreErrorKind::PermissionDenied`] |
 /// | 501 or code `NotImplemented` to a conditional request | [`StoreErrorKind::NotImplemented`] |
 /// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]) | [`StoreErrorKind::NotImplemented`], nothing sent |
-/// | 5xx, 408, 429, timeout, reset | [`StoreErrorKind::Transport`]: it may have landed |
+/// | 5xx, 408, 429 | [`StoreErrorKind::Transport`], [`Delivery::Answered`](bucket_lease_core::store::Delivery): it may have landed |
+/// | timeout, reset, closed after sending | [`StoreErrorKind::Transport`]: it may have landed |
+/// | host name lookup, connection or TLS handshake failed | [`StoreErrorKind::Transport`], [`Delivery::NotSent`](bucket_lease_core::store::Delivery): nothing was sent, the message names `host:port` |
 /// | 301, 307, or `AuthorizationHeaderMalformed` naming a region: the bucket is elsewhere | [`StoreErrorKind::Rejected`], its message naming the bucket's region (`x-amz-bucket-region`, `<Region>`) or the endpoint the service names, and what to set |
 /// | code `NoSuchBucket`, 501 to an unconditional request, other 3xx and 4xx | [`StoreErrorKind::Rejected`] |
 /// | an `If-Match` write or delete whose version has no ETag | [`StoreErrorKind::Rejected`], nothing sent |
@@ -516,6 +545,8 @@ impl HttpStoreBuilder {
 /// status when the body has none), its message and request id.
 pub struct HttpStore {
     agent: ureq::Agent,
+    /// `host:port` the requests go to, for messages.
+    target: String,
     /// The endpoint was given, not made from the region.
     custom_endpoint: bool,
     profile: &'static str,
@@ -722,7 +753,8 @@ impl HttpStore {
         self.credentials.credentials(deadline).map_err(|e| {
             StoreError::new(StoreErrorKind::Transport, op.method(), key)
                 .with_code("CredentialsUnavailable")
-                .with_message(format!("{e}; nothing was sent"))
+                .with_message(e.to_string())
+                .not_sent()
         })
     }
 
@@ -759,7 +791,8 @@ impl HttpStore {
                 if left.is_zero() {
                     return Err(transport()
                         .with_message("the deadline passed before the request was sent")
-                        .timed_out());
+                        .timed_out()
+                        .not_sent());
                 }
                 left.min(self.timeout)
             }
@@ -774,7 +807,7 @@ impl HttpStore {
         let mut response = self
             .agent
             .run(request)
-            .map_err(|e| transport_error(op, key, e))?;
+            .map_err(|e| transport_error(op, key, &self.target, e))?;
         let status = response.status().as_u16();
         let declared = response
             .headers()
@@ -797,7 +830,7 @@ impl HttpStore {
                 .as_reader()
                 .take(cap.saturating_add(1))
                 .read_to_end(&mut bytes)
-                .map_err(|e| transport_error(op, key, ureq::Error::from(e)))?;
+                .map_err(|e| transport_error(op, key, &self.target, ureq::Error::from(e)))?;
             if bytes.len() > self.max_body {
                 Err(self.max_body)
             } else {
@@ -820,7 +853,12 @@ impl HttpStore {
         let Some(kind) = failure_kind(op, answer.status, parsed.code.as_deref()) else {
             return Ok(answer);
         };
-        let mut error = StoreError::new(kind, op.method(), key).with_code(
+        let mut error = StoreError::new(kind, op.method(), key);
+        if kind == StoreErrorKind::Transport {
+            // A 5xx (or 408, 429): the service's own answer.
+            error = error.answered();
+        }
+        let mut error = error.with_code(
             parsed
                 .code
                 .unwrap_or_else(|| format!("HTTP {}", answer.status)),
@@ -991,7 +1029,10 @@ fn object_of(key: &str, answer: Answer) -> Result<Object, StoreError> {
     })
 }
 
-fn transport_error(op: Op, key: &str, error: ureq::Error) -> StoreError {
+/// The error for a request that got no answer: not sent (the lookup, the
+/// connection or the TLS handshake to `target` failed), or sent and not
+/// answered.
+fn transport_error(op: Op, key: &str, target: &str, error: ureq::Error) -> StoreError {
     let timed_out = match &error {
         ureq::Error::Timeout(_) => true,
         ureq::Error::Io(e) => matches!(
@@ -1006,7 +1047,42 @@ fn transport_error(op: Op, key: &str, error: ureq::Error) -> StoreError {
         }
         _ => StoreErrorKind::Transport,
     };
-    let e = StoreError::new(kind, op.method(), key).with_message(error.to_string());
+    let e = StoreError::new(kind, op.method(), key);
+    let e = if let Some(not_sent) = not_sent_of(&error) {
+        let detail = &not_sent.detail;
+        let message = match not_sent.stage {
+            Stage::Lookup => {
+                let host = target.rsplit_once(':').map_or(target, |(host, _)| host);
+                format!(
+                    "could not look up {host} (for {target}): {detail}; check the endpoint's \
+                     host name, or the region"
+                )
+            }
+            Stage::Connect => format!(
+                "could not connect to {target}: {detail}; check that the service listens at \
+                 {target}, the endpoint's host and port"
+            ),
+            // rustls' word for a record that is not TLS: a plain-HTTP server.
+            Stage::Tls if detail.contains("InvalidContentType") => format!(
+                "the TLS handshake with {target} failed: the server did not answer in TLS \
+                 ({detail}); check http:// vs https:// in the endpoint"
+            ),
+            Stage::Tls => format!(
+                "the TLS handshake with {target} failed: {detail}; check the endpoint and the \
+                 server's certificate"
+            ),
+        };
+        e.with_message(message).not_sent()
+    } else if kind == StoreErrorKind::Transport {
+        let detail = match &error {
+            ureq::Error::Io(io) => io.to_string(),
+            ureq::Error::Timeout(_) => "timed out".to_string(),
+            other => other.to_string(),
+        };
+        e.with_message(format!("no answer from {target}: {detail}"))
+    } else {
+        e.with_message(error.to_string())
+    };
     if timed_out {
         e.timed_out()
     } else {

@@ -941,3 +941,137 @@ fn a_bucket_in_another_region_is_named_with_what_to_set() {
          bkt.s3.eu-west-1.amazonaws.com); request id R1)"
     );
 }
+
+/// A port nobody listens on: refused, nothing sent.
+fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    url
+}
+
+#[test]
+fn a_refused_connection_says_nothing_was_sent_and_names_host_and_port() {
+    let url = refused_url();
+    let target = url.trim_start_matches("http://");
+    let e = store(&url)
+        .put(
+            "k",
+            b"x",
+            &PutOptions::new(PutMode::Create).with_deadline(soon()),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(!e.may_have_landed() && !e.is_timeout(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "PUT k: not sent (could not connect to {target}: Connection refused (os error \
+             111); check that the service listens at {target}, the endpoint's host and \
+             port); nothing was sent, so the request took no effect and is safe to retry"
+        )
+    );
+}
+
+#[test]
+fn a_failed_lookup_says_nothing_was_sent_and_names_the_host() {
+    fn fails(host: &str, _: u16) -> std::io::Result<Vec<SocketAddr>> {
+        assert_eq!(host, "nohost.invalid");
+        Err(std::io::Error::other(
+            "failed to lookup address information: Name or service not known",
+        ))
+    }
+    let store = HttpStore::builder(profile("test"))
+        .endpoint("http://nohost.invalid:9000")
+        .lookup(fails)
+        .bucket("bkt")
+        .credentials(Credentials::new("AKID", "SECRET"))
+        .build()
+        .unwrap();
+    let e = store.get("k", soon()).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(!e.may_have_landed(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "GET k: not sent (could not look up nohost.invalid (for nohost.invalid:9000): failed \
+         to lookup address information: Name or service not known; check the endpoint's host \
+         name, or the region); nothing was sent, so the request took no effect and is safe to \
+         retry"
+    );
+}
+
+#[test]
+fn https_to_a_plain_http_server_says_to_check_the_scheme() {
+    use std::io::Write;
+    let url = raw_server(|_, mut stream| {
+        let mut hello = [0u8; 512];
+        let _ = stream.read(&mut hello);
+        let _ = stream.write_all(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        );
+    });
+    let target = url.trim_start_matches("http://").to_string();
+    let e = store(&format!("https://{target}"))
+        .get("k", soon())
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(!e.may_have_landed(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "GET k: not sent (the TLS handshake with {target} failed: the server did not \
+             answer in TLS (received corrupt message of type InvalidContentType); check http:// \
+             vs https:// in the endpoint); nothing was sent, so the request took no effect and \
+             is safe to retry"
+        )
+    );
+}
+
+#[test]
+fn a_connection_closed_after_the_request_may_have_landed_and_an_answered_5xx_says_so() {
+    use std::io::Write;
+    let url = raw_server(|i, mut stream| {
+        if read_request(&mut stream).is_none() {
+            return;
+        }
+        if i == 0 {
+            // Read, then hang up without an answer.
+            return;
+        }
+        let body = "<Error><Code>InternalError</Code><Message>We encountered an internal \
+                    error. Please try again.</Message><RequestId>R5</RequestId></Error>";
+        let _ = stream.write_all(
+            format!(
+                "HTTP/1.1 500 Internal Server Error\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+    });
+    let target = url.trim_start_matches("http://").to_string();
+    let store = store(&url);
+    let options = PutOptions::new(PutMode::Create).with_deadline(soon());
+    let e = store.put("k", b"x", &options).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(e.may_have_landed(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with(&format!("PUT k: no answer (no answer from {target}: ")),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(
+            "; the request may have taken effect; check the endpoint and network, then retry"
+        ),
+        "{text}"
+    );
+    let e = store.put("k", b"x", &options).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(e.may_have_landed(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "PUT k: service error (InternalError: We encountered an internal error. Please try \
+         again.; request id R5); the service answered with an error: the request may or may \
+         not have taken effect; retry later"
+    );
+}
