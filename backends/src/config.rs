@@ -432,6 +432,8 @@ pub fn http_builder(
     let region = var("AWS_REGION")
         .or_else(|| var("AWS_DEFAULT_REGION"))
         .or_else(|| profile.get("region").map(str::to_string));
+    #[cfg(feature = "s3")]
+    let region_missing = region.is_none();
     let (builder, bucket) = match url {
         #[cfg(feature = "s3")]
         StoreUrl::S3 { bucket, .. } => {
@@ -452,7 +454,15 @@ pub fn http_builder(
         StoreUrl::R2 { bucket, .. } => {
             // R2 signs for region `auto`; AWS_REGION belongs to AWS.
             let endpoint = match (endpoint, var("R2_ACCOUNT_ID")) {
-                (Some(endpoint), _) => endpoint,
+                (Some(endpoint), Some(_)) => {
+                    log::warn!(
+                        "both an endpoint (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or the \
+                         profile's endpoint_url) and R2_ACCOUNT_ID are set: the endpoint wins, \
+                         R2_ACCOUNT_ID and R2_JURISDICTION are ignored"
+                    );
+                    endpoint
+                }
+                (Some(endpoint), None) => endpoint,
                 (None, Some(account)) => {
                     crate::r2::endpoint(&account, var("R2_JURISDICTION").as_deref())
                 }
@@ -484,8 +494,45 @@ pub fn http_builder(
         }
         other => return Err(not_built(other)),
     };
+    // Switches for services that differ (R2 by default sends no
+    // conditional deletes): on or off, else the profile's default.
+    let mut builder = builder;
+    for (variable, set) in [
+        (
+            "BUCKET_LEASE_CONDITIONAL_DELETE",
+            crate::HttpStoreBuilder::conditional_delete as fn(_, bool) -> _,
+        ),
+        (
+            "BUCKET_LEASE_UNQUOTED_ETAGS",
+            crate::HttpStoreBuilder::unquoted_etags,
+        ),
+    ] {
+        let Some(value) = var(variable) else { continue };
+        let on = match value.trim().to_ascii_lowercase().as_str() {
+            "on" | "true" => true,
+            "off" | "false" => false,
+            _ => {
+                return Err(ConfigError::Invalid {
+                    what: url_profile_name(url),
+                    value,
+                    why: format!("is not on or off ({variable})"),
+                    fix: "set it to on or off (true or false)",
+                })
+            }
+        };
+        builder = set(builder, on);
+    }
     let provider =
         credentials::chain_with_profile(env, &profile).map_err(ConfigError::Credentials)?;
+    // Said here rather than by the builder, whose message names region().
+    #[cfg(feature = "s3")]
+    if region_missing && matches!(url, StoreUrl::S3 { .. }) {
+        return Err(ConfigError::Missing {
+            what: "s3",
+            setting: "region",
+            fix: "set AWS_REGION (or AWS_DEFAULT_REGION, or region in the shared config profile)",
+        });
+    }
     Ok(builder
         .addressing_style(addressing)
         .bucket(bucket.clone())
@@ -709,7 +756,7 @@ pub(crate) mod tests {
         assert_eq!(
             e.to_string(),
             "configuring the s3 store: region is not set; set AWS_REGION (or \
-             AWS_DEFAULT_REGION), or call region()"
+             AWS_DEFAULT_REGION, or region in the shared config profile)"
         );
         let e = open_with_env("s3://b/p", env_of(&[("AWS_ACCESS_KEY_ID", "AKID")]))
             .err()
@@ -1103,6 +1150,45 @@ pub(crate) mod tests {
             "https://acct.eu.r2.cloudflarestorage.com/bkt"
         );
         assert!(format!("{store:?}").contains("region: \"auto\""));
+    }
+
+    /// R2's two switches, settable where the rest of the configuration
+    /// lives.
+    #[cfg(feature = "r2")]
+    #[test]
+    fn conditional_deletes_and_unquoted_etags_are_set_from_the_environment() {
+        let url = StoreUrl::parse("r2://bkt/p").unwrap();
+        let debug = |extra: &'static [(&'static str, &'static str)]| {
+            let env = move |name: &str| match name {
+                "AWS_ACCESS_KEY_ID" => Some("A".to_string()),
+                "AWS_SECRET_ACCESS_KEY" => Some("S".to_string()),
+                "R2_ACCOUNT_ID" => Some("acct".to_string()),
+                "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
+                n => extra
+                    .iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string()),
+            };
+            http_builder(&url, &env)
+                .and_then(|b| b.build())
+                .map(|store| format!("{store:?}"))
+                .map_err(|e| e.to_string())
+        };
+        let plain = debug(&[]).unwrap();
+        assert!(plain.contains("conditional_delete: false"), "{plain}");
+        assert!(plain.contains("unquoted_etags: false"), "{plain}");
+        let set = debug(&[
+            ("BUCKET_LEASE_CONDITIONAL_DELETE", "true"),
+            ("BUCKET_LEASE_UNQUOTED_ETAGS", "on"),
+        ])
+        .unwrap();
+        assert!(set.contains("conditional_delete: true"), "{set}");
+        assert!(set.contains("unquoted_etags: true"), "{set}");
+        assert_eq!(
+            debug(&[("BUCKET_LEASE_UNQUOTED_ETAGS", "maybe")]).unwrap_err(),
+            "configuring the r2 store: \"maybe\" is not on or off \
+             (BUCKET_LEASE_UNQUOTED_ETAGS); set it to on or off (true or false)"
+        );
     }
 
     #[cfg(feature = "minio")]
