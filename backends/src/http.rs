@@ -530,6 +530,7 @@ impl HttpStoreBuilder {
 /// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]) | [`StoreErrorKind::NotImplemented`], nothing sent |
 /// | 5xx, 408, 429 | [`StoreErrorKind::Transport`], [`Delivery::Answered`](bucket_lease_core::store::Delivery): it may have landed |
 /// | timeout, reset, closed after sending | [`StoreErrorKind::Transport`]: it may have landed |
+/// | (retries) | a request not sent, and a GET, HEAD or unconditional DELETE that got a 5xx, 408, 429 or no answer, is sent again, up to three times in all, after a jittered pause, within the deadline; a write that may have been sent is not |
 /// | host name lookup, connection or TLS handshake failed | [`StoreErrorKind::Transport`], [`Delivery::NotSent`](bucket_lease_core::store::Delivery): nothing was sent, the message names `host:port` |
 /// | 301, 307, or `AuthorizationHeaderMalformed` naming a region: the bucket is elsewhere | [`StoreErrorKind::Rejected`], its message naming the bucket's region (`x-amz-bucket-region`, `<Region>`) or the endpoint the service names, and what to set |
 /// | code `NoSuchBucket`, 501 to an unconditional request, other 3xx and 4xx | [`StoreErrorKind::Rejected`] |
@@ -915,7 +916,46 @@ impl HttpStore {
         }
     }
 
+    /// Send `request` until it succeeds, fails for good, or has been tried
+    /// [`MAX_ATTEMPTS`] times: a transient failure is tried again after a
+    /// jittered pause, within the deadline (or the timeout, when there is
+    /// none), when that is safe (see [`retryable`]).
     fn execute(
+        &self,
+        op: Op,
+        key: &str,
+        mut request: http::Request<()>,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Answer, StoreError> {
+        let bound = deadline.unwrap_or_else(|| Instant::now() + self.timeout);
+        let mut attempt = 1;
+        loop {
+            let again = (attempt < MAX_ATTEMPTS).then(|| copy(&request));
+            let result = self.execute_once(op, key, request, body, deadline);
+            let (Err(e), Some(next)) = (&result, again) else {
+                return result;
+            };
+            if !retryable(op, e) {
+                return result;
+            }
+            let pause = backoff(attempt);
+            // Only when a pause and some of a request still fit.
+            if Instant::now() + pause * 2 >= bound {
+                return result;
+            }
+            log::debug!(
+                "{} {key}: {e}; trying again in {pause:?} (attempt {} of {MAX_ATTEMPTS})",
+                op.method(),
+                attempt + 1
+            );
+            std::thread::sleep(pause);
+            request = next;
+            attempt += 1;
+        }
+    }
+
+    fn execute_once(
         &self,
         op: Op,
         key: &str,
@@ -948,6 +988,35 @@ impl HttpStore {
             (result, _) => result,
         }
     }
+}
+
+/// The most times one request is sent (the AWS SDKs' standard mode).
+const MAX_ATTEMPTS: u32 = 3;
+
+/// Whether `error` is worth trying `op` again for: a request that was not
+/// sent (nothing can have landed), or a read or an unconditional delete
+/// (the same request again does no harm) that got no answer or a transient
+/// one (5xx, 408, 429: `SlowDown`, `InternalError`, `RequestTimeout`). A
+/// write that may have reached the service is never re-sent: the lease
+/// logic reconciles an unknown outcome by reading.
+fn retryable(op: Op, error: &StoreError) -> bool {
+    use bucket_lease_core::store::Delivery;
+    if error.kind() != StoreErrorKind::Transport {
+        return false;
+    }
+    error.delivery() == Delivery::NotSent || matches!(op, Op::Get | Op::Head | Op::Delete)
+}
+
+/// The pause before attempt `attempt + 1`: "full jitter" up to 50 ms ×
+/// 2^(attempt-1), so that clients refused together do not retry together.
+fn backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling = 50u64 << attempt.saturating_sub(1).min(6);
+    // A random u64 from the standard library's randomly keyed hasher.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Duration::from_millis(random % ceiling + 1)
 }
 
 /// Whether an answer says the bucket is in another region: a redirect, or

@@ -1075,3 +1075,52 @@ fn a_connection_closed_after_the_request_may_have_landed_and_an_answered_5xx_say
          not have taken effect; retry later"
     );
 }
+
+/// Transient answers to reads are retried (a bounded number of times,
+/// within the deadline); a write that was sent is never re-sent.
+#[test]
+fn transient_answers_to_reads_are_retried_and_sent_writes_are_not() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let url = raw_server(move |_, mut stream| {
+        while let Some((head, _)) = read_request(&mut stream) {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let answer = if head.starts_with("GET /bkt/flaky") && n % 3 == 2 {
+                "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\ncontent-length: 2\r\n\r\nok".to_string()
+            } else {
+                let body = "<Error><Code>SlowDown</Code><Message>Please reduce your request \
+                            rate.</Message></Error>";
+                format!(
+                    "HTTP/1.1 503 Slow Down\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+            };
+            stream.write_all(answer.as_bytes()).unwrap();
+        }
+    });
+    let store = store(&url);
+    // Two SlowDowns, then the object.
+    assert_eq!(store.get("flaky", soon()).unwrap().body, b"ok");
+    assert_eq!(seen.swap(0, Ordering::SeqCst), 3);
+    // Always SlowDown: three attempts, then the last answer.
+    let e = store.get("slow", soon()).unwrap_err();
+    assert_eq!(e.code(), Some("SlowDown"), "{e}");
+    assert_eq!(seen.swap(0, Ordering::SeqCst), 3);
+    // Within the deadline, however short.
+    let started = Instant::now();
+    let _ = store.get("slow", Some(Instant::now() + Duration::from_millis(30)));
+    assert!(started.elapsed() < Duration::from_millis(500));
+    seen.store(0, Ordering::SeqCst);
+    // A conditional write that reached the service is not re-sent.
+    let e = store
+        .put(
+            "k",
+            b"x",
+            &PutOptions::new(PutMode::Create).with_deadline(soon()),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), Some("SlowDown"), "{e}");
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+}
