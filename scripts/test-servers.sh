@@ -149,6 +149,7 @@ export BUCKET_LEASE_TEST_LOCALBUCKET_URL='http://127.0.0.1:$localbucket_port'
 export BUCKET_LEASE_TEST_NANIO_URL='http://127.0.0.1:$nanio_port'
 export BUCKET_LEASE_TEST_NANIO_ACCESS_KEY='$nanio_key'
 export BUCKET_LEASE_TEST_NANIO_SECRET_KEY='$nanio_secret'
+export BUCKET_LEASE_TEST_NANIO_DATA='$run/nanio-data'
 ENV
   echo "test-servers: running; . $env_file to use them" >&2
 }

@@ -89,3 +89,46 @@ fn a_missing_bucket_fails_at_once_with_78() {
     assert!(started.elapsed() < Duration::from_secs(10), "{done:?}");
     assert!(done.stderr.contains("does not exist"), "{done:?}");
 }
+
+/// A port nobody listens on: the command says nothing was sent, that a
+/// retry is safe, and names the host and port; `https://` to a plain-HTTP
+/// server says to check the scheme.
+#[test]
+fn a_refused_connection_and_a_tls_mismatch_say_what_happened_and_where() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let t = Target::http("refused", &format!("http://{target}"), "bucket");
+    let done = t.run(["inspect", t.url("lease").as_str()]);
+    assert_eq!(done.code, Some(STORE), "{done:?}");
+    for part in [
+        "not sent",
+        &format!("could not connect to {target}"),
+        "safe to retry",
+    ] {
+        assert!(done.stderr.contains(part), "{part}: {done:?}");
+    }
+    assert!(!done.stderr.contains("may have taken effect"), "{done:?}");
+
+    // A plain-HTTP server that answers whatever arrives (a ClientHello).
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let https = format!("https://{}", plain.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in plain.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let _ = stream.read(&mut [0u8; 512]);
+            let _ = stream.write_all(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    let t = Target::http("tls-mismatch", &https, "bucket");
+    let done = t.run(["inspect", t.url("lease").as_str()]);
+    assert_eq!(done.code, Some(STORE), "{done:?}");
+    assert!(
+        done.stderr
+            .contains("check http:// vs https:// in the endpoint"),
+        "{done:?}"
+    );
+}

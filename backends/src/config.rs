@@ -143,7 +143,13 @@ impl StoreUrl {
     /// # Errors
     ///
     /// [`ConfigError::Invalid`] when the scheme is unknown, the bucket is
-    /// missing, or the URL carries a query, a fragment or user information.
+    /// missing, the URL carries a raw `?`, `#` or `@` (a query, a fragment
+    /// or user information: in a prefix, write them `%3F`, `%23`, `%40`),
+    /// or a `%` does not start a UTF-8 percent-encoding.
+    ///
+    /// The bucket, the directory and the prefix are percent-decoded once:
+    /// `s3://b/jobs%3Fnightly` is the prefix `jobs?nightly`, `%25` a
+    /// literal `%`.
     pub fn parse(url: &str) -> Result<StoreUrl, ConfigError> {
         let invalid = |why: &str| ConfigError::Invalid {
             what: "URL",
@@ -156,8 +162,12 @@ impl StoreUrl {
             return Err(invalid("has no scheme"));
         };
         if rest.contains(['?', '#', '@']) {
-            return Err(invalid("carries a query, a fragment or user information"));
+            return Err(invalid(
+                "carries a raw ?, # or @ (a query, a fragment or user information); to have \
+                 one in the prefix, percent-encode it (%3F, %23, %40)",
+            ));
         }
+        let decode = |part: &str| percent_decode(part).map_err(&invalid);
         if scheme == "file" {
             let path = rest.strip_prefix("localhost").unwrap_or(rest);
             if !path.starts_with('/') {
@@ -166,15 +176,15 @@ impl StoreUrl {
             let (dir, prefix) = path.rsplit_once('/').unwrap_or(("", path));
             let dir = if dir.is_empty() { "/" } else { dir };
             return Ok(StoreUrl::File {
-                dir: PathBuf::from(dir),
-                prefix: prefix.to_string(),
+                dir: PathBuf::from(decode(dir)?),
+                prefix: decode(prefix)?,
             });
         }
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
             return Err(invalid("names no bucket"));
         }
-        let (bucket, prefix) = (bucket.to_string(), prefix.trim_end_matches('/').to_string());
+        let (bucket, prefix) = (decode(bucket)?, decode(prefix.trim_end_matches('/'))?);
         match scheme {
             "s3" => Ok(StoreUrl::S3 { bucket, prefix }),
             "r2" => Ok(StoreUrl::R2 { bucket, prefix }),
@@ -246,6 +256,31 @@ pub fn open_with_env(
     Ok((store, parsed.prefix().to_string()))
 }
 
+/// `text` with each `%XX` replaced by its byte, once.
+fn percent_decode(text: &str) -> Result<String, &'static str> {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let (Some(high), Some(low)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            ) else {
+                return Err("has a % not followed by two hex digits; write a literal % as %25");
+            };
+            // Two hex digits: at most 255.
+            out.push(u8::try_from(high * 16 + low).unwrap_or(u8::MAX));
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "decodes to bytes that are not UTF-8")
+}
+
 /// `text` (a URL or an endpoint) fit to show: everything between a known
 /// scheme (or the start) and the last `@` replaced by `***`, since user
 /// information may hold a secret (`http://***@127.0.0.1:9000`). The last
@@ -306,6 +341,17 @@ fn open_http(
     Err(not_built(url))
 }
 
+/// The profile's short name, for messages (`s3`, `r2`, `minio`, `file`).
+#[cfg(feature = "_http")]
+fn url_profile_name(url: &StoreUrl) -> &'static str {
+    match url {
+        StoreUrl::S3 { .. } => "s3",
+        StoreUrl::R2 { .. } => "r2",
+        StoreUrl::Minio { .. } => "minio",
+        StoreUrl::File { .. } => "file",
+    }
+}
+
 fn not_built(url: &StoreUrl) -> ConfigError {
     let (scheme, feature) = match url {
         StoreUrl::S3 { .. } => ("s3", "s3"),
@@ -343,14 +389,59 @@ pub fn http_builder(
     let endpoint = var("AWS_ENDPOINT_URL_S3")
         .or_else(|| var("AWS_ENDPOINT_URL"))
         .or_else(|| profile.get("endpoint_url").map(str::to_string));
+    // Ours first, then the AWS config key in the profile's `s3` section.
+    let addressing = match var("BUCKET_LEASE_ADDRESSING_STYLE") {
+        Some(style) => Some((style, "BUCKET_LEASE_ADDRESSING_STYLE")),
+        None => profile.get("s3.addressing_style").map(|style| {
+            (
+                style.to_string(),
+                "addressing_style in the profile's s3 section",
+            )
+        }),
+    };
+    let addressing = match addressing {
+        None => None,
+        Some((style, setting)) => {
+            crate::Addressing::parse_style(&style).map_err(|value| ConfigError::Invalid {
+                what: url_profile_name(url),
+                value,
+                why: format!("is not an addressing style ({setting})"),
+                fix: "set it to path, virtual or auto",
+            })?
+        }
+    };
+    // AWS_USE_FIPS_ENDPOINT / AWS_USE_DUALSTACK_ENDPOINT, else the profile's
+    // use_fips_endpoint / use_dualstack_endpoint.
+    #[cfg(feature = "s3")]
+    let flag = |variable: &'static str, key: &str| -> Result<bool, ConfigError> {
+        let Some(value) = var(variable).or_else(|| profile.get(key).map(str::to_string)) else {
+            return Ok(false);
+        };
+        match value.trim().to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(ConfigError::Invalid {
+                what: "s3",
+                value,
+                why: format!("is not true or false ({variable})"),
+                fix: "set it to true or false",
+            }),
+        }
+    };
     #[cfg(any(feature = "s3", feature = "minio"))]
     let region = var("AWS_REGION")
         .or_else(|| var("AWS_DEFAULT_REGION"))
         .or_else(|| profile.get("region").map(str::to_string));
+    #[cfg(feature = "s3")]
+    let region_missing = region.is_none();
     let (builder, bucket) = match url {
         #[cfg(feature = "s3")]
         StoreUrl::S3 { bucket, .. } => {
-            let mut b = crate::s3::builder();
+            let variant = crate::EndpointVariant::new(
+                flag("AWS_USE_FIPS_ENDPOINT", "use_fips_endpoint")?,
+                flag("AWS_USE_DUALSTACK_ENDPOINT", "use_dualstack_endpoint")?,
+            );
+            let mut b = crate::s3::builder().endpoint_variant(variant);
             if let Some(region) = region {
                 b = b.region(region);
             }
@@ -363,7 +454,15 @@ pub fn http_builder(
         StoreUrl::R2 { bucket, .. } => {
             // R2 signs for region `auto`; AWS_REGION belongs to AWS.
             let endpoint = match (endpoint, var("R2_ACCOUNT_ID")) {
-                (Some(endpoint), _) => endpoint,
+                (Some(endpoint), Some(_)) => {
+                    log::warn!(
+                        "both an endpoint (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or the \
+                         profile's endpoint_url) and R2_ACCOUNT_ID are set: the endpoint wins, \
+                         R2_ACCOUNT_ID and R2_JURISDICTION are ignored"
+                    );
+                    endpoint
+                }
+                (Some(endpoint), None) => endpoint,
                 (None, Some(account)) => {
                     crate::r2::endpoint(&account, var("R2_JURISDICTION").as_deref())
                 }
@@ -395,9 +494,47 @@ pub fn http_builder(
         }
         other => return Err(not_built(other)),
     };
+    // Switches for services that differ (R2 by default sends no
+    // conditional deletes): on or off, else the profile's default.
+    let mut builder = builder;
+    for (variable, set) in [
+        (
+            "BUCKET_LEASE_CONDITIONAL_DELETE",
+            crate::HttpStoreBuilder::conditional_delete as fn(_, bool) -> _,
+        ),
+        (
+            "BUCKET_LEASE_UNQUOTED_ETAGS",
+            crate::HttpStoreBuilder::unquoted_etags,
+        ),
+    ] {
+        let Some(value) = var(variable) else { continue };
+        let on = match value.trim().to_ascii_lowercase().as_str() {
+            "on" | "true" => true,
+            "off" | "false" => false,
+            _ => {
+                return Err(ConfigError::Invalid {
+                    what: url_profile_name(url),
+                    value,
+                    why: format!("is not on or off ({variable})"),
+                    fix: "set it to on or off (true or false)",
+                })
+            }
+        };
+        builder = set(builder, on);
+    }
     let provider =
         credentials::chain_with_profile(env, &profile).map_err(ConfigError::Credentials)?;
+    // Said here rather than by the builder, whose message names region().
+    #[cfg(feature = "s3")]
+    if region_missing && matches!(url, StoreUrl::S3 { .. }) {
+        return Err(ConfigError::Missing {
+            what: "s3",
+            setting: "region",
+            fix: "set AWS_REGION (or AWS_DEFAULT_REGION, or region in the shared config profile)",
+        });
+    }
     Ok(builder
+        .addressing_style(addressing)
         .bucket(bucket.clone())
         .credentials_provider(provider))
 }
@@ -463,6 +600,59 @@ pub(crate) mod tests {
             .unwrap_err()
             .to_string();
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn prefixes_are_percent_decoded_once_and_raw_query_characters_say_to_encode() {
+        assert_eq!(
+            StoreUrl::parse("s3://b/jobs%3Fx%23y%40z/").unwrap(),
+            StoreUrl::S3 {
+                bucket: "b".into(),
+                prefix: "jobs?x#y@z".into()
+            }
+        );
+        // Once: %25 is a literal %, and what follows it stays as written.
+        assert_eq!(
+            StoreUrl::parse("minio://b/a%252F%20b%C3%A9")
+                .unwrap()
+                .prefix(),
+            "a%2F b\u{e9}"
+        );
+        assert_eq!(
+            StoreUrl::parse("file:///tmp/d%20x/p%3F").unwrap(),
+            StoreUrl::File {
+                dir: "/tmp/d x".into(),
+                prefix: "p?".into()
+            }
+        );
+        for (url, why) in [
+            (
+                "s3://b/p?x",
+                "configuring the URL store: \"s3://b/p?x\" carries a raw ?, # or @ (a query, a \
+                 fragment or user information); to have one in the prefix, percent-encode it \
+                 (%3F, %23, %40)",
+            ),
+            (
+                "s3://b/p#x",
+                "configuring the URL store: \"s3://b/p#x\" carries a raw ?, # or @",
+            ),
+            (
+                "s3://b/p%zz",
+                "configuring the URL store: \"s3://b/p%zz\" has a % not followed by two hex \
+                 digits; write a literal % as %25",
+            ),
+            (
+                "s3://b/p%",
+                "configuring the URL store: \"s3://b/p%\" has a % not followed by two hex digits",
+            ),
+            (
+                "s3://b/p%FF",
+                "configuring the URL store: \"s3://b/p%FF\" decodes to bytes that are not UTF-8",
+            ),
+        ] {
+            let e = StoreUrl::parse(url).unwrap_err().to_string();
+            assert!(e.starts_with(why), "{url}: {e}");
+        }
     }
 
     #[test]
@@ -566,7 +756,7 @@ pub(crate) mod tests {
         assert_eq!(
             e.to_string(),
             "configuring the s3 store: region is not set; set AWS_REGION (or \
-             AWS_DEFAULT_REGION), or call region()"
+             AWS_DEFAULT_REGION, or region in the shared config profile)"
         );
         let e = open_with_env("s3://b/p", env_of(&[("AWS_ACCESS_KEY_ID", "AKID")]))
             .err()
@@ -607,6 +797,235 @@ pub(crate) mod tests {
         // An IP endpoint cannot carry a bucket label: path-style.
         assert_eq!(store.base_url(), "http://127.0.0.1:9000/my-bucket");
         assert!(format!("{store:?}").contains("us-west-2"));
+    }
+
+    /// The addressing rule through the environment and a profile's `s3`
+    /// section: path-style for a custom endpoint, virtual-hosted for AWS's,
+    /// and `BUCKET_LEASE_ADDRESSING_STYLE` (over the profile's
+    /// `addressing_style`) forcing either.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn addressing_follows_the_endpoint_unless_a_setting_forces_it() {
+        let base = |extra: &[(&str, &str)]| {
+            let extra: Vec<(String, String)> = extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let env = move |name: &str| match name {
+                "AWS_ACCESS_KEY_ID" => Some("AKID".to_string()),
+                "AWS_SECRET_ACCESS_KEY" => Some("s".to_string()),
+                "AWS_REGION" => Some("eu-west-1".to_string()),
+                "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
+                n => extra.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()),
+            };
+            let url = StoreUrl::parse("s3://my-bucket/p").unwrap();
+            http_builder(&url, &env)
+                .and_then(|b| b.build())
+                .map(|store| store.base_url().to_string())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            base(&[]).unwrap(),
+            "https://my-bucket.s3.eu-west-1.amazonaws.com"
+        );
+        assert_eq!(
+            base(&[("AWS_ENDPOINT_URL", "http://localhost:4566")]).unwrap(),
+            "http://localhost:4566/my-bucket"
+        );
+        assert_eq!(
+            base(&[("AWS_ENDPOINT_URL_S3", "http://minio:9000")]).unwrap(),
+            "http://minio:9000/my-bucket"
+        );
+        assert_eq!(
+            base(&[
+                ("AWS_ENDPOINT_URL", "http://localhost:4566"),
+                ("BUCKET_LEASE_ADDRESSING_STYLE", "virtual"),
+            ])
+            .unwrap(),
+            "http://my-bucket.localhost:4566"
+        );
+        assert_eq!(
+            base(&[("BUCKET_LEASE_ADDRESSING_STYLE", "path")]).unwrap(),
+            "https://s3.eu-west-1.amazonaws.com/my-bucket"
+        );
+        assert_eq!(
+            base(&[("BUCKET_LEASE_ADDRESSING_STYLE", "auto")]).unwrap(),
+            "https://my-bucket.s3.eu-west-1.amazonaws.com"
+        );
+        assert_eq!(
+            base(&[("BUCKET_LEASE_ADDRESSING_STYLE", "sideways")]).unwrap_err(),
+            "configuring the s3 store: \"sideways\" is not an addressing style \
+             (BUCKET_LEASE_ADDRESSING_STYLE); set it to path, virtual or auto"
+        );
+
+        // A profile's `s3` section, which the environment variable overrides.
+        let dir = std::env::temp_dir().join(format!(
+            "bucket-lease-addressing-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("config");
+        std::fs::write(
+            &config,
+            "[default]\nendpoint_url = http://ceph.internal:7480\ns3 =\n  addressing_style = virtual\n\
+             [profile other]\ns3 =\n    addressing_style = path\n",
+        )
+        .unwrap();
+        let config = config.to_str().unwrap().to_string();
+        let missing = dir.join("credentials").to_str().unwrap().to_string();
+        let files = [
+            ("AWS_CONFIG_FILE", config.as_str()),
+            ("AWS_SHARED_CREDENTIALS_FILE", missing.as_str()),
+        ];
+        assert_eq!(base(&files).unwrap(), "http://my-bucket.ceph.internal:7480");
+        let mut forced = files.to_vec();
+        forced.push(("BUCKET_LEASE_ADDRESSING_STYLE", "path"));
+        assert_eq!(
+            base(&forced).unwrap(),
+            "http://ceph.internal:7480/my-bucket"
+        );
+        let mut other = files.to_vec();
+        other.push(("AWS_PROFILE", "other"));
+        assert_eq!(
+            base(&other).unwrap(),
+            "https://s3.eu-west-1.amazonaws.com/my-bucket"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The endpoint of each standard partition, and the FIPS and
+    /// dual-stack variants asked for in the environment or the profile.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn regions_reach_their_partitions_endpoints_and_variants() {
+        let base = |extra: &[(&str, &str)]| {
+            let extra: Vec<(String, String)> = extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let env = move |name: &str| match name {
+                "AWS_ACCESS_KEY_ID" => Some("AKID".to_string()),
+                "AWS_SECRET_ACCESS_KEY" => Some("s".to_string()),
+                "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
+                "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
+                n => extra.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()),
+            };
+            let url = StoreUrl::parse("s3://bkt/p").unwrap();
+            http_builder(&url, &env)
+                .and_then(|b| b.build())
+                .map(|store| store.base_url().to_string())
+                .map_err(|e| e.to_string())
+        };
+        for (region, fips, dualstack, url) in [
+            (
+                "eu-west-1",
+                "",
+                "",
+                "https://bkt.s3.eu-west-1.amazonaws.com",
+            ),
+            (
+                "us-east-1",
+                "true",
+                "",
+                "https://bkt.s3-fips.us-east-1.amazonaws.com",
+            ),
+            (
+                "us-east-2",
+                "",
+                "true",
+                "https://bkt.s3.dualstack.us-east-2.amazonaws.com",
+            ),
+            (
+                "us-west-2",
+                "TRUE",
+                "true",
+                "https://bkt.s3-fips.dualstack.us-west-2.amazonaws.com",
+            ),
+            (
+                "eu-west-1",
+                "false",
+                "false",
+                "https://bkt.s3.eu-west-1.amazonaws.com",
+            ),
+            (
+                "cn-north-1",
+                "",
+                "",
+                "https://bkt.s3.cn-north-1.amazonaws.com.cn",
+            ),
+            (
+                "cn-northwest-1",
+                "",
+                "true",
+                "https://bkt.s3.dualstack.cn-northwest-1.amazonaws.com.cn",
+            ),
+            (
+                "us-gov-west-1",
+                "",
+                "",
+                "https://bkt.s3.us-gov-west-1.amazonaws.com",
+            ),
+            (
+                "us-gov-east-1",
+                "true",
+                "",
+                "https://bkt.s3-fips.us-gov-east-1.amazonaws.com",
+            ),
+            (
+                "us-gov-west-1",
+                "true",
+                "true",
+                "https://bkt.s3-fips.dualstack.us-gov-west-1.amazonaws.com",
+            ),
+        ] {
+            let got = base(&[
+                ("AWS_REGION", region),
+                ("AWS_USE_FIPS_ENDPOINT", fips),
+                ("AWS_USE_DUALSTACK_ENDPOINT", dualstack),
+            ]);
+            assert_eq!(
+                got.as_deref(),
+                Ok(url),
+                "{region} fips={fips} dualstack={dualstack}"
+            );
+        }
+        // China has no FIPS endpoints; a custom endpoint has no variants;
+        // a value that is not a boolean is named.
+        assert_eq!(
+            base(&[
+                ("AWS_REGION", "cn-north-1"),
+                ("AWS_USE_FIPS_ENDPOINT", "true")
+            ])
+            .unwrap_err(),
+            "configuring the s3 store: \"cn-north-1\" has no FIPS endpoint (the aws-cn \
+             partition has none); unset AWS_USE_FIPS_ENDPOINT (or use_fips_endpoint in the \
+             profile)"
+        );
+        assert_eq!(
+            base(&[
+                ("AWS_REGION", "eu-west-1"),
+                ("AWS_ENDPOINT_URL", "http://localhost:4566"),
+                ("AWS_USE_DUALSTACK_ENDPOINT", "true"),
+            ])
+            .unwrap_err(),
+            "configuring the s3 store: \"http://localhost:4566\" is an explicit endpoint, \
+             which has no FIPS or dual-stack variant; unset AWS_USE_FIPS_ENDPOINT and \
+             AWS_USE_DUALSTACK_ENDPOINT (or use_fips_endpoint and use_dualstack_endpoint in \
+             the profile), or name the variant's endpoint in AWS_ENDPOINT_URL"
+        );
+        assert_eq!(
+            base(&[
+                ("AWS_REGION", "eu-west-1"),
+                ("AWS_USE_FIPS_ENDPOINT", "yes")
+            ])
+            .unwrap_err(),
+            "configuring the s3 store: \"yes\" is not true or false (AWS_USE_FIPS_ENDPOINT); \
+             set it to true or false"
+        );
     }
 
     /// Endpoints carrying `user:password@` in each form a configuration
@@ -731,6 +1150,45 @@ pub(crate) mod tests {
             "https://acct.eu.r2.cloudflarestorage.com/bkt"
         );
         assert!(format!("{store:?}").contains("region: \"auto\""));
+    }
+
+    /// R2's two switches, settable where the rest of the configuration
+    /// lives.
+    #[cfg(feature = "r2")]
+    #[test]
+    fn conditional_deletes_and_unquoted_etags_are_set_from_the_environment() {
+        let url = StoreUrl::parse("r2://bkt/p").unwrap();
+        let debug = |extra: &'static [(&'static str, &'static str)]| {
+            let env = move |name: &str| match name {
+                "AWS_ACCESS_KEY_ID" => Some("A".to_string()),
+                "AWS_SECRET_ACCESS_KEY" => Some("S".to_string()),
+                "R2_ACCOUNT_ID" => Some("acct".to_string()),
+                "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
+                n => extra
+                    .iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string()),
+            };
+            http_builder(&url, &env)
+                .and_then(|b| b.build())
+                .map(|store| format!("{store:?}"))
+                .map_err(|e| e.to_string())
+        };
+        let plain = debug(&[]).unwrap();
+        assert!(plain.contains("conditional_delete: false"), "{plain}");
+        assert!(plain.contains("unquoted_etags: false"), "{plain}");
+        let set = debug(&[
+            ("BUCKET_LEASE_CONDITIONAL_DELETE", "true"),
+            ("BUCKET_LEASE_UNQUOTED_ETAGS", "on"),
+        ])
+        .unwrap();
+        assert!(set.contains("conditional_delete: true"), "{set}");
+        assert!(set.contains("unquoted_etags: true"), "{set}");
+        assert_eq!(
+            debug(&[("BUCKET_LEASE_UNQUOTED_ETAGS", "maybe")]).unwrap_err(),
+            "configuring the r2 store: \"maybe\" is not on or off \
+             (BUCKET_LEASE_UNQUOTED_ETAGS); set it to on or off (true or false)"
+        );
     }
 
     #[cfg(feature = "minio")]

@@ -22,7 +22,7 @@
 
 use crate::config::{redact_user_info, ConfigError};
 use crate::credentials::{CredentialsProvider, Source};
-use crate::net::{CachingResolver, TcpConnector};
+use crate::net::{not_sent_of, CachingResolver, Handshake, Stage, TcpConnector};
 use crate::sign::{sign_request, Credentials};
 use crate::xml::ErrorBody;
 use bucket_lease_core::store::{
@@ -72,6 +72,13 @@ pub(crate) const MAX_IDLE_AGE: Duration =
 const MAX_IDLE_CONNECTIONS: usize = 3;
 
 /// How a request names its bucket.
+///
+/// Unless one is asked for ([`HttpStoreBuilder::addressing`]), a profile's
+/// virtual-hosted default applies only to AWS's own endpoints (the
+/// region's, or an explicit one under `amazonaws.com` or
+/// `amazonaws.com.cn`): any other endpoint given explicitly (LocalStack,
+/// MinIO, Ceph, …) is addressed path-style, as botocore and object_store
+/// do, since `bucket.localhost` or `bucket.minio` seldom resolves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Addressing {
     /// `https://endpoint/bucket/key`.
@@ -80,6 +87,24 @@ pub enum Addressing {
     /// (dots, capitals, underscores) and endpoints given as an IP address
     /// fall back to path-style, as the AWS SDKs do.
     VirtualHosted,
+}
+
+impl Addressing {
+    /// A setting's value: `path`, `virtual` (or `virtual-hosted`), or
+    /// `auto` (`None`: the rule above), as the AWS config key
+    /// `addressing_style` takes them.
+    ///
+    /// # Errors
+    ///
+    /// The value, when it is none of those.
+    pub fn parse_style(value: &str) -> Result<Option<Addressing>, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "path" => Ok(Some(Addressing::Path)),
+            "virtual" | "virtual-hosted" | "virtual_hosted" => Ok(Some(Addressing::VirtualHosted)),
+            "auto" | "" => Ok(None),
+            _ => Err(value.to_string()),
+        }
+    }
 }
 
 /// The defaults that set one service apart from another. Each profile
@@ -95,9 +120,10 @@ pub struct Profile {
     /// The signing region when none is configured; `None` makes the region
     /// a required setting.
     pub region: Option<&'static str>,
-    /// The endpoint for a region when none is configured; `None` makes the
+    /// The endpoint for a region and variant when none is configured (an
+    /// error saying why the region has no such variant); `None` makes the
     /// endpoint a required setting.
-    pub endpoint_for_region: Option<fn(&str) -> String>,
+    pub endpoint_for_region: Option<EndpointForRegion>,
     /// Whether the service honours `If-Match` on DELETE. When `false`, a
     /// [`DeleteMode::IfVersion`] answers [`StoreErrorKind::NotImplemented`]
     /// without sending anything.
@@ -106,6 +132,27 @@ pub struct Profile {
     /// accept only that).
     pub unquoted_etags: bool,
 }
+
+/// Which of a region's endpoints to use (`AWS_USE_FIPS_ENDPOINT`,
+/// `AWS_USE_DUALSTACK_ENDPOINT`); both off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EndpointVariant {
+    /// The FIPS 140 endpoint.
+    pub fips: bool,
+    /// The dual-stack (IPv4 and IPv6) endpoint.
+    pub dualstack: bool,
+}
+
+impl EndpointVariant {
+    /// The variant with `fips` and `dualstack` as given.
+    pub fn new(fips: bool, dualstack: bool) -> Self {
+        EndpointVariant { fips, dualstack }
+    }
+}
+
+/// A profile's endpoint for a region in a variant, or why there is none.
+pub type EndpointForRegion = fn(&str, EndpointVariant) -> Result<String, String>;
 
 /// Settings for an [`HttpStore`], starting from a [`Profile`]'s defaults.
 ///
@@ -130,12 +177,16 @@ pub struct HttpStoreBuilder {
     bucket: Option<String>,
     region: Option<String>,
     credentials: Option<Arc<CredentialsProvider>>,
-    addressing: Addressing,
+    /// Asked for; `None` follows the rule of [`Addressing`].
+    addressing: Option<Addressing>,
+    variant: EndpointVariant,
     conditional_delete: bool,
     unquoted_etags: bool,
     timeout: Duration,
     max_body: usize,
     connect_to: Option<SocketAddr>,
+    /// The host name lookup (tests inject one; never real DNS in tests).
+    lookup: Option<crate::net::Lookup>,
 }
 
 impl fmt::Debug for HttpStoreBuilder {
@@ -147,6 +198,7 @@ impl fmt::Debug for HttpStoreBuilder {
             .field("region", &self.region)
             .field("credentials", &self.credentials)
             .field("addressing", &self.addressing)
+            .field("variant", &self.variant)
             .field("conditional_delete", &self.conditional_delete)
             .field("unquoted_etags", &self.unquoted_etags)
             .field("timeout", &self.timeout)
@@ -165,12 +217,14 @@ impl HttpStoreBuilder {
             bucket: None,
             region: None,
             credentials: None,
-            addressing: profile.addressing,
+            addressing: None,
+            variant: EndpointVariant::default(),
             conditional_delete: profile.conditional_delete,
             unquoted_etags: profile.unquoted_etags,
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
             connect_to: None,
+            lookup: None,
         }
     }
 
@@ -212,9 +266,25 @@ impl HttpStoreBuilder {
         self
     }
 
-    /// Path-style or virtual-hosted requests.
+    /// Path-style or virtual-hosted requests, whatever the endpoint (see
+    /// [`Addressing`] for the rule when this is not called).
     pub fn addressing(mut self, addressing: Addressing) -> Self {
+        self.addressing = Some(addressing);
+        self
+    }
+
+    /// [`addressing`](Self::addressing) when `Some`; `None` restores the
+    /// rule of [`Addressing`].
+    pub fn addressing_style(mut self, addressing: Option<Addressing>) -> Self {
         self.addressing = addressing;
+        self
+    }
+
+    /// Use the region's FIPS or dual-stack endpoint (for a profile that
+    /// makes the endpoint from the region; an explicit endpoint has no
+    /// variant, and asking for one with it fails the build).
+    pub fn endpoint_variant(mut self, variant: EndpointVariant) -> Self {
+        self.variant = variant;
         self
     }
 
@@ -254,6 +324,13 @@ impl HttpStoreBuilder {
     /// virtual-hosted addressing against a local server.
     pub fn connect_to(mut self, addr: SocketAddr) -> Self {
         self.connect_to = Some(addr);
+        self
+    }
+
+    /// Look host names up with `lookup` instead of the system's resolver.
+    #[cfg(test)]
+    pub(crate) fn lookup(mut self, lookup: crate::net::Lookup) -> Self {
+        self.lookup = Some(lookup);
         self
     }
 
@@ -297,9 +374,33 @@ impl HttpStoreBuilder {
                 })
             }
         };
+        let custom_endpoint = self.endpoint.is_some();
+        let variant = self.variant;
         let endpoint = match (self.endpoint, self.profile.endpoint_for_region) {
+            (Some(endpoint), Some(_)) if variant != EndpointVariant::default() => {
+                return Err(ConfigError::Invalid {
+                    what,
+                    value: redact_user_info(&endpoint),
+                    why: "is an explicit endpoint, which has no FIPS or dual-stack variant".into(),
+                    fix: "unset AWS_USE_FIPS_ENDPOINT and AWS_USE_DUALSTACK_ENDPOINT (or \
+                          use_fips_endpoint and use_dualstack_endpoint in the profile), or name \
+                          the variant's endpoint in AWS_ENDPOINT_URL",
+                });
+            }
             (Some(endpoint), _) => endpoint,
-            (None, Some(for_region)) => for_region(&region),
+            (None, Some(for_region)) => {
+                for_region(&region, variant).map_err(|why| ConfigError::Invalid {
+                    what,
+                    value: region.clone(),
+                    why,
+                    fix: if variant.fips {
+                        "unset AWS_USE_FIPS_ENDPOINT (or use_fips_endpoint in the profile)"
+                    } else {
+                        "unset AWS_USE_DUALSTACK_ENDPOINT (or use_dualstack_endpoint in the \
+                         profile)"
+                    },
+                })?
+            }
             (None, None) => {
                 return Err(ConfigError::Missing {
                     what,
@@ -326,9 +427,29 @@ impl HttpStoreBuilder {
             why,
             fix: "give the endpoint as https://host[:port][/path] (http:// for plain HTTP)",
         })?;
-        let virtual_hosted = self.addressing == Addressing::VirtualHosted
+        let addressing = self
+            .addressing
+            .unwrap_or(if custom_endpoint && !endpoint.host_is_aws() {
+                Addressing::Path
+            } else {
+                self.profile.addressing
+            });
+        let virtual_hosted = addressing == Addressing::VirtualHosted
             && is_dns_label(&bucket)
             && !endpoint.host_is_ip();
+        // `host:port` the requests go to, for messages.
+        let port = endpoint.authority[endpoint.host().len()..]
+            .strip_prefix(':')
+            .unwrap_or(if endpoint.scheme == "https" {
+                "443"
+            } else {
+                "80"
+            });
+        let target = if virtual_hosted {
+            format!("{bucket}.{}:{port}", endpoint.host())
+        } else {
+            format!("{}:{port}", endpoint.host())
+        };
         let base_url = if virtual_hosted {
             format!(
                 "{}://{}.{}{}",
@@ -364,15 +485,20 @@ impl HttpStoreBuilder {
         let connector =
             ().chain(ConnectProxyConnector::default())
                 .chain(TcpConnector)
-                .chain(RustlsConnector::default());
-        let resolver = match self.connect_to {
+                .chain(Handshake(RustlsConnector::default()));
+        let mut resolver = match self.connect_to {
             Some(addr) => CachingResolver::fixed(addr),
             None => CachingResolver::default(),
         };
+        if let Some(lookup) = self.lookup {
+            resolver.lookup = lookup;
+        }
         let agent = ureq::Agent::with_parts(config, connector, resolver);
 
         Ok(HttpStore {
             agent,
+            target,
+            custom_endpoint,
             profile: self.profile.name,
             base_url,
             bucket,
@@ -402,7 +528,11 @@ impl HttpStoreBuilder {
 /// | 401, 403 | [`StoreErrorKind::PermissionDenied`] |
 /// | 501 or code `NotImplemented` to a conditional request | [`StoreErrorKind::NotImplemented`] |
 /// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]) | [`StoreErrorKind::NotImplemented`], nothing sent |
-/// | 5xx, 408, 429, timeout, reset | [`StoreErrorKind::Transport`]: it may have landed |
+/// | 5xx, 408, 429 | [`StoreErrorKind::Transport`], [`Delivery::Answered`](bucket_lease_core::store::Delivery): it may have landed |
+/// | timeout, reset, closed after sending | [`StoreErrorKind::Transport`]: it may have landed |
+/// | (retries) | a request not sent, and a GET, HEAD or unconditional DELETE that got a 5xx, 408, 429 or no answer, is sent again, up to three times in all, after a jittered pause, within the deadline; a write that may have been sent is not |
+/// | host name lookup, connection or TLS handshake failed | [`StoreErrorKind::Transport`], [`Delivery::NotSent`](bucket_lease_core::store::Delivery): nothing was sent, the message names `host:port` |
+/// | 301, 307, or `AuthorizationHeaderMalformed` naming a region: the bucket is elsewhere | [`StoreErrorKind::Rejected`], its message naming the bucket's region (`x-amz-bucket-region`, `<Region>`) or the endpoint the service names, and what to set |
 /// | code `NoSuchBucket`, 501 to an unconditional request, other 3xx and 4xx | [`StoreErrorKind::Rejected`] |
 /// | an `If-Match` write or delete whose version has no ETag | [`StoreErrorKind::Rejected`], nothing sent |
 ///
@@ -416,6 +546,10 @@ impl HttpStoreBuilder {
 /// status when the body has none), its message and request id.
 pub struct HttpStore {
     agent: ureq::Agent,
+    /// `host:port` the requests go to, for messages.
+    target: String,
+    /// The endpoint was given, not made from the region.
+    custom_endpoint: bool,
     profile: &'static str,
     base_url: String,
     bucket: String,
@@ -620,7 +754,8 @@ impl HttpStore {
         self.credentials.credentials(deadline).map_err(|e| {
             StoreError::new(StoreErrorKind::Transport, op.method(), key)
                 .with_code("CredentialsUnavailable")
-                .with_message(format!("{e}; nothing was sent"))
+                .with_message(e.to_string())
+                .not_sent()
         })
     }
 
@@ -657,7 +792,8 @@ impl HttpStore {
                 if left.is_zero() {
                     return Err(transport()
                         .with_message("the deadline passed before the request was sent")
-                        .timed_out());
+                        .timed_out()
+                        .not_sent());
                 }
                 left.min(self.timeout)
             }
@@ -672,7 +808,7 @@ impl HttpStore {
         let mut response = self
             .agent
             .run(request)
-            .map_err(|e| transport_error(op, key, e))?;
+            .map_err(|e| transport_error(op, key, &self.target, e))?;
         let status = response.status().as_u16();
         let declared = response
             .headers()
@@ -695,7 +831,7 @@ impl HttpStore {
                 .as_reader()
                 .take(cap.saturating_add(1))
                 .read_to_end(&mut bytes)
-                .map_err(|e| transport_error(op, key, ureq::Error::from(e)))?;
+                .map_err(|e| transport_error(op, key, &self.target, ureq::Error::from(e)))?;
             if bytes.len() > self.max_body {
                 Err(self.max_body)
             } else {
@@ -718,12 +854,23 @@ impl HttpStore {
         let Some(kind) = failure_kind(op, answer.status, parsed.code.as_deref()) else {
             return Ok(answer);
         };
-        let mut error = StoreError::new(kind, op.method(), key).with_code(
+        let mut error = StoreError::new(kind, op.method(), key);
+        if kind == StoreErrorKind::Transport {
+            // A 5xx (or 408, 429): the service's own answer.
+            error = error.answered();
+        }
+        let mut error = error.with_code(
             parsed
                 .code
                 .unwrap_or_else(|| format!("HTTP {}", answer.status)),
         );
+        let region = header(&answer.headers, "x-amz-bucket-region").or(parsed.region);
         let message = match (&answer.body, parsed.message) {
+            _ if is_wrong_region(answer.status, error.code())
+                && (region.is_some() || parsed.endpoint.is_some()) =>
+            {
+                Some(self.wrong_region(region.as_deref(), parsed.endpoint.as_deref()))
+            }
             (Err(cap), _) => Some(format!(
                 "error body larger than the {cap}-byte cap, not read"
             )),
@@ -741,7 +888,74 @@ impl HttpStore {
         Err(error)
     }
 
+    /// What a redirect or a refused signing region says: the bucket's
+    /// region (or the endpoint the service names) and what to set.
+    fn wrong_region(&self, region: Option<&str>, endpoint: Option<&str>) -> String {
+        let endpoint_too = if self.custom_endpoint {
+            " and an endpoint in that region in AWS_ENDPOINT_URL"
+        } else {
+            ""
+        };
+        let (bucket, ours) = (&self.bucket, &self.region);
+        match (region, endpoint) {
+            (Some(region), endpoint) => {
+                let mut text = format!(
+                    "the bucket {bucket} is in region {region}, not {ours}; set \
+                     AWS_REGION={region}{endpoint_too}"
+                );
+                if let Some(endpoint) = endpoint {
+                    text.push_str(&format!(" (the service names {endpoint})"));
+                }
+                text
+            }
+            (None, endpoint) => format!(
+                "the bucket {bucket} is not in region {ours}: the service sends its requests \
+                 to {}; set AWS_REGION to the bucket's region{endpoint_too}",
+                endpoint.unwrap_or("another endpoint")
+            ),
+        }
+    }
+
+    /// Send `request` until it succeeds, fails for good, or has been tried
+    /// [`MAX_ATTEMPTS`] times: a transient failure is tried again after a
+    /// jittered pause, within the deadline (or the timeout, when there is
+    /// none), when that is safe (see [`retryable`]).
     fn execute(
+        &self,
+        op: Op,
+        key: &str,
+        mut request: http::Request<()>,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Answer, StoreError> {
+        let bound = deadline.unwrap_or_else(|| Instant::now() + self.timeout);
+        let mut attempt = 1;
+        loop {
+            let again = (attempt < MAX_ATTEMPTS).then(|| copy(&request));
+            let result = self.execute_once(op, key, request, body, deadline);
+            let (Err(e), Some(next)) = (&result, again) else {
+                return result;
+            };
+            if !retryable(op, e) {
+                return result;
+            }
+            let pause = backoff(attempt);
+            // Only when a pause and some of a request still fit.
+            if Instant::now() + pause * 2 >= bound {
+                return result;
+            }
+            log::debug!(
+                "{} {key}: {e}; trying again in {pause:?} (attempt {} of {MAX_ATTEMPTS})",
+                op.method(),
+                attempt + 1
+            );
+            std::thread::sleep(pause);
+            request = next;
+            attempt += 1;
+        }
+    }
+
+    fn execute_once(
         &self,
         op: Op,
         key: &str,
@@ -774,6 +988,50 @@ impl HttpStore {
             (result, _) => result,
         }
     }
+}
+
+/// The most times one request is sent (the AWS SDKs' standard mode).
+const MAX_ATTEMPTS: u32 = 3;
+
+/// Whether `error` is worth trying `op` again for: a request that was not
+/// sent (nothing can have landed), or a read or an unconditional delete
+/// (the same request again does no harm) that got no answer or a transient
+/// one (5xx, 408, 429: `SlowDown`, `InternalError`, `RequestTimeout`). A
+/// write that may have reached the service is never re-sent: the lease
+/// logic reconciles an unknown outcome by reading.
+fn retryable(op: Op, error: &StoreError) -> bool {
+    use bucket_lease_core::store::Delivery;
+    if error.kind() != StoreErrorKind::Transport {
+        return false;
+    }
+    error.delivery() == Delivery::NotSent || matches!(op, Op::Get | Op::Head | Op::Delete)
+}
+
+/// The pause before attempt `attempt + 1`: "full jitter" up to 50 ms ×
+/// 2^(attempt-1), so that clients refused together do not retry together.
+fn backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling = 50u64 << attempt.saturating_sub(1).min(6);
+    // A random u64 from the standard library's randomly keyed hasher.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Duration::from_millis(random % ceiling + 1)
+}
+
+/// Whether an answer says the bucket is in another region: a redirect, or
+/// a signature scoped to the wrong region.
+fn is_wrong_region(status: u16, code: Option<&str>) -> bool {
+    matches!(status, 301 | 307)
+        || matches!(
+            code,
+            Some(
+                "PermanentRedirect"
+                    | "TemporaryRedirect"
+                    | "AuthorizationHeaderMalformed"
+                    | "IllegalLocationConstraintException"
+            )
+        )
 }
 
 /// An unsigned request's copy, for a retry.
@@ -840,7 +1098,10 @@ fn object_of(key: &str, answer: Answer) -> Result<Object, StoreError> {
     })
 }
 
-fn transport_error(op: Op, key: &str, error: ureq::Error) -> StoreError {
+/// The error for a request that got no answer: not sent (the lookup, the
+/// connection or the TLS handshake to `target` failed), or sent and not
+/// answered.
+fn transport_error(op: Op, key: &str, target: &str, error: ureq::Error) -> StoreError {
     let timed_out = match &error {
         ureq::Error::Timeout(_) => true,
         ureq::Error::Io(e) => matches!(
@@ -855,7 +1116,42 @@ fn transport_error(op: Op, key: &str, error: ureq::Error) -> StoreError {
         }
         _ => StoreErrorKind::Transport,
     };
-    let e = StoreError::new(kind, op.method(), key).with_message(error.to_string());
+    let e = StoreError::new(kind, op.method(), key);
+    let e = if let Some(not_sent) = not_sent_of(&error) {
+        let detail = &not_sent.detail;
+        let message = match not_sent.stage {
+            Stage::Lookup => {
+                let host = target.rsplit_once(':').map_or(target, |(host, _)| host);
+                format!(
+                    "could not look up {host} (for {target}): {detail}; check the endpoint's \
+                     host name, or the region"
+                )
+            }
+            Stage::Connect => format!(
+                "could not connect to {target}: {detail}; check that the service listens at \
+                 {target}, the endpoint's host and port"
+            ),
+            // rustls' word for a record that is not TLS: a plain-HTTP server.
+            Stage::Tls if detail.contains("InvalidContentType") => format!(
+                "the TLS handshake with {target} failed: the server did not answer in TLS \
+                 ({detail}); check http:// vs https:// in the endpoint"
+            ),
+            Stage::Tls => format!(
+                "the TLS handshake with {target} failed: {detail}; check the endpoint and the \
+                 server's certificate"
+            ),
+        };
+        e.with_message(message).not_sent()
+    } else if kind == StoreErrorKind::Transport {
+        let detail = match &error {
+            ureq::Error::Io(io) => io.to_string(),
+            ureq::Error::Timeout(_) => "timed out".to_string(),
+            other => other.to_string(),
+        };
+        e.with_message(format!("no answer from {target}: {detail}"))
+    } else {
+        e.with_message(error.to_string())
+    };
     if timed_out {
         e.timed_out()
     } else {
@@ -965,13 +1261,26 @@ impl Endpoint {
         })
     }
 
-    fn host_is_ip(&self) -> bool {
-        let host = self
-            .authority
+    /// The host, without the port.
+    fn host(&self) -> &str {
+        self.authority
             .rsplit_once(':')
             .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
-            .map_or(self.authority.as_str(), |(host, _)| host);
+            .map_or(self.authority.as_str(), |(host, _)| host)
+    }
+
+    fn host_is_ip(&self) -> bool {
+        let host = self.host();
         host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok()
+    }
+
+    /// Whether the host is one of AWS's own (under `amazonaws.com` or
+    /// `amazonaws.com.cn`).
+    fn host_is_aws(&self) -> bool {
+        let host = self.host().trim_end_matches('.');
+        [".amazonaws.com", ".amazonaws.com.cn"]
+            .iter()
+            .any(|suffix| host.ends_with(suffix))
     }
 }
 

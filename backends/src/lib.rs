@@ -60,7 +60,8 @@ mod xml;
 
 #[cfg(feature = "_http")]
 pub use http::{
-    Addressing, HttpStore, HttpStoreBuilder, Profile, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT,
+    Addressing, EndpointVariant, HttpStore, HttpStoreBuilder, Profile, DEFAULT_MAX_BODY,
+    DEFAULT_TIMEOUT,
 };
 #[cfg(feature = "_http")]
 pub use sign::Credentials;

@@ -39,6 +39,51 @@ use ureq::unversioned::transport::{
 };
 use ureq::Error;
 
+/// Why a request was not sent: its host name lookup, its connection or its
+/// TLS handshake failed, before any byte of the request left. Travels
+/// inside an `io::Error` through ureq, and is found again by the HTTP
+/// client to say that the request took no effect.
+#[derive(Debug)]
+pub(crate) struct NotSent {
+    pub(crate) stage: Stage,
+    pub(crate) detail: String,
+}
+
+/// Where a request that was not sent stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    Lookup,
+    Connect,
+    Tls,
+}
+
+impl fmt::Display for NotSent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+impl std::error::Error for NotSent {}
+
+/// The error for a request that stopped at `stage`, before it was sent.
+pub(crate) fn not_sent(stage: Stage, kind: io::ErrorKind, detail: impl fmt::Display) -> Error {
+    Error::Io(io::Error::new(
+        kind,
+        NotSent {
+            stage,
+            detail: detail.to_string(),
+        },
+    ))
+}
+
+/// The [`NotSent`] an error carries, if it carries one.
+pub(crate) fn not_sent_of(error: &Error) -> Option<&NotSent> {
+    match error {
+        Error::Io(e) => e.get_ref()?.downcast_ref::<NotSent>(),
+        _ => None,
+    }
+}
+
 /// How long resolved addresses are used before they are looked up again
 /// (in the background: requests keep the old ones meanwhile).
 pub(crate) const REFRESH: Duration = Duration::from_secs(60);
@@ -55,10 +100,10 @@ pub(crate) struct CachingResolver {
     /// How long addresses are used before a refresh ([`REFRESH`]).
     refresh: Duration,
     /// The lookup itself: the system's (`getaddrinfo`), or a test's.
-    lookup: Lookup,
+    pub(crate) lookup: Lookup,
 }
 
-type Lookup = fn(&str, u16) -> io::Result<Vec<SocketAddr>>;
+pub(crate) type Lookup = fn(&str, u16) -> io::Result<Vec<SocketAddr>>;
 
 fn system_lookup(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
     Ok((host, port).to_socket_addrs()?.collect())
@@ -221,7 +266,9 @@ impl Resolver for CachingResolver {
             }
         }
         // Not cached: wait for the lookup, within the request's deadline.
-        let rx = self.spawn_lookup(host, port)?;
+        let rx = self
+            .spawn_lookup(host, port)
+            .map_err(|e| not_sent(Stage::Lookup, e.kind(), e))?;
         let answer = if timeout.after.is_not_happening() {
             rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
         } else {
@@ -229,10 +276,17 @@ impl Resolver for CachingResolver {
         };
         match answer {
             Ok(Ok(addrs)) => Ok(addrs),
-            Ok(Err(e)) if e.kind() == io::ErrorKind::NotFound => Err(Error::HostNotFound),
-            Ok(Err(e)) => Err(Error::Io(e)),
-            Err(RecvTimeoutError::Timeout) => Err(Error::Timeout(timeout.reason)),
-            Err(RecvTimeoutError::Disconnected) => Err(Error::HostNotFound),
+            Ok(Err(e)) => Err(not_sent(Stage::Lookup, e.kind(), e)),
+            Err(RecvTimeoutError::Timeout) => Err(not_sent(
+                Stage::Lookup,
+                io::ErrorKind::TimedOut,
+                "the lookup did not finish in time",
+            )),
+            Err(RecvTimeoutError::Disconnected) => Err(not_sent(
+                Stage::Lookup,
+                io::ErrorKind::Other,
+                "the lookup ended without an answer",
+            )),
         }
     }
 }
@@ -279,15 +333,47 @@ impl<In: Transport> Connector<In> for TcpConnector {
                 Err(e) => last = Some(e),
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(Error::Timeout(details.timeout.reason));
+                break;
             }
         }
         Err(match last {
-            Some(e) if e.kind() == io::ErrorKind::TimedOut => {
-                Error::Timeout(details.timeout.reason)
-            }
-            Some(e) => Error::Io(e),
-            None => Error::ConnectionFailed,
+            Some(e) if e.kind() != io::ErrorKind::TimedOut => not_sent(Stage::Connect, e.kind(), e),
+            Some(_) => not_sent(
+                Stage::Connect,
+                io::ErrorKind::TimedOut,
+                "the connection did not open in time",
+            ),
+            None => not_sent(
+                Stage::Connect,
+                io::ErrorKind::Other,
+                "no address to connect to",
+            ),
+        })
+    }
+}
+
+/// Wraps the TLS connector: a handshake that fails is a request not sent
+/// (no byte of it leaves before the handshake completes).
+#[derive(Debug)]
+pub(crate) struct Handshake<C>(pub(crate) C);
+
+impl<In: Transport, C: Connector<In>> Connector<In> for Handshake<C> {
+    type Out = C::Out;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> Result<Option<Self::Out>, Error> {
+        self.0.connect(details, chained).map_err(|e| match e {
+            e if not_sent_of(&e).is_some() => e,
+            Error::Timeout(_) => not_sent(
+                Stage::Tls,
+                io::ErrorKind::TimedOut,
+                "the TLS handshake did not finish in time",
+            ),
+            Error::Io(e) => not_sent(Stage::Tls, e.kind(), e),
+            other => not_sent(Stage::Tls, io::ErrorKind::Other, other),
         })
     }
 }

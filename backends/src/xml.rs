@@ -12,6 +12,11 @@ pub(crate) struct ErrorBody {
     pub(crate) code: Option<String>,
     pub(crate) message: Option<String>,
     pub(crate) request_id: Option<String>,
+    /// The endpoint a redirect names (`PermanentRedirect`,
+    /// `TemporaryRedirect`).
+    pub(crate) endpoint: Option<String>,
+    /// The region the service expected (`AuthorizationHeaderMalformed`).
+    pub(crate) region: Option<String>,
 }
 
 #[derive(Clone, Copy)]
@@ -19,6 +24,8 @@ enum Field {
     Code,
     Message,
     RequestId,
+    Endpoint,
+    Region,
 }
 
 impl ErrorBody {
@@ -47,6 +54,8 @@ impl ErrorBody {
                             "Code" => Some(Field::Code),
                             "Message" => Some(Field::Message),
                             "RequestId" => Some(Field::RequestId),
+                            "Endpoint" => Some(Field::Endpoint),
+                            "Region" => Some(Field::Region),
                             _ => None,
                         };
                         value.clear();
@@ -60,6 +69,8 @@ impl ErrorBody {
                                 Field::Code => parsed.code = v,
                                 Field::Message => parsed.message = v,
                                 Field::RequestId => parsed.request_id = v,
+                                Field::Endpoint => parsed.endpoint = v,
+                                Field::Region => parsed.region = v,
                             }
                         }
                     }
@@ -104,8 +115,18 @@ mod tests {
                     "The request signature we calculated does not match & so on !".into()
                 ),
                 request_id: Some("4442587FB7D0A2F9".into()),
+                ..ErrorBody::default()
             }
         );
+        let redirect = ErrorBody::parse(
+            b"<Error><Code>PermanentRedirect</Code><Endpoint>b.s3.eu-west-1.amazonaws.com\
+              </Endpoint><Region>eu-west-1</Region></Error>",
+        );
+        assert_eq!(
+            redirect.endpoint.as_deref(),
+            Some("b.s3.eu-west-1.amazonaws.com")
+        );
+        assert_eq!(redirect.region.as_deref(), Some("eu-west-1"));
     }
 
     #[test]
@@ -132,7 +153,7 @@ mod tests {
         #[test]
         fn any_body_parses_to_parts_of_itself(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048)) {
             let parsed = ErrorBody::parse(&body);
-            for part in [parsed.code, parsed.message, parsed.request_id].into_iter().flatten() {
+            for part in [parsed.code, parsed.message, parsed.request_id, parsed.endpoint, parsed.region].into_iter().flatten() {
                 proptest::prop_assert!(part.len() <= body.len());
             }
         }

@@ -117,6 +117,9 @@ fn answers_are_mapped_by_meaning_and_name_the_request() {
             "R501",
         ),
         Reply::error(500, "InternalError", "oops", "R500"),
+        // A GET is tried three times in all.
+        Reply::status(503).header("x-amz-request-id", "HDR503a"),
+        Reply::status(503).header("x-amz-request-id", "HDR503b"),
         Reply::status(503).header("x-amz-request-id", "HDR503"),
         Reply::error(
             403,

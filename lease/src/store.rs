@@ -228,6 +228,23 @@ impl StoreErrorKind {
     }
 }
 
+/// How far a failed request got, which decides what a
+/// [`StoreErrorKind::Transport`] error may have done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Delivery {
+    /// Sent, or perhaps sent, and no answer came (a timeout, a connection
+    /// reset or closed after sending): it may have taken effect.
+    #[default]
+    Unknown,
+    /// Nothing was sent (the host name lookup, the connection or the TLS
+    /// handshake failed; the deadline passed first): it took no effect.
+    NotSent,
+    /// The service answered with an error (5xx, 429, 408): a write may or
+    /// may not have taken effect.
+    Answered,
+}
+
 /// A failed store request: what kind of answer it got, which request it
 /// was, and what the service said.
 ///
@@ -243,6 +260,7 @@ pub struct StoreError {
     // Boxed to keep the error small: most errors carry no request id.
     request_id: Option<Box<str>>,
     timed_out: bool,
+    delivery: Delivery,
     version: Option<Box<Version>>,
 }
 
@@ -257,6 +275,7 @@ impl StoreError {
             message: None,
             request_id: None,
             timed_out: false,
+            delivery: Delivery::Unknown,
             version: None,
         }
     }
@@ -284,6 +303,25 @@ impl StoreError {
     pub fn timed_out(mut self) -> Self {
         self.timed_out = true;
         self
+    }
+
+    /// The same error, marked as a request of which nothing was sent, so
+    /// it took no effect (its kind stays as given: a not-sent request is
+    /// still a [`StoreErrorKind::Transport`] failure, retried as one).
+    pub fn not_sent(mut self) -> Self {
+        self.delivery = Delivery::NotSent;
+        self
+    }
+
+    /// The same error, marked as the service's own answer (a 5xx).
+    pub fn answered(mut self) -> Self {
+        self.delivery = Delivery::Answered;
+        self
+    }
+
+    /// How far the request got.
+    pub fn delivery(&self) -> Delivery {
+        self.delivery
     }
 
     /// The same error, carrying the version of the object it is about (for
@@ -333,9 +371,10 @@ impl StoreError {
         self.timed_out
     }
 
-    /// Whether the request may have taken effect although it failed.
+    /// Whether the request may have taken effect although it failed: a
+    /// [`StoreErrorKind::Transport`] failure of a request that was sent.
     pub fn may_have_landed(&self) -> bool {
-        self.kind == StoreErrorKind::Transport
+        self.kind == StoreErrorKind::Transport && self.delivery != Delivery::NotSent
     }
 
     /// Whether a condition was refused: another writer acted.
@@ -356,9 +395,18 @@ impl StoreError {
 
     fn hint(&self) -> Option<&'static str> {
         match self.kind {
-            StoreErrorKind::Transport => Some(
-                "the request may have taken effect; check the endpoint and network, then retry",
-            ),
+            StoreErrorKind::Transport => Some(match self.delivery {
+                Delivery::Unknown => {
+                    "the request may have taken effect; check the endpoint and network, then retry"
+                }
+                Delivery::NotSent => {
+                    "nothing was sent, so the request took no effect and is safe to retry"
+                }
+                Delivery::Answered => {
+                    "the service answered with an error: the request may or may not have taken \
+                     effect; retry later"
+                }
+            }),
             StoreErrorKind::PermissionDenied => {
                 Some("check the credentials and the permissions granted on this key")
             }
@@ -377,7 +425,12 @@ impl StoreError {
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}: {}", self.method, self.key, self.kind.describe())?;
+        let kind = match (self.kind, self.delivery) {
+            (StoreErrorKind::Transport, Delivery::NotSent) => "not sent",
+            (StoreErrorKind::Transport, Delivery::Answered) => "service error",
+            (kind, _) => kind.describe(),
+        };
+        write!(f, "{} {}: {kind}", self.method, self.key)?;
         if self.timed_out {
             f.write_str(" (timed out)")?;
         }
@@ -422,6 +475,24 @@ mod tests {
         let t = StoreError::new(StoreErrorKind::Transport, "GET", "k").timed_out();
         assert!(t.to_string().starts_with("GET k: no answer (timed out); "));
         assert!(t.may_have_landed() && t.is_timeout() && !t.is_refusal());
+        let n = StoreError::new(StoreErrorKind::Transport, "PUT", "k")
+            .with_message("could not connect to h:1")
+            .not_sent();
+        assert_eq!(
+            n.to_string(),
+            "PUT k: not sent (could not connect to h:1); nothing was sent, so the request took \
+             no effect and is safe to retry"
+        );
+        assert!(!n.may_have_landed() && n.kind() == StoreErrorKind::Transport);
+        let a = StoreError::new(StoreErrorKind::Transport, "PUT", "k")
+            .with_code("SlowDown")
+            .answered();
+        assert_eq!(
+            a.to_string(),
+            "PUT k: service error (SlowDown); the service answered with an error: the request \
+             may or may not have taken effect; retry later"
+        );
+        assert!(a.may_have_landed());
     }
 
     #[test]

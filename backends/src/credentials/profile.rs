@@ -175,13 +175,29 @@ impl Profile {
 }
 
 /// Sections of an INI file, each a map of its keys. Comments (`#`, `;`)
-/// and blank lines are skipped; indented lines under a key (sub-settings
-/// such as `s3 =`'s) are skipped too, since no key read here has any.
+/// and blank lines are skipped; indented lines under a key are its
+/// sub-settings, stored as `parent.key` (`s3.addressing_style` from
+/// `s3 =` followed by `  addressing_style = path`), so they never stand in
+/// for a key of the profile itself.
 fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
     let mut sections: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     let mut current: Option<String> = None;
+    // The last key at the top level of the section, parent of indented ones.
+    let mut parent: Option<String> = None;
     for line in text.lines() {
         if line.starts_with([' ', '\t']) {
+            let line = line.trim();
+            if line.starts_with(['#', ';']) {
+                continue;
+            }
+            if let (Some(section), Some(parent), Some((key, value))) =
+                (&current, &parent, line.split_once('='))
+            {
+                sections.entry(section.clone()).or_default().insert(
+                    format!("{parent}.{}", key.trim().to_ascii_lowercase()),
+                    value.trim().to_string(),
+                );
+            }
             continue;
         }
         let line = line.trim();
@@ -194,15 +210,18 @@ fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
             let name = header.split_whitespace().collect::<Vec<_>>().join(" ");
             sections.entry(name.clone()).or_default();
             current = Some(name);
+            parent = None;
             continue;
         }
         let (Some(section), Some((key, value))) = (&current, line.split_once('=')) else {
             continue;
         };
+        let key = key.trim().to_ascii_lowercase();
+        parent = Some(key.clone());
         sections
             .entry(section.clone())
             .or_default()
-            .insert(key.trim().to_ascii_lowercase(), value.trim().to_string());
+            .insert(key, value.trim().to_string());
     }
     sections
 }
@@ -219,6 +238,7 @@ mod tests {
         assert_eq!(sections["default"]["aws_access_key_id"], "A");
         assert_eq!(sections["default"]["s3"], "");
         assert!(!sections["default"].contains_key("endpoint_url"));
+        assert_eq!(sections["default"]["s3.endpoint_url"], "http://nested");
         assert_eq!(sections["profile dev"]["region"], "eu-west-1");
     }
 

@@ -160,6 +160,72 @@ fn addressing_builds_the_base_url() {
     );
 }
 
+/// The addressing rule: path-style for a custom endpoint, virtual-hosted
+/// for AWS's own, and an explicit choice wins either way.
+#[test]
+fn custom_endpoints_are_path_style_unless_asked_otherwise() {
+    let base = |endpoint: Option<&str>, addressing: Option<Addressing>, bucket: &str| {
+        let mut profile = profile("s3");
+        profile.addressing = Addressing::VirtualHosted;
+        profile.endpoint_for_region =
+            Some(|region, _| Ok(format!("https://s3.{region}.amazonaws.com")));
+        let mut b = HttpStore::builder(profile)
+            .bucket(bucket)
+            .credentials(Credentials::new("A", "S"));
+        if let Some(endpoint) = endpoint {
+            b = b.endpoint(endpoint);
+        }
+        if let Some(addressing) = addressing {
+            b = b.addressing(addressing);
+        }
+        b.build().unwrap().base_url().to_string()
+    };
+    // The region's own endpoint and AWS endpoints given explicitly.
+    assert_eq!(
+        base(None, None, "bkt"),
+        "https://bkt.s3.us-east-1.amazonaws.com"
+    );
+    assert_eq!(
+        base(Some("https://s3.eu-west-1.amazonaws.com"), None, "bkt"),
+        "https://bkt.s3.eu-west-1.amazonaws.com"
+    );
+    assert_eq!(
+        base(Some("https://s3.cn-north-1.amazonaws.com.cn"), None, "bkt"),
+        "https://bkt.s3.cn-north-1.amazonaws.com.cn"
+    );
+    // Custom endpoints by host name: path-style.
+    for (endpoint, url) in [
+        ("http://localhost:4566", "http://localhost:4566/bkt"),
+        ("http://minio:9000", "http://minio:9000/bkt"),
+        (
+            "https://ceph.internal/base",
+            "https://ceph.internal/base/bkt",
+        ),
+        // Not AWS, whatever it ends with.
+        ("https://notamazonaws.com", "https://notamazonaws.com/bkt"),
+    ] {
+        assert_eq!(base(Some(endpoint), None, "bkt"), url, "{endpoint}");
+    }
+    // Asked for: either way.
+    assert_eq!(
+        base(
+            Some("http://minio:9000"),
+            Some(Addressing::VirtualHosted),
+            "bkt"
+        ),
+        "http://bkt.minio:9000"
+    );
+    assert_eq!(
+        base(None, Some(Addressing::Path), "bkt"),
+        "https://s3.us-east-1.amazonaws.com/bkt"
+    );
+    // Dotted buckets stay path-style even when virtual-hosted is asked for.
+    assert_eq!(
+        base(None, Some(Addressing::VirtualHosted), "my.bkt"),
+        "https://s3.us-east-1.amazonaws.com/my.bkt"
+    );
+}
+
 #[test]
 fn missing_settings_name_what_to_set() {
     let e = HttpStore::builder(profile("minio")).build().unwrap_err();
@@ -764,4 +830,297 @@ fn an_acquire_sends_its_three_probe_writes_at_once() {
         .try_acquire()
         .expect("the probe's writes were in flight together");
     assert_eq!(lease.key(), "jobs/LEASE");
+}
+
+/// A bucket in another region: S3's `301 PermanentRedirect` (with the
+/// region in `x-amz-bucket-region`, the endpoint in the body; a HEAD gets
+/// the header alone) and `400 AuthorizationHeaderMalformed` (the region in
+/// `<Region>`) name the bucket's region and what to set.
+#[test]
+fn a_bucket_in_another_region_is_named_with_what_to_set() {
+    use std::io::Write;
+    let url = raw_server(move |_, mut stream| {
+        while let Some((head, _)) = read_request(&mut stream) {
+            let (status, headers, body) = if head.starts_with("HEAD /bkt/head") {
+                (
+                    "301 Moved Permanently",
+                    "x-amz-bucket-region: eu-west-1\r\n",
+                    String::new(),
+                )
+            } else if head.starts_with("GET /bkt/get") {
+                (
+                    "301 Moved Permanently",
+                    "x-amz-bucket-region: eu-west-1\r\n",
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PermanentRedirect</Code>\
+                     <Message>The bucket you are attempting to access must be addressed using the \
+                     specified endpoint. Please send all future requests to this endpoint.</Message>\
+                     <Endpoint>bkt.s3.eu-west-1.amazonaws.com</Endpoint><Bucket>bkt</Bucket>\
+                     <RequestId>R1</RequestId></Error>"
+                        .to_string(),
+                )
+            } else if head.starts_with("GET /bkt/endpoint-only") {
+                (
+                    "301 Moved Permanently",
+                    "",
+                    "<Error><Code>PermanentRedirect</Code><Message>Use the endpoint.</Message>\
+                     <Endpoint>bkt.s3.ap-south-1.amazonaws.com</Endpoint></Error>"
+                        .to_string(),
+                )
+            } else {
+                (
+                    "400 Bad Request",
+                    "",
+                    "<Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization \
+                     header is malformed; the region 'us-east-1' is wrong; expecting \
+                     'eu-west-1'</Message><Region>eu-west-1</Region><RequestId>R2</RequestId>\
+                     </Error>"
+                        .to_string(),
+                )
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\n{headers}content-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(answer.as_bytes()).unwrap();
+        }
+    });
+    let store = store(&url);
+    let e = store.get("get", soon()).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected);
+    assert_eq!(
+        e.to_string(),
+        "GET get: rejected (PermanentRedirect: the bucket bkt is in region eu-west-1, not \
+         us-east-1; set AWS_REGION=eu-west-1 and an endpoint in that region in \
+         AWS_ENDPOINT_URL (the service names bkt.s3.eu-west-1.amazonaws.com); request id R1)"
+    );
+    let e = store.head("head", soon()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "HEAD head: rejected (HTTP 301: the bucket bkt is in region eu-west-1, not us-east-1; \
+         set AWS_REGION=eu-west-1 and an endpoint in that region in AWS_ENDPOINT_URL)"
+    );
+    let e = store.get("endpoint-only", soon()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "GET endpoint-only: rejected (PermanentRedirect: the bucket bkt is not in region \
+         us-east-1: the service sends its requests to bkt.s3.ap-south-1.amazonaws.com; set \
+         AWS_REGION to the bucket's region and an endpoint in that region in AWS_ENDPOINT_URL)"
+    );
+    let e = store
+        .put(
+            "put",
+            b"x",
+            &PutOptions::new(PutMode::Create).with_deadline(soon()),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected);
+    assert_eq!(
+        e.to_string(),
+        "PUT put: rejected (AuthorizationHeaderMalformed: the bucket bkt is in region \
+         eu-west-1, not us-east-1; set AWS_REGION=eu-west-1 and an endpoint in that region in \
+         AWS_ENDPOINT_URL; request id R2)"
+    );
+
+    // With the region's own endpoint, the region alone is to set.
+    let mut profile = profile("s3");
+    profile.region = None;
+    profile.endpoint_for_region = Some(|region, _| Ok(format!("http://s3.{region}.amazonaws.com")));
+    let store = HttpStore::builder(profile)
+        .region("us-east-1")
+        .addressing(Addressing::Path)
+        .connect_to(url.trim_start_matches("http://").parse().unwrap())
+        .bucket("bkt")
+        .credentials(Credentials::new("AKID", "SECRET"))
+        .build()
+        .unwrap();
+    let e = store.get("get", soon()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "GET get: rejected (PermanentRedirect: the bucket bkt is in region eu-west-1, not \
+         us-east-1; set AWS_REGION=eu-west-1 (the service names \
+         bkt.s3.eu-west-1.amazonaws.com); request id R1)"
+    );
+}
+
+/// A port nobody listens on: refused, nothing sent.
+fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    url
+}
+
+#[test]
+fn a_refused_connection_says_nothing_was_sent_and_names_host_and_port() {
+    let url = refused_url();
+    let target = url.trim_start_matches("http://");
+    let e = store(&url)
+        .put(
+            "k",
+            b"x",
+            &PutOptions::new(PutMode::Create).with_deadline(soon()),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(!e.may_have_landed() && !e.is_timeout(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "PUT k: not sent (could not connect to {target}: Connection refused (os error \
+             111); check that the service listens at {target}, the endpoint's host and \
+             port); nothing was sent, so the request took no effect and is safe to retry"
+        )
+    );
+}
+
+#[test]
+fn a_failed_lookup_says_nothing_was_sent_and_names_the_host() {
+    fn fails(host: &str, _: u16) -> std::io::Result<Vec<SocketAddr>> {
+        assert_eq!(host, "nohost.invalid");
+        Err(std::io::Error::other(
+            "failed to lookup address information: Name or service not known",
+        ))
+    }
+    let store = HttpStore::builder(profile("test"))
+        .endpoint("http://nohost.invalid:9000")
+        .lookup(fails)
+        .bucket("bkt")
+        .credentials(Credentials::new("AKID", "SECRET"))
+        .build()
+        .unwrap();
+    let e = store.get("k", soon()).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(!e.may_have_landed(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "GET k: not sent (could not look up nohost.invalid (for nohost.invalid:9000): failed \
+         to lookup address information: Name or service not known; check the endpoint's host \
+         name, or the region); nothing was sent, so the request took no effect and is safe to \
+         retry"
+    );
+}
+
+#[test]
+fn https_to_a_plain_http_server_says_to_check_the_scheme() {
+    use std::io::Write;
+    let url = raw_server(|_, mut stream| {
+        let mut hello = [0u8; 512];
+        let _ = stream.read(&mut hello);
+        let _ = stream.write_all(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        );
+    });
+    let target = url.trim_start_matches("http://").to_string();
+    let e = store(&format!("https://{target}"))
+        .get("k", soon())
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(!e.may_have_landed(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "GET k: not sent (the TLS handshake with {target} failed: the server did not \
+             answer in TLS (received corrupt message of type InvalidContentType); check http:// \
+             vs https:// in the endpoint); nothing was sent, so the request took no effect and \
+             is safe to retry"
+        )
+    );
+}
+
+#[test]
+fn a_connection_closed_after_the_request_may_have_landed_and_an_answered_5xx_says_so() {
+    use std::io::Write;
+    let url = raw_server(|i, mut stream| {
+        if read_request(&mut stream).is_none() {
+            return;
+        }
+        if i == 0 {
+            // Read, then hang up without an answer.
+            return;
+        }
+        let body = "<Error><Code>InternalError</Code><Message>We encountered an internal \
+                    error. Please try again.</Message><RequestId>R5</RequestId></Error>";
+        let _ = stream.write_all(
+            format!(
+                "HTTP/1.1 500 Internal Server Error\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+    });
+    let target = url.trim_start_matches("http://").to_string();
+    let store = store(&url);
+    let options = PutOptions::new(PutMode::Create).with_deadline(soon());
+    let e = store.put("k", b"x", &options).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(e.may_have_landed(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with(&format!("PUT k: no answer (no answer from {target}: ")),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(
+            "; the request may have taken effect; check the endpoint and network, then retry"
+        ),
+        "{text}"
+    );
+    let e = store.put("k", b"x", &options).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(e.may_have_landed(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "PUT k: service error (InternalError: We encountered an internal error. Please try \
+         again.; request id R5); the service answered with an error: the request may or may \
+         not have taken effect; retry later"
+    );
+}
+
+/// Transient answers to reads are retried (a bounded number of times,
+/// within the deadline); a write that was sent is never re-sent.
+#[test]
+fn transient_answers_to_reads_are_retried_and_sent_writes_are_not() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let url = raw_server(move |_, mut stream| {
+        while let Some((head, _)) = read_request(&mut stream) {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let answer = if head.starts_with("GET /bkt/flaky") && n % 3 == 2 {
+                "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\ncontent-length: 2\r\n\r\nok".to_string()
+            } else {
+                let body = "<Error><Code>SlowDown</Code><Message>Please reduce your request \
+                            rate.</Message></Error>";
+                format!(
+                    "HTTP/1.1 503 Slow Down\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+            };
+            stream.write_all(answer.as_bytes()).unwrap();
+        }
+    });
+    let store = store(&url);
+    // Two SlowDowns, then the object.
+    assert_eq!(store.get("flaky", soon()).unwrap().body, b"ok");
+    assert_eq!(seen.swap(0, Ordering::SeqCst), 3);
+    // Always SlowDown: three attempts, then the last answer.
+    let e = store.get("slow", soon()).unwrap_err();
+    assert_eq!(e.code(), Some("SlowDown"), "{e}");
+    assert_eq!(seen.swap(0, Ordering::SeqCst), 3);
+    // Within the deadline, however short.
+    let started = Instant::now();
+    let _ = store.get("slow", Some(Instant::now() + Duration::from_millis(30)));
+    assert!(started.elapsed() < Duration::from_millis(500));
+    seen.store(0, Ordering::SeqCst);
+    // A conditional write that reached the service is not re-sent.
+    let e = store
+        .put(
+            "k",
+            b"x",
+            &PutOptions::new(PutMode::Create).with_deadline(soon()),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), Some("SlowDown"), "{e}");
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
 }

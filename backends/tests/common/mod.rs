@@ -139,6 +139,8 @@ pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
         bucket_lease_backends::s3::builder()
             .region("us-east-1")
             .endpoint(format!("http://s3.localhost:{}", addr.port()))
+            // A custom endpoint is path-style unless asked otherwise.
+            .addressing(Addressing::VirtualHosted)
             .connect_to(addr)
             .bucket(bucket())
             .credentials(Server::Moto.credentials())
