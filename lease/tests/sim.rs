@@ -20,12 +20,13 @@ fn seeded_runs_break_no_invariant() {
         }
     }
     // The seeds reach every check: pointers moved, holders crashed, suspect
-    // records met.
+    // records met, pools of leases kept.
     for kind in [
         "write windows",
         "pointer states",
         "crash takeovers",
         "suspect takeovers",
+        "pooled leases",
     ] {
         assert!(
             checked.get(kind).copied().unwrap_or(0) > 0,
