@@ -799,6 +799,29 @@ pub(crate) mod tests {
         assert!(format!("{store:?}").contains("us-west-2"));
     }
 
+    /// The base URL of the store `url` opens with test credentials, no
+    /// home directory, no instance metadata, and the variables `extra`
+    /// (the first of a name wins).
+    #[cfg(feature = "s3")]
+    fn s3_base_url(url: &str, extra: &[(&str, &str)]) -> Result<String, String> {
+        let extra: Vec<(String, String)> = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let env = move |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKID".to_string()),
+            "AWS_SECRET_ACCESS_KEY" => Some("s".to_string()),
+            "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
+            "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
+            n => extra.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()),
+        };
+        let url = StoreUrl::parse(url).unwrap();
+        http_builder(&url, &env)
+            .and_then(|b| b.build())
+            .map(|store| store.base_url().to_string())
+            .map_err(|e| e.to_string())
+    }
+
     /// The addressing rule through the environment and a profile's `s3`
     /// section: path-style for a custom endpoint, virtual-hosted for AWS's,
     /// and `BUCKET_LEASE_ADDRESSING_STYLE` (over the profile's
@@ -807,22 +830,9 @@ pub(crate) mod tests {
     #[test]
     fn addressing_follows_the_endpoint_unless_a_setting_forces_it() {
         let base = |extra: &[(&str, &str)]| {
-            let extra: Vec<(String, String)> = extra
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            let env = move |name: &str| match name {
-                "AWS_ACCESS_KEY_ID" => Some("AKID".to_string()),
-                "AWS_SECRET_ACCESS_KEY" => Some("s".to_string()),
-                "AWS_REGION" => Some("eu-west-1".to_string()),
-                "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
-                n => extra.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()),
-            };
-            let url = StoreUrl::parse("s3://my-bucket/p").unwrap();
-            http_builder(&url, &env)
-                .and_then(|b| b.build())
-                .map(|store| store.base_url().to_string())
-                .map_err(|e| e.to_string())
+            let mut all = vec![("AWS_REGION", "eu-west-1")];
+            all.extend_from_slice(extra);
+            s3_base_url("s3://my-bucket/p", &all)
         };
         assert_eq!(
             base(&[]).unwrap(),
@@ -902,24 +912,7 @@ pub(crate) mod tests {
     #[cfg(feature = "s3")]
     #[test]
     fn regions_reach_their_partitions_endpoints_and_variants() {
-        let base = |extra: &[(&str, &str)]| {
-            let extra: Vec<(String, String)> = extra
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            let env = move |name: &str| match name {
-                "AWS_ACCESS_KEY_ID" => Some("AKID".to_string()),
-                "AWS_SECRET_ACCESS_KEY" => Some("s".to_string()),
-                "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
-                "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
-                n => extra.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()),
-            };
-            let url = StoreUrl::parse("s3://bkt/p").unwrap();
-            http_builder(&url, &env)
-                .and_then(|b| b.build())
-                .map(|store| store.base_url().to_string())
-                .map_err(|e| e.to_string())
-        };
+        let base = |extra: &[(&str, &str)]| s3_base_url("s3://bkt/p", extra);
         for (region, fips, dualstack, url) in [
             (
                 "eu-west-1",
