@@ -211,7 +211,8 @@ fn a_url_and_an_injected_environment_open_a_working_store() {
 /// A prefix with `?`, `#` and `@`, percent-encoded in the store URL, is
 /// decoded once: the object lands at the decoded key (listed by moto
 /// without our client), and nanio, which checks signatures, accepts the
-/// requests for it.
+/// requests for it. (An `s3://` URL: built with the `s3` feature.)
+#[cfg(feature = "s3")]
 #[test]
 fn a_percent_encoded_prefix_lands_at_the_decoded_key() {
     use std::io::{Read, Write};
