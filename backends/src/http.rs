@@ -25,6 +25,7 @@ use crate::credentials::{CredentialsProvider, Source};
 use crate::net::{not_sent_of, CachingResolver, Handshake, Stage, TcpConnector};
 use crate::sign::{sign_request, Credentials};
 use crate::xml::ErrorBody;
+use bucket_lease_core::clock::jittered;
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
@@ -1007,16 +1008,13 @@ fn retryable(op: Op, error: &StoreError) -> bool {
     error.delivery() == Delivery::NotSent || matches!(op, Op::Get | Op::Head | Op::Delete)
 }
 
-/// The pause before attempt `attempt + 1`: "full jitter" up to 50 ms ×
-/// 2^(attempt-1), so that clients refused together do not retry together.
+/// The pause before attempt `attempt + 1`: 50 ms × 2^(attempt-1), jittered
+/// by the core's [`jittered`] (one half to three halves), so that clients
+/// refused together do not retry together.
 fn backoff(attempt: u32) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let ceiling = 50u64 << attempt.saturating_sub(1).min(6);
-    // A random u64 from the standard library's randomly keyed hasher.
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    Duration::from_millis(random % ceiling + 1)
+    jittered(Duration::from_millis(
+        50u64 << attempt.saturating_sub(1).min(6),
+    ))
 }
 
 /// Whether an answer says the bucket is in another region: a redirect, or
