@@ -33,7 +33,6 @@ use super::{Contender, Lease};
 use crate::error::LeaseError;
 use crossbeam_channel::{Receiver, Sender};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,8 +57,8 @@ pub struct Cancel {
 }
 
 struct CancelInner {
-    cancelled: AtomicBool,
-    /// Dropped on cancel, which wakes every waiter's `select!`.
+    /// Dropped on cancel (so `None` once cancelled), which wakes every
+    /// waiter's `select!`.
     wake: Mutex<Option<Sender<()>>>,
     woken: Receiver<()>,
 }
@@ -70,7 +69,6 @@ impl Cancel {
         let (wake, woken) = crossbeam_channel::bounded(0);
         Cancel {
             inner: Arc::new(CancelInner {
-                cancelled: AtomicBool::new(false),
                 wake: Mutex::new(Some(wake)),
                 woken,
             }),
@@ -79,19 +77,16 @@ impl Cancel {
 
     /// Stop every wait that uses this handle, now or later.
     pub fn cancel(&self) {
-        self.inner.cancelled.store(true, Ordering::SeqCst);
-        let sender = self
-            .inner
-            .wake
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        drop(sender);
+        drop(self.wake().take());
     }
 
     /// Whether [`cancel`](Self::cancel) was called.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancelled.load(Ordering::SeqCst)
+        self.wake().is_none()
+    }
+
+    fn wake(&self) -> std::sync::MutexGuard<'_, Option<Sender<()>>> {
+        self.inner.wake.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
