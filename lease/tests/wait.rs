@@ -19,17 +19,32 @@ fn contender(store: &Arc<MemoryStore>, clock: &TestClock, id: &str) -> Contender
     Contender::new(Arc::clone(store) as Arc<dyn Store>, "job", options).with_instance_id(id)
 }
 
+/// A store and a test clock on which instance `a` holds the lease.
+fn held_by_a() -> (Arc<MemoryStore>, TestClock, bucket_lease_core::Lease) {
+    let store = Arc::new(MemoryStore::new());
+    let clock = TestClock::new();
+    let holder = contender(&store, &clock, "a")
+        .try_acquire()
+        .expect("a takes it");
+    (store, clock, holder)
+}
+
+/// The lease was taken `waited` after `since`: one TTL, at most 50 ms late.
+fn assert_one_ttl_late_at_most_50_ms(waited: Duration, since: &str) {
+    assert!(
+        waited >= Duration::from_secs(TTL_S)
+            && waited <= Duration::from_secs(TTL_S) + Duration::from_millis(50),
+        "taken {waited:?} {since}; that was {TTL_S} s"
+    );
+}
+
 fn elapsed(clock: &TestClock, since: Instant) -> Duration {
     clock.now().saturating_duration_since(since)
 }
 
 #[test]
 fn a_waiter_takes_over_the_moment_a_crashed_holders_record_expires() {
-    let store = Arc::new(MemoryStore::new());
-    let clock = TestClock::new();
-    let holder = contender(&store, &clock, "a")
-        .try_acquire()
-        .expect("a takes it");
+    let (store, clock, holder) = held_by_a();
     let start = clock.now();
     // `a` crashes: it never renews. `b` waits with the default re-read.
     let mut b = contender(&store, &clock, "b");
@@ -37,21 +52,13 @@ fn a_waiter_takes_over_the_moment_a_crashed_holders_record_expires() {
         .acquire_with(&Wait::until(start + Duration::from_secs(3 * TTL_S)))
         .expect("b takes over once the record expires");
     let waited = elapsed(&clock, start);
-    assert!(
-        waited >= Duration::from_secs(TTL_S)
-            && waited <= Duration::from_secs(TTL_S) + Duration::from_millis(50),
-        "b took over {waited:?} after a's last renewal; the record expired after {TTL_S} s"
-    );
+    assert_one_ttl_late_at_most_50_ms(waited, "after a's last renewal (the record expired)");
     assert_eq!(lease.epoch(), holder.epoch() + 1);
 }
 
 #[test]
 fn a_waiter_rereads_instead_of_sleeping_blindly_to_the_expiry() {
-    let store = Arc::new(MemoryStore::new());
-    let clock = TestClock::new();
-    let _holder = contender(&store, &clock, "a")
-        .try_acquire()
-        .expect("a takes it");
+    let (store, clock, _holder) = held_by_a();
     let start = clock.now();
     let before = store.requests();
     let mut b = contender(&store, &clock, "b");
@@ -129,11 +136,7 @@ impl Store for HookAt {
 
 #[test]
 fn a_release_is_noticed_at_the_next_reread() {
-    let store = Arc::new(MemoryStore::new());
-    let clock = TestClock::new();
-    let holder = contender(&store, &clock, "a")
-        .try_acquire()
-        .expect("a takes it");
+    let (store, clock, holder) = held_by_a();
     let start = clock.now();
     // `a` releases just before b's third read.
     let hooked = Arc::new(HookAt {
@@ -222,11 +225,7 @@ fn a_suspect_record_is_taken_when_its_watch_ends() {
         .acquire_with(&Wait::until(start + Duration::from_secs(3 * TTL_S)))
         .expect("the suspect record is taken over after its watch");
     let waited = elapsed(&clock, start);
-    assert!(
-        waited >= Duration::from_secs(TTL_S)
-            && waited <= Duration::from_secs(TTL_S) + Duration::from_millis(50),
-        "taken {waited:?} after first seen; the watch is {TTL_S} s"
-    );
+    assert_one_ttl_late_at_most_50_ms(waited, "after first seen (the watch ended)");
     assert_eq!(lease.epoch(), 10);
 }
 
