@@ -306,8 +306,10 @@ fn credential_process_is_run_and_refreshed_before_its_expiration() {
 
 #[test]
 fn a_failed_refresh_keeps_valid_credentials_and_expired_ones_name_the_source() {
-    // Runs 2 and later fail.
-    let (home, counter) = process_home("process-fails", 3, &[2, 3, 4, 5, 6, 7, 8, 9]);
+    // Runs 2 and later fail. The credentials live 6 s (stamped to the
+    // second), so even a slow first run leaves them well outside the 2 s
+    // refresh window: exactly one refresh is tried inside it.
+    let (home, counter) = process_home("process-fails", 6, &[2, 3, 4, 5, 6, 7, 8, 9]);
     let provider = chain_with_env(&env(&[
         ("HOME", path(&home)),
         ("AWS_PROFILE", "proc".into()),
