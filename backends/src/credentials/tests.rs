@@ -275,7 +275,7 @@ fn runs(counter: &Path) -> u32 {
 
 #[test]
 fn credential_process_is_run_and_refreshed_before_its_expiration() {
-    let (home, counter) = process_home("process", 4, &[]);
+    let (home, counter) = process_home("process", 6, &[]);
     let provider = chain_with_env(&env(&[
         ("HOME", path(&home)),
         ("AWS_PROFILE", "proc".into()),
@@ -293,8 +293,9 @@ fn credential_process_is_run_and_refreshed_before_its_expiration() {
     assert_eq!(key_id(&provider), "AKIDPROC1");
     assert_eq!(runs(&counter), 1);
     let expires = provider.expires().expect("temporary");
-    // Within the window (2 s before the 4 s expiry; stamps have whole
-    // seconds), the next request runs it again, before the expiry.
+    // Within the window (2 s before the 6 s expiry; stamps have whole
+    // seconds, and 6 s leaves a slow first run outside the window), the
+    // next request runs it again, before the expiry.
     while SystemTime::now() + Duration::from_secs(2) < expires {
         std::thread::sleep(Duration::from_millis(50));
     }
