@@ -63,6 +63,18 @@
 //! - **Conflicts are retried, briefly.** A conflict answer (a concurrent
 //!   conditional write on the same key) is retried after a jittered pause, a
 //!   bounded number of times, and never past the request's deadline.
+//! - **A write with a transient failure is decided again by reading, never
+//!   re-sent blindly.** When a write of the record that was sent meets a
+//!   transient failure (a 5xx or throttling answer, or no answer: it may
+//!   have landed), an acquire reads the record again and decides afresh
+//!   (its own record is taken back at its epoch), and a release reads it and
+//!   rewrites it only while it still names us; at most
+//!   [`TRANSIENT_WRITE_TRIES`] writes in all, after jittered pauses, and
+//!   only while the deadline leaves room. The probe's writes, which carry
+//!   our own record and exist to be refused, are simply sent again. Requests
+//!   that were not sent at all are the store's to retry
+//!   ([`StoreError::delivery`]); a renewal is tried again by its keeper,
+//!   inside the fence.
 //!
 //! What no lease can stop: a request the service has already received
 //! completes even after its sender lost the lease, and a process frozen
@@ -74,8 +86,13 @@ pub use crate::clock::jittered;
 use crate::clock::{system_clock, Clock};
 use crate::error::{IgnoredCondition, LeaseError, CONDITIONAL_ENV};
 use crate::mutant::{self, Mutant};
-use crate::record::{format_stamp, lease_key, new_instance_id, LeaseRecord, MAX_SANE_TTL_S};
-use crate::store::{DeleteMode, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version};
+use crate::record::{
+    format_stamp, lease_key, new_instance_id, probe_key, LeaseRecord, MAX_SANE_TTL_S,
+    PROBE_KEY_EXTRA_BYTES,
+};
+use crate::store::{
+    DeleteMode, Delivery, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -88,6 +105,10 @@ pub const ACQUIRE_RACES: usize = 3;
 
 /// How many times a conflict answer is retried before it is returned.
 pub const CONFLICT_RETRIES: u32 = 4;
+
+/// How many writes an acquire, a probe check or a release sends in all when
+/// each meets a transient failure (see the [module docs](self)).
+pub const TRANSIENT_WRITE_TRIES: u32 = 3;
 
 /// The TTL a lease is taken with unless told otherwise, in seconds.
 pub const DEFAULT_TTL_S: u64 = 30;
@@ -265,10 +286,11 @@ impl Contender {
                 ttl_s: self.options.ttl_s,
             });
         }
+        self.check_key_room()?;
         self.free_at = None;
         let clock = Arc::clone(&self.options.clock);
         let best_effort = self.options.best_effort;
-        let mut races = 0;
+        let (mut races, mut transient) = (0, Transient::default());
         while races < ACQUIRE_RACES {
             let current = read_record(&*self.store, &self.key, deadline)?;
             let epoch = match &current {
@@ -322,6 +344,8 @@ impl Contender {
                     races += 1;
                     continue;
                 }
+                // It may have landed: read again and decide afresh.
+                Err(e) if transient.pause_before_another(&e, &*clock, deadline) => continue,
                 Err(e) => return Err(e.into()),
             };
             let lease = Lease {
@@ -411,6 +435,24 @@ impl Contender {
             exclusion,
         };
         target.release_if_ours(deadline)
+    }
+
+    /// [`LeaseError::KeyTooLong`] when the lease key, or the probe's key
+    /// beside it for a conditional lease, is longer than the store takes.
+    fn check_key_room(&self) -> Result<(), LeaseError> {
+        let Some(limit) = self.store.max_key_bytes() else {
+            return Ok(());
+        };
+        let probe = !self.options.best_effort;
+        let needed = self.key.len() + if probe { PROBE_KEY_EXTRA_BYTES } else { 0 };
+        if needed <= limit {
+            return Ok(());
+        }
+        Err(LeaseError::KeyTooLong {
+            key: self.key.clone(),
+            limit,
+            probe,
+        })
     }
 
     /// Whether `rec` is a live record of this instance's own: a write of an
@@ -920,10 +962,15 @@ impl Lease {
             let released = self.record(String::new()).released(self.clock.wall());
             let mode = PutMode::Update(version);
             let body = released.to_bytes();
+            let mut transient = Transient::default();
             match put_retrying(&*self.store, &*self.clock, &self.key, &body, mode, deadline) {
                 Ok(_) => return Ok(Released::Freed),
                 // Our version is stale (a lost answer?): look first.
                 Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
+                // It may have landed: look first.
+                Err(e) if transient.pause_before_another(&e, &*self.clock, deadline) => {
+                    return target.release_if_ours_retrying(transient, deadline);
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -947,7 +994,7 @@ impl Lease {
                 IgnoredCondition::IfMatch,
             ),
             (
-                format!("{}.probe-{}", self.key, new_instance_id()),
+                probe_key(&self.key),
                 PutMode::Update(fake),
                 IgnoredCondition::IfMatchOnAbsentKey,
             ),
@@ -962,7 +1009,7 @@ impl Lease {
                 });
             };
             let bound = Some(deadline.map_or(fence, |d| d.min(fence)));
-            match put_retrying(&*self.store, &*self.clock, &key, body, mode, bound) {
+            match put_resending(&*self.store, &*self.clock, &key, body, mode, bound) {
                 Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
                 Ok(_) => {
@@ -1002,7 +1049,7 @@ impl Lease {
         let bound = Some(deadline.map_or(fence, |d| d.min(fence)));
         let (store, clock) = (&*self.store, &*self.clock);
         let put = |(key, mode, _): &(String, PutMode, IgnoredCondition)| {
-            put_retrying(store, clock, key, body, mode.clone(), bound)
+            put_resending(store, clock, key, body, mode.clone(), bound)
         };
         let answers: Vec<Result<Version, StoreError>> = std::thread::scope(|scope| {
             let others: Vec<_> = checks[1..]
@@ -1069,6 +1116,29 @@ impl ReleaseTarget<'_> {
     /// rewrite it released, conditional on the version read (unconditional
     /// for a best-effort lease).
     fn release_if_ours(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
+        self.release_if_ours_retrying(Transient::default(), deadline)
+    }
+
+    /// [`release_if_ours`](Self::release_if_ours), reading and deciding
+    /// again after a transient failure of its write while `transient`
+    /// allows.
+    fn release_if_ours_retrying(
+        &self,
+        mut transient: Transient,
+        deadline: Option<Instant>,
+    ) -> Result<Released, LeaseError> {
+        loop {
+            match self.release_once(deadline) {
+                Err(LeaseError::Store(e))
+                    if e.method() == "PUT"
+                        && transient.pause_before_another(&e, self.clock, deadline) => {}
+                result => return result,
+            }
+        }
+    }
+
+    /// One read, then at most one conditional write.
+    fn release_once(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
         let (rec, version) = match read_record(self.store, self.key, deadline)? {
             None => return Ok(Released::AlreadyFree),
             Some((Some(rec), version)) if rec.instance_id == self.instance_id => (rec, version),
@@ -1147,6 +1217,65 @@ fn require_etag(version: &Version, method: &'static str, key: &str) -> Result<Ve
          ETag header on GET and PUT",
         ),
     )
+}
+
+/// The transient write failures met so far by one acquire, probe check or
+/// release; see [`TRANSIENT_WRITE_TRIES`].
+#[derive(Debug, Default)]
+struct Transient {
+    failures: u32,
+}
+
+impl Transient {
+    /// Whether to try again after `error`: a transient failure of a request
+    /// that was sent (one not sent is the store's to retry), with tries
+    /// left and room before `deadline` for a jittered pause and a request.
+    /// If so, the pause has been slept.
+    fn pause_before_another(
+        &mut self,
+        error: &StoreError,
+        clock: &dyn Clock,
+        deadline: Option<Instant>,
+    ) -> bool {
+        if error.kind() != StoreErrorKind::Transport
+            || error.delivery() == Delivery::NotSent
+            || self.failures + 1 >= TRANSIENT_WRITE_TRIES
+        {
+            return false;
+        }
+        self.failures += 1;
+        let pause = clock.jitter(Duration::from_millis(50) * 2u32.pow(self.failures - 1));
+        if deadline.is_some_and(|d| clock.now() + pause * 2 >= d) {
+            return false;
+        }
+        log::debug!(
+            "{}: {error}; reading and trying again in {pause:?} ({} of {TRANSIENT_WRITE_TRIES})",
+            error.key(),
+            self.failures + 1
+        );
+        clock.sleep(pause);
+        true
+    }
+}
+
+/// [`put_retrying`], sent again after a transient failure: for the probe's
+/// writes, which carry our own record and are meant to be refused, so that
+/// a second copy can do no harm the first could not.
+fn put_resending(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    key: &str,
+    body: &[u8],
+    mode: PutMode,
+    deadline: Option<Instant>,
+) -> Result<Version, StoreError> {
+    let mut transient = Transient::default();
+    loop {
+        match put_retrying(store, clock, key, body, mode.clone(), deadline) {
+            Err(e) if transient.pause_before_another(&e, clock, deadline) => {}
+            answer => return answer,
+        }
+    }
 }
 
 /// A write that retries conflict answers after a jittered, growing pause,

@@ -1,6 +1,7 @@
 //! Every promise of the lease, checked on the strict in-memory store and on
 //! each of its misbehaviour switches, with a test clock: no test sleeps.
 
+use bucket_lease_core::lease::TRANSIENT_WRITE_TRIES;
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::{
@@ -252,7 +253,9 @@ fn best_effort_can_be_asked_for_through_the_environment() {
 fn a_lost_answer_on_acquire_is_recognised_by_the_next_attempt() {
     let w = World::new();
     let mut me = w.contender(30);
-    w.store.lose_next_answers(1);
+    // Every write of the attempt lands and loses its answer: it reads its
+    // own record back each time, and gives up after the last.
+    w.store.lose_next_answers(TRANSIENT_WRITE_TRIES as usize);
     let err = me.try_acquire().unwrap_err();
     assert!(
         err.store_error().is_some_and(StoreError::may_have_landed),
@@ -274,7 +277,7 @@ fn an_abandoned_acquire_can_be_released_by_its_id() {
     let w = World::new();
     let me = w.contender(30);
     let mut attempt = w.contender(30).with_instance_id(me.instance_id());
-    w.store.lose_next_answers(1);
+    w.store.lose_next_answers(TRANSIENT_WRITE_TRIES as usize);
     attempt.try_acquire().unwrap_err();
     assert_eq!(me.release_abandoned().unwrap(), Released::Freed);
     assert!(w.record().is_some_and(|r| r.is_released()));
