@@ -132,3 +132,33 @@ fn a_refused_connection_and_a_tls_mismatch_say_what_happened_and_where() {
         "{done:?}"
     );
 }
+
+/// A prefix whose lease fits S3's 1024-byte keys but whose probe key does
+/// not is refused when the store is configured, before any request (the
+/// endpoint never answers, so a request would hang), naming the limit and
+/// the longest prefix that fits; `bench`, whose scratch prefix is longer,
+/// says how long a prefix it can bench, and creates nothing.
+#[test]
+fn a_prefix_too_long_for_the_probe_key_is_refused_before_any_request() {
+    let t = Target::http("long-prefix", &black_hole(), "bucket");
+    let url_with_prefix_of = |bytes: usize| {
+        let base = t.url("p");
+        let prefix_len = base.len() - "s3://bucket/".len();
+        format!("{base}{}", "x".repeat(bytes - prefix_len))
+    };
+    let started = Instant::now();
+    let done = t.run(["run", url_with_prefix_of(980).as_str(), "--", "true"]);
+    assert_eq!(done.code, Some(CONFIG), "{done:?}");
+    for part in ["980 bytes", "1024 bytes", "at most 979 bytes"] {
+        assert!(done.stderr.contains(part), "{part}: {done:?}");
+    }
+    let done = t.run(["bench", "--iters", "1", url_with_prefix_of(970).as_str()]);
+    assert_eq!(done.code, Some(CONFIG), "{done:?}");
+    for part in ["970 bytes", "at most 964 bytes", "nothing was created"] {
+        assert!(done.stderr.contains(part), "{part}: {done:?}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a request was sent to the black hole: {done:?}"
+    );
+}

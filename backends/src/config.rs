@@ -323,6 +323,7 @@ fn open_http(
     url: &StoreUrl,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn Store>, ConfigError> {
+    check_prefix_room(url)?;
     let store = http_builder(url, env)?.build()?;
     // Which source, never what it holds (`Source`'s Display shows no value).
     log::info!(
@@ -331,6 +332,35 @@ fn open_http(
         store.credentials_source()
     );
     Ok(Arc::new(store))
+}
+
+/// The longest key S3, R2 and MinIO accept, in bytes.
+#[cfg(feature = "_http")]
+pub const S3_MAX_KEY_BYTES: usize = 1024;
+
+/// [`ConfigError::Invalid`] when the URL's prefix leaves no room in
+/// [`S3_MAX_KEY_BYTES`] for the lease key and the acquire probe's key
+/// beside it.
+#[cfg(feature = "_http")]
+fn check_prefix_room(url: &StoreUrl) -> Result<(), ConfigError> {
+    use bucket_lease_core::record::{max_prefix_bytes, PROBE_KEY_EXTRA_BYTES};
+    let prefix = url.prefix();
+    let longest = max_prefix_bytes(S3_MAX_KEY_BYTES);
+    if prefix.len() <= longest {
+        return Ok(());
+    }
+    let shown: String = prefix.chars().take(40).collect();
+    Err(ConfigError::Invalid {
+        what: url_profile_name(url),
+        value: format!("{shown}…"),
+        why: format!(
+            "is a prefix of {} bytes: keys are at most {S3_MAX_KEY_BYTES} bytes, and an \
+             acquire writes {{prefix}}/LEASE and, beside it, a probe key {PROBE_KEY_EXTRA_BYTES} \
+             bytes longer; use a prefix of at most {longest} bytes",
+            prefix.len()
+        ),
+        fix: "shorten the prefix in the URL",
+    })
 }
 
 #[cfg(not(feature = "_http"))]
@@ -732,6 +762,31 @@ pub(crate) mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    #[cfg(feature = "s3")]
+    #[test]
+    fn a_prefix_too_long_for_s3_keys_is_refused_naming_the_limit() {
+        let env = env_of(&[
+            ("AWS_ACCESS_KEY_ID", "AKID"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]);
+        let longest = bucket_lease_core::record::max_prefix_bytes(S3_MAX_KEY_BYTES);
+        assert_eq!(longest, 979);
+        // Percent-encoded bytes count once decoded.
+        let fits = format!("s3://b/{}%3F", "p".repeat(longest - 1));
+        let (store, _) = open_with_env(&fits, &env).unwrap();
+        assert_eq!(store.max_key_bytes(), Some(S3_MAX_KEY_BYTES));
+        let over = format!("s3://b/{}", "p".repeat(longest + 1));
+        let e = open_with_env(&over, &env).err().unwrap();
+        assert!(matches!(e, ConfigError::Invalid { .. }), "{e}");
+        let text = e.to_string();
+        for needle in ["980 bytes", "1024 bytes", "at most 979 bytes", "probe"] {
+            assert!(text.contains(needle), "{needle:?} missing from: {text}");
+        }
+        assert!(text.len() < 500, "the prefix is shortened: {text}");
     }
 
     #[cfg(feature = "s3")]

@@ -1164,6 +1164,11 @@ impl Store for HttpStore {
         true
     }
 
+    /// S3's limit, which R2 and MinIO share.
+    fn max_key_bytes(&self) -> Option<usize> {
+        Some(crate::config::S3_MAX_KEY_BYTES)
+    }
+
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         let request = self.request(Op::Get, key, None, &[])?;
         let answer = self.execute(Op::Get, key, request, &[], deadline)?;

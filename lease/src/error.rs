@@ -1,6 +1,6 @@
 //! Why a lease could not be taken, renewed or released.
 
-use crate::record::MAX_SANE_TTL_S;
+use crate::record::{max_prefix_bytes, MAX_SANE_TTL_S, PROBE_KEY_EXTRA_BYTES};
 use crate::store::StoreError;
 use std::fmt;
 
@@ -96,6 +96,19 @@ pub enum LeaseError {
         /// The lease object's key.
         key: String,
     },
+    /// The lease key, or the acquire probe's key beside it
+    /// ([`PROBE_KEY_EXTRA_BYTES`] longer; a best-effort lease sends no
+    /// probe), is longer than the store accepts
+    /// ([`Store::max_key_bytes`](crate::Store::max_key_bytes)). Nothing was
+    /// sent.
+    KeyTooLong {
+        /// The lease object's key.
+        key: String,
+        /// The longest key the store accepts, in bytes.
+        limit: usize,
+        /// Whether the probe's key had to fit too.
+        probe: bool,
+    },
     /// A wait for the lease was cancelled through its
     /// [`Cancel`](crate::lease::Cancel) handle. Nothing of ours is left
     /// holding the key.
@@ -127,6 +140,7 @@ impl LeaseError {
             LeaseError::ConditionsIgnored { .. }
             | LeaseError::TtlTooLong { .. }
             | LeaseError::EpochExhausted { .. }
+            | LeaseError::KeyTooLong { .. }
             | LeaseError::Cancelled { .. } => true,
             LeaseError::Held { .. } | LeaseError::Lost { .. } | LeaseError::Fenced { .. } => false,
         }
@@ -179,6 +193,31 @@ impl fmt::Display for LeaseError {
                  object by hand once no holder is alive",
                 u64::MAX
             ),
+            LeaseError::KeyTooLong { key, limit, probe } => {
+                let shown = shortened(key, 40);
+                let (needed, longest) = if *probe {
+                    (key.len() + PROBE_KEY_EXTRA_BYTES, max_prefix_bytes(*limit))
+                } else {
+                    (key.len(), limit.saturating_sub("/LEASE".len()))
+                };
+                write!(
+                    f,
+                    "lease {shown} not taken: the store accepts keys of at most {limit} bytes,                      and "
+                )?;
+                if *probe {
+                    write!(
+                        f,
+                        "the acquire's probe writes a key {PROBE_KEY_EXTRA_BYTES} bytes longer                          than the lease key ({} bytes) beside it, {needed} bytes",
+                        key.len()
+                    )?;
+                } else {
+                    write!(f, "the lease key is {needed} bytes")?;
+                }
+                write!(
+                    f,
+                    "; nothing was sent. Use a prefix of at most {longest} bytes"
+                )
+            }
             LeaseError::Cancelled { key } => write!(
                 f,
                 "waiting for lease {key} was cancelled; nothing was taken"
@@ -200,5 +239,14 @@ impl std::error::Error for LeaseError {
 impl From<StoreError> for LeaseError {
     fn from(e: StoreError) -> Self {
         LeaseError::Store(e)
+    }
+}
+
+/// `text` cut to its first `chars` characters and `…` when longer, for a
+/// message that names a very long key.
+fn shortened(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
     }
 }

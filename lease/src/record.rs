@@ -55,6 +55,23 @@ pub fn lease_key(prefix: &str) -> String {
     }
 }
 
+/// How many bytes longer than the lease key the acquire probe's key is:
+/// `{lease key}.probe-` and 32 hex digits ([`probe_key`]).
+pub const PROBE_KEY_EXTRA_BYTES: usize = ".probe-".len() + 32;
+
+/// A key beside `lease_key` for the acquire probe's write against an absent
+/// key: `{lease_key}.probe-{32 random hex digits}`, exactly
+/// [`PROBE_KEY_EXTRA_BYTES`] longer.
+pub fn probe_key(lease_key: &str) -> String {
+    format!("{lease_key}.probe-{}", new_instance_id())
+}
+
+/// The longest prefix, in bytes, whose lease key and probe key both fit in
+/// a store's limit of `limit` bytes per key (979 for S3's 1024).
+pub fn max_prefix_bytes(limit: usize) -> usize {
+    limit.saturating_sub("/LEASE".len() + PROBE_KEY_EXTRA_BYTES)
+}
+
 /// A fresh random instance id: 128 bits from the operating system, as 32
 /// lower-case hex digits.
 ///

@@ -152,6 +152,14 @@ pub trait Store: Send + Sync + fmt::Debug {
         false
     }
 
+    /// The longest key, in bytes, the service accepts (S3, R2 and MinIO:
+    /// 1024), or `None`, the default, for no limit worth checking. An
+    /// acquire whose keys (its probe's included) would not fit fails before
+    /// any request with [`LeaseError::KeyTooLong`](crate::LeaseError::KeyTooLong).
+    fn max_key_bytes(&self) -> Option<usize> {
+        None
+    }
+
     /// Write `body` to `key` as `options` say, and return the new version.
     ///
     /// # Errors

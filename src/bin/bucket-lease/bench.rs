@@ -28,7 +28,7 @@ use crate::{
     exit, lease_error_code, lease_error_summary, open_store, parse_ttl, require_url, set_url,
     Failure, Parser, Token,
 };
-use bucket_lease::record::{lease_key, new_instance_id};
+use bucket_lease::record::{lease_key, max_prefix_bytes, new_instance_id, PROBE_KEY_EXTRA_BYTES};
 use bucket_lease::{DeleteMode, Exclusion, Lease, LeaseOptions, Store};
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -127,6 +127,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     if best_effort {
         options = options.best_effort(true);
     }
+    check_scratch_room(&*store, &prefix, &scratch, !best_effort)?;
     let _cleanup = ScratchLease {
         store: store.clone(),
         key: lease_key(&scratch),
@@ -215,6 +216,40 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         }
         None => Ok(exit::OK),
     }
+}
+
+/// A configuration failure, before anything is created, when the scratch
+/// lease's probe key would be longer than the store's keys may be: the
+/// scratch prefix is longer than the URL's, so a prefix that holds a lease
+/// may still be too long to bench. A best-effort lease (`probe` false)
+/// needs room for its own key only.
+fn check_scratch_room(
+    store: &dyn Store,
+    prefix: &str,
+    scratch: &str,
+    probe: bool,
+) -> Result<(), Failure> {
+    let Some(limit) = store.max_key_bytes() else {
+        return Ok(());
+    };
+    let probe_extra = if probe { PROBE_KEY_EXTRA_BYTES } else { 0 };
+    let needed = lease_key(scratch).len() + probe_extra;
+    if needed <= limit {
+        return Ok(());
+    }
+    let extra = scratch.len() - prefix.trim_end_matches('/').len();
+    Err(Failure::new(
+        exit::CONFIG,
+        format!(
+            "bench: the prefix is {} bytes, and bench works under a scratch prefix {extra} bytes \
+             longer (PREFIX/bench-XXXXXXXX), where its keys would be up to {needed} bytes, over the \
+             store's limit of {limit} bytes per key; nothing was created. Bench a prefix of at \
+             most {} bytes (a lease itself fits a prefix of up to {} bytes)",
+            prefix.len(),
+            (max_prefix_bytes(limit) + PROBE_KEY_EXTRA_BYTES - probe_extra).saturating_sub(extra),
+            max_prefix_bytes(limit) + PROBE_KEY_EXTRA_BYTES - probe_extra
+        ),
+    ))
 }
 
 /// Progress on stderr: a line rewritten in place on a terminal, else a line

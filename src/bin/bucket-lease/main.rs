@@ -566,12 +566,14 @@ pub fn store_error_summary(error: &StoreError) -> &'static str {
 
 /// The exit code for a lease error: [`exit::HELD`], [`exit::LOST`] for an
 /// acquire that outlasted its own fence, [`exit::USAGE`] for a TTL out of
-/// range, [`store_error_code`] for a failed request, else [`exit::STORE`].
+/// range, [`exit::CONFIG`] for a prefix too long for the store's keys,
+/// [`store_error_code`] for a failed request, else [`exit::STORE`].
 pub fn lease_error_code(error: &LeaseError) -> u8 {
     match error {
         LeaseError::Held { .. } => exit::HELD,
         LeaseError::Fenced { .. } => exit::LOST,
         LeaseError::TtlTooLong { .. } => exit::USAGE,
+        LeaseError::KeyTooLong { .. } => exit::CONFIG,
         LeaseError::Store(e) => store_error_code(e),
         _ => exit::STORE,
     }
