@@ -481,9 +481,13 @@ fn a_refused_connection_and_https_to_plain_http_say_not_sent_and_where() {
 }
 
 /// The prefix `jobs%3Fnightly%23x%40y` is the prefix `jobs?nightly#x@y`:
-/// `run` writes its record at that key (the proxy sees the decoded path,
-/// and the key is read back without the proxy; on nanio the file is in its
-/// data directory under that name).
+/// `run` sends its record's key with the `?` escaped (the proxy finds no
+/// query, and the decoded path ends in `jobs?nightly#x@y/LEASE`), and the
+/// record is read back at that key without the proxy. On nanio the file in
+/// its data directory has that name. moto cannot show more: behind
+/// waitress it cuts every key at a decoded `?` (it stores `.../jobs`,
+/// whoever sends the request), so there the read-back only shows the
+/// round trip.
 #[test]
 fn escaped_characters_in_a_prefix_land_decoded_in_the_key() {
     for server in servers("escaped") {
