@@ -1,0 +1,476 @@
+//! A fault-injecting HTTP/1.1 proxy on 127.0.0.1 for the tests that speak
+//! to real S3-compatible servers (`tests/s3_speak.rs`).
+//!
+//! It reads each request (head, then as many body bytes as its
+//! `Content-Length` says) and, unless a fault is due, sends its bytes to
+//! the upstream server unchanged on a connection of its own (the `Host`
+//! header the client signed arrives as it was sent), reads the whole
+//! answer (by `Content-Length`, chunked, or up to the close) and hands its
+//! bytes back. What it adds:
+//!
+//! - rules: the next N requests with a given method whose decoded path
+//!   holds a given text get a canned answer (status, headers, an S3 error
+//!   body) without being forwarded, or are forwarded and then get no answer
+//!   at all (the client's connection is closed once the upstream answered);
+//! - S3's key limit: a request whose key (the percent-decoded path after
+//!   the bucket, path-style) is longer than 1024 bytes is answered `400
+//!   KeyTooLongError` and not forwarded;
+//! - a log of every request: method, decoded path, `Host`, and what the
+//!   proxy did with it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The longest key S3 accepts, in bytes of its UTF-8 form.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// A canned answer the proxy gives instead of forwarding.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    status: u16,
+    reason: &'static str,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    /// `status` with an S3 error body carrying `code` and `message`, plus
+    /// the elements `extra` (name, text) inside `<Error>`.
+    pub fn error(status: u16, code: &str, message: &str, extra: &[(&str, &str)]) -> Answer {
+        let mut body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>\
+             <Message>{message}</Message>"
+        );
+        for (name, text) in extra {
+            body.push_str(&format!("<{name}>{text}</{name}>"));
+        }
+        body.push_str("<RequestId>fault-proxy</RequestId></Error>");
+        Answer {
+            status,
+            reason: reason(status),
+            headers: Vec::new(),
+            body,
+        }
+    }
+
+    /// This answer with the header `name: value` too.
+    pub fn header(mut self, name: &str, value: &str) -> Answer {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    fn bytes(&self, head_only: bool) -> Vec<u8> {
+        let mut text = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/xml\r\ncontent-length: {}\r\n",
+            self.status,
+            self.reason,
+            self.body.len()
+        );
+        for (name, value) in &self.headers {
+            text.push_str(&format!("{name}: {value}\r\n"));
+        }
+        text.push_str("\r\n");
+        if !head_only {
+            text.push_str(&self.body);
+        }
+        text.into_bytes()
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        301 => "Moved Permanently",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Fault",
+    }
+}
+
+/// What the proxy does with a request a rule matches.
+#[derive(Debug, Clone)]
+enum Fault {
+    /// Answer this instead of forwarding.
+    Answer(Answer),
+    /// Forward, read the upstream's answer, then close the client's
+    /// connection without a byte of it.
+    DropAnswer,
+}
+
+#[derive(Debug)]
+struct Rule {
+    method: String,
+    path_contains: String,
+    remaining: usize,
+    fault: Fault,
+}
+
+/// What the proxy did with one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Forwarded and answered with the upstream's answer.
+    Forwarded,
+    /// Answered by a rule with this status, not forwarded.
+    Injected(u16),
+    /// Forwarded; the answer was dropped and the connection closed.
+    Dropped,
+    /// Refused with `KeyTooLongError`, not forwarded.
+    KeyTooLong,
+    /// The upstream could not be reached or gave no whole answer; the
+    /// client's connection was closed.
+    UpstreamFailed,
+    /// Not HTTP (a TLS handshake, say): answered `400` as a plain-HTTP
+    /// server would, and closed.
+    NotHttp,
+}
+
+/// One request the proxy saw.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// `GET`, `PUT`, ...
+    pub method: String,
+    /// The path, percent-decoded, without the query.
+    pub path: String,
+    /// The query string as sent (without `?`), empty when none.
+    pub query: String,
+    /// The `Host` header as sent.
+    pub host: String,
+    /// What the proxy did with it.
+    pub outcome: Outcome,
+}
+
+struct Shared {
+    upstream: String,
+    rules: Mutex<Vec<Rule>>,
+    log: Mutex<Vec<Seen>>,
+}
+
+/// The proxy: listening until the test process ends.
+pub struct FaultProxy {
+    port: u16,
+    shared: Arc<Shared>,
+}
+
+impl FaultProxy {
+    /// A proxy in front of `upstream` (`http://host:port`).
+    pub fn start(upstream: &str) -> FaultProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let port = listener.local_addr().unwrap().port();
+        let shared = Arc::new(Shared {
+            upstream: upstream.trim_start_matches("http://").to_string(),
+            rules: Mutex::new(Vec::new()),
+            log: Mutex::new(Vec::new()),
+        });
+        let accepting = Arc::clone(&shared);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let shared = Arc::clone(&accepting);
+                std::thread::spawn(move || serve(client, &shared));
+            }
+        });
+        FaultProxy { port, shared }
+    }
+
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Answer the next `times` `method` requests whose decoded path holds
+    /// `path_contains` with `answer`, not forwarding them.
+    pub fn inject(&self, method: &str, path_contains: &str, times: usize, answer: Answer) {
+        self.add(method, path_contains, times, Fault::Answer(answer));
+    }
+
+    /// Forward the next `times` `method` requests whose decoded path holds
+    /// `path_contains`, then close the client's connection unanswered.
+    pub fn drop_answer(&self, method: &str, path_contains: &str, times: usize) {
+        self.add(method, path_contains, times, Fault::DropAnswer);
+    }
+
+    fn add(&self, method: &str, path_contains: &str, times: usize, fault: Fault) {
+        self.shared.rules.lock().unwrap().push(Rule {
+            method: method.to_string(),
+            path_contains: path_contains.to_string(),
+            remaining: times,
+            fault,
+        });
+    }
+
+    /// Every request seen so far, in order of arrival.
+    pub fn log(&self) -> Vec<Seen> {
+        self.shared.log.lock().unwrap().clone()
+    }
+
+    /// How many `method` requests whose decoded path holds `path_contains`
+    /// the proxy saw (whatever it did with them).
+    pub fn count(&self, method: &str, path_contains: &str) -> usize {
+        self.count_where(method, path_contains, |_| true)
+    }
+
+    /// How many of those [`count`](Self::count) counts ended in `outcome`.
+    pub fn count_outcome(&self, method: &str, path_contains: &str, outcome: Outcome) -> usize {
+        self.count_where(method, path_contains, |o| o == outcome)
+    }
+
+    fn count_where(&self, method: &str, path: &str, keep: impl Fn(Outcome) -> bool) -> usize {
+        self.log()
+            .iter()
+            .filter(|s| s.method == method && s.path.contains(path) && keep(s.outcome))
+            .count()
+    }
+}
+
+/// `text` with each `%XX` replaced by its byte (lossy UTF-8 after).
+pub fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A request's head as received, and what the proxy needs of it.
+struct Head {
+    raw: Vec<u8>,
+    method: String,
+    target: String,
+    host: String,
+    content_length: usize,
+}
+
+/// Read one request head; `None` at the end of the connection.
+fn read_head(reader: &mut impl BufRead) -> Option<Head> {
+    let mut raw = Vec::new();
+    loop {
+        let before = raw.len();
+        if reader.read_until(b'\n', &mut raw).ok()? == 0 {
+            return None;
+        }
+        if raw[before..] == *b"\r\n" {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let mut lines = text.split("\r\n");
+    let mut request_line = lines.next()?.split(' ');
+    let method = request_line.next()?.to_string();
+    let target = request_line.next()?.to_string();
+    let (mut host, mut content_length) = (String::new(), 0);
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        match name.trim().to_ascii_lowercase().as_str() {
+            "host" => host = value.trim().to_string(),
+            "content-length" => content_length = value.trim().parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    Some(Head {
+        raw,
+        method,
+        target,
+        host,
+        content_length,
+    })
+}
+
+/// Serve one client connection, request after request.
+fn serve(client: TcpStream, shared: &Shared) {
+    let Ok(mut to_client) = client.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(client);
+    // A request starts with its method's capital letters; anything else
+    // (a TLS ClientHello) gets what a plain-HTTP server would answer.
+    if let Ok([first, ..]) = reader.fill_buf() {
+        if !first.is_ascii_uppercase() {
+            shared.log.lock().unwrap().push(Seen {
+                method: String::new(),
+                path: String::new(),
+                query: String::new(),
+                host: String::new(),
+                outcome: Outcome::NotHttp,
+            });
+            let _ = to_client.write_all(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+            let _ = to_client.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+    while let Some(head) = read_head(&mut reader) {
+        let mut body = vec![0; head.content_length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let (path, query) = head
+            .target
+            .split_once('?')
+            .unwrap_or((head.target.as_str(), ""));
+        let path = percent_decode(path);
+        let key_bytes = path
+            .trim_start_matches('/')
+            .split_once('/')
+            .map_or(0, |(_, key)| key.len());
+        let fault = if key_bytes > MAX_KEY_BYTES {
+            Some(Fault::Answer(Answer::error(
+                400,
+                "KeyTooLongError",
+                "Your key is too long",
+                &[],
+            )))
+        } else {
+            due_fault(shared, &head.method, &path)
+        };
+        let head_only = head.method == "HEAD";
+        let (outcome, reply, keep_open) = match fault {
+            Some(Fault::Answer(answer)) => {
+                let outcome = if key_bytes > MAX_KEY_BYTES {
+                    Outcome::KeyTooLong
+                } else {
+                    Outcome::Injected(answer.status)
+                };
+                (outcome, Some(answer.bytes(head_only)), true)
+            }
+            Some(Fault::DropAnswer) => {
+                let _ = exchange(&shared.upstream, &head.raw, &body, head_only);
+                (Outcome::Dropped, None, false)
+            }
+            None => match exchange(&shared.upstream, &head.raw, &body, head_only) {
+                Some((answer, keep_open)) => (Outcome::Forwarded, Some(answer), keep_open),
+                None => (Outcome::UpstreamFailed, None, false),
+            },
+        };
+        shared.log.lock().unwrap().push(Seen {
+            method: head.method.clone(),
+            path,
+            query: query.to_string(),
+            host: head.host.clone(),
+            outcome,
+        });
+        let written = reply.is_some_and(|bytes| to_client.write_all(&bytes).is_ok());
+        if !written || !keep_open {
+            let _ = to_client.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+}
+
+/// The fault due for a `method` request on `path`, counting it off its
+/// rule.
+fn due_fault(shared: &Shared, method: &str, path: &str) -> Option<Fault> {
+    let mut rules = shared.rules.lock().unwrap();
+    let rule = rules
+        .iter_mut()
+        .find(|r| r.remaining > 0 && r.method == method && path.contains(&r.path_contains))?;
+    rule.remaining -= 1;
+    Some(rule.fault.clone())
+}
+
+/// Send one request upstream on a fresh connection and read its whole
+/// answer: its bytes, and whether the client's connection may stay open
+/// after it. `None` when there was no whole answer.
+fn exchange(upstream: &str, head: &[u8], body: &[u8], head_only: bool) -> Option<(Vec<u8>, bool)> {
+    let mut server = TcpStream::connect(upstream).ok()?;
+    server
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .ok()?;
+    server.write_all(head).ok()?;
+    server.write_all(body).ok()?;
+    let mut reader = BufReader::new(server);
+    let mut answer = Vec::new();
+    let mut status = 0u16;
+    let (mut length, mut chunked, mut close) = (None, false, false);
+    loop {
+        let before = answer.len();
+        if reader.read_until(b'\n', &mut answer).ok()? == 0 {
+            return None;
+        }
+        let line = String::from_utf8_lossy(&answer[before..]).to_ascii_lowercase();
+        if before == 0 {
+            status = line.split(' ').nth(1)?.parse().ok()?;
+            continue;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match name.trim() {
+            "content-length" => length = value.parse::<usize>().ok(),
+            "transfer-encoding" => chunked = value.contains("chunked"),
+            "connection" => close = value.contains("close"),
+            _ => {}
+        }
+    }
+    if head_only || status == 204 || status == 304 || (100..200).contains(&status) {
+        return Some((answer, !close));
+    }
+    if chunked {
+        loop {
+            let before = answer.len();
+            if reader.read_until(b'\n', &mut answer).ok()? == 0 {
+                return None;
+            }
+            let size_line = String::from_utf8_lossy(&answer[before..]).into_owned();
+            let size_hex = size_line.trim().split(';').next().unwrap_or("");
+            let size = usize::from_str_radix(size_hex, 16).ok()?;
+            if size == 0 {
+                // Trailers, up to the empty line.
+                loop {
+                    let before = answer.len();
+                    if reader.read_until(b'\n', &mut answer).ok()? == 0 {
+                        return None;
+                    }
+                    if answer[before..] == *b"\r\n" {
+                        return Some((answer, !close));
+                    }
+                }
+            }
+            let start = answer.len();
+            answer.resize(start + size + 2, 0);
+            reader.read_exact(&mut answer[start..]).ok()?;
+        }
+    }
+    match length {
+        Some(length) => {
+            let start = answer.len();
+            answer.resize(start + length, 0);
+            reader.read_exact(&mut answer[start..]).ok()?;
+            Some((answer, !close))
+        }
+        None => {
+            // Neither length nor chunks: the body ends with the connection,
+            // and so must the client's.
+            reader.read_to_end(&mut answer).ok()?;
+            Some((answer, false))
+        }
+    }
+}
