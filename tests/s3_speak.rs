@@ -27,7 +27,7 @@ mod s3_proxy;
 
 use bucket_lease::store::{PutMode, PutOptions};
 use bucket_lease::{LeaseRecord, Store};
-use cli_common::{finish, Done, STORE};
+use cli_common::{finish, Done, CONFIG, STORE};
 use s3_proxy::{Answer, FaultProxy, Outcome};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -520,73 +520,205 @@ fn escaped_characters_in_a_prefix_land_decoded_in_the_key() {
     }
 }
 
-/// S3 keys are at most 1024 bytes; the proxy answers a longer one `400
-/// KeyTooLongError` without forwarding it. A conditional acquire (moto)
-/// also probes the key `LEASE.probe-<32 hex digits>`, 39 bytes longer, so
-/// there the longest lease key that works is 985 bytes: 986 bytes, and
-/// 1024 (a key S3 itself takes), fail with exit 69 naming
-/// `KeyTooLongError` and the probe's key. A best-effort acquire (nanio)
-/// does not probe: 1024 bytes work, 1025 fail naming `KeyTooLongError`.
-/// (What the command says here is expected to change: a client-side
-/// check is being added.)
+/// A prefix of `bytes` bytes starting with `base`, in parts under 255
+/// bytes (nanio keeps each part as a file name).
+fn prefix_of(base: &str, bytes: usize) -> String {
+    let mut p = format!("{base}-{bytes}");
+    while p.len() < bytes {
+        let part = (bytes - p.len() - 1).min(200);
+        p.push('/');
+        p.push_str(&"k".repeat(part));
+    }
+    assert_eq!(p.len(), bytes);
+    p
+}
+
+/// S3 takes keys of at most 1024 bytes, and the acquire's probe writes a
+/// key 39 bytes longer than `{prefix}/LEASE`. The longest prefix allowed,
+/// 979 bytes, takes the lease with no key refused (its probe key is
+/// exactly 1024 bytes where the lease is conditional); 980 bytes, and a
+/// prefix whose lease key alone is 1024 bytes, are refused when the store
+/// is configured (exit 78) naming the limit and the longest prefix, and no
+/// request for them reaches the proxy.
 #[test]
-fn key_limit_a_lease_key_over_the_limit_fails_naming_key_too_long() {
-    const PROBE_SUFFIX: usize = ".probe-".len() + 32;
+fn key_limit_a_prefix_without_room_for_the_probe_key_is_refused_before_any_request() {
     for server in servers("key-limit") {
         let (proxy, env, prefix) = behind_a_proxy(&server, "key-limit");
-        // A prefix whose LEASE key is `len` bytes, in parts under 255
-        // bytes (nanio keeps each part as a file name).
-        let lease_prefix = |len: usize| {
-            let mut p = format!("{prefix}-{len}");
-            while p.len() + "/LEASE".len() < len {
-                let part = (len - p.len() - "/LEASE".len() - 1).min(200);
-                p.push('/');
-                p.push_str(&"k".repeat(part));
-            }
-            assert_eq!(p.len() + "/LEASE".len(), len);
-            p
-        };
-        let longest = if server.conditional {
-            1024 - PROBE_SUFFIX
-        } else {
-            1024
-        };
-        let mut cases = vec![(longest, true), (longest + 1, false)];
-        if server.conditional {
-            cases.push((1024, false));
-        }
-        for (len, works) in cases {
-            let lease_prefix = lease_prefix(len);
-            let url = format!("s3://{}/{lease_prefix}", bucket());
+        let fits = prefix_of(&prefix, 979);
+        let done = env.run(&["run", &format!("s3://{}/{fits}", bucket()), "--", "true"]);
+        let context = format!("{}: a 979-byte prefix", server.name);
+        assert_eq!(done.code, Some(0), "{context}: {done:?}");
+        let log = proxy.log();
+        assert!(
+            log.iter().all(|s| s.outcome != Outcome::KeyTooLong),
+            "{context}: {log:?}"
+        );
+        let longest = log
+            .iter()
+            .map(|s| s.path.len() - format!("/{}/", bucket()).len())
+            .max()
+            .unwrap();
+        let expected = if server.conditional { 1024 } else { 985 };
+        assert_eq!(longest, expected, "{context}: {log:?}");
+        for bytes in [980, 1024 - "/LEASE".len()] {
+            let too_long = prefix_of(&prefix, bytes);
+            let url = format!("s3://{}/{too_long}", bucket());
             let done = env.run(&["run", &url, "--", "true"]);
-            let context = format!("{}: a {len}-byte key", server.name);
-            let refused: Vec<_> = proxy
-                .log()
-                .into_iter()
-                .filter(|s| s.path.contains(&format!("/{lease_prefix}/LEASE")))
-                .filter(|s| s.outcome == Outcome::KeyTooLong)
-                .collect();
-            if works {
-                assert_eq!(done.code, Some(0), "{context}: {done:?}");
-                assert!(refused.is_empty(), "{context}: {refused:?}");
-                continue;
-            }
-            let mut parts = vec!["KeyTooLongError: Your key is too long"];
-            if server.conditional {
-                parts.push("/LEASE.probe-");
-            }
-            assert_fails(&done, STORE, &parts, &context);
-            assert!(!refused.is_empty(), "{context}: {:?}", proxy.log());
-            for seen in refused {
-                let key_len = seen.path.len() - format!("/{}/", bucket()).len();
-                assert!(key_len > 1024, "{context}: {seen:?}");
-                assert_eq!(
-                    seen.path.contains(".probe-"),
-                    server.conditional,
-                    "{context}: {seen:?}"
-                );
-            }
+            let context = format!("{}: a {bytes}-byte prefix", server.name);
+            assert_fails(
+                &done,
+                CONFIG,
+                &[
+                    &format!("is a prefix of {bytes} bytes"),
+                    "1024 bytes",
+                    "at most 979 bytes",
+                ],
+                &context,
+            );
+            assert_eq!(proxy.count("", &too_long[..100]), 0, "{context}");
         }
+    }
+}
+
+/// `bench` works under a scratch prefix 15 bytes longer than the URL's: a
+/// 964-byte prefix benches (every key fits, and the scratch lease is gone
+/// afterwards), a 965-byte one is refused before anything is created.
+#[test]
+fn key_limit_bench_needs_room_for_its_scratch_prefix_and_leaves_nothing() {
+    for server in servers("bench-limit") {
+        let (proxy, env, prefix) = behind_a_proxy(&server, "bench-limit");
+        let fits = prefix_of(&prefix, 964);
+        let url = format!("s3://{}/{fits}", bucket());
+        let done = env.run(&["bench", "--iters", "2", "--renewals", "2", "-q", &url]);
+        let context = format!("{}: bench on a 964-byte prefix", server.name);
+        assert_eq!(done.code, Some(0), "{context}: {done:?}");
+        let log = proxy.log();
+        assert!(
+            log.iter().all(|s| s.outcome != Outcome::KeyTooLong),
+            "{context}: {log:?}"
+        );
+        assert_scratch_removed(&env, &proxy, &context);
+
+        let too_long = prefix_of(&prefix, 965);
+        let url = format!("s3://{}/{too_long}", bucket());
+        let done = env.run(&["bench", "--iters", "1", &url]);
+        let context = format!("{}: bench on a 965-byte prefix", server.name);
+        assert_fails(
+            &done,
+            CONFIG,
+            &["at most 964 bytes", "nothing was created"],
+            &context,
+        );
+        assert_eq!(proxy.count("", &too_long[..100]), 0, "{context}");
+    }
+}
+
+/// The scratch `LEASE` the proxy saw `bench` write is gone when read back
+/// (no rule left on the proxy).
+fn assert_scratch_removed(env: &Env, proxy: &FaultProxy, context: &str) {
+    let written: Vec<String> = proxy
+        .log()
+        .into_iter()
+        .filter(|s| s.method == "PUT" && s.path.ends_with("/LEASE") && s.path.contains("/bench-"))
+        .map(|s| s.path)
+        .collect();
+    assert!(!written.is_empty(), "{context}: no scratch lease written");
+    let bucket_path = format!("/{}/", bucket());
+    let key = written[0].strip_prefix(&bucket_path).unwrap().to_string();
+    let (store, _) = env.store(&format!("s3://{}/x", bucket()));
+    let err = store
+        .get(&key, None)
+        .expect_err("the scratch lease is removed");
+    assert_eq!(
+        err.kind(),
+        bucket_lease::StoreErrorKind::NotFound,
+        "{context}: {err}"
+    );
+}
+
+/// A bench whose renewals are throttled past its retries fails (exit 69,
+/// naming `SlowDown`) and still removes its scratch lease.
+#[test]
+fn a_failed_bench_removes_its_scratch_lease() {
+    for server in servers("bench-fails") {
+        let (proxy, env, prefix) = behind_a_proxy(&server, "bench-fails");
+        // The acquire's write and the probe's pass; every later PUT of a
+        // scratch LEASE is throttled.
+        proxy.pass("PUT", "/bench-", if server.conditional { 4 } else { 1 });
+        proxy.inject("PUT", "/bench-", 1000, slow_down());
+        let url = format!("s3://{}/{prefix}", bucket());
+        let done = env.run(&["bench", "--iters", "3", "--renewals", "3", "-q", &url]);
+        let context = format!("{}: a throttled bench", server.name);
+        assert_fails(&done, STORE, &["SlowDown"], &context);
+        proxy.clear();
+        assert_scratch_removed(&env, &proxy, &context);
+    }
+}
+
+/// `run` without `--wait` whose acquire write is throttled twice: the
+/// lease reads again and takes it on the third write (exit 0, and the
+/// record is released afterwards); throttled three times, `run` fails
+/// with exit 69 naming `SlowDown`, and the key is still free.
+#[test]
+fn a_throttled_acquire_write_is_decided_again_by_reading() {
+    for server in servers("acquire-503") {
+        let (proxy, env, prefix) = behind_a_proxy(&server, "acquire-503");
+        let url = format!("s3://{}/{prefix}", bucket());
+        proxy.inject("PUT", &format!("{prefix}/LEASE"), 2, slow_down());
+        let done = env.run(&["run", &url, "--", "true"]);
+        let context = format!("{}: two throttled writes", server.name);
+        assert_eq!(done.code, Some(0), "{context}: {done:?}");
+        assert_eq!(
+            proxy.count_outcome("PUT", &format!("{prefix}/LEASE"), Outcome::Injected(503)),
+            2,
+            "{context}"
+        );
+        let (store, _) = env.store(&url);
+        let key = format!("{prefix}/LEASE");
+        let record = LeaseRecord::parse(&store.get(&key, None).unwrap().body).unwrap();
+        assert!(record.is_released(), "{context}: {record:?}");
+
+        let again = format!("{prefix}-again");
+        let url = format!("s3://{}/{again}", bucket());
+        proxy.inject("PUT", &format!("{again}/LEASE"), 3, slow_down());
+        let done = env.run(&["run", &url, "--", "true"]);
+        let context = format!("{}: three throttled writes", server.name);
+        assert_fails(
+            &done,
+            STORE,
+            &["SlowDown", &format!("{again}/LEASE")],
+            &context,
+        );
+        let gets = proxy.count("GET", &format!("{again}/LEASE"));
+        assert!(gets >= 3, "{context}: read before each write: {gets}");
+    }
+}
+
+/// The create lands but its answer is dropped: `run` reads its own record
+/// back, takes it at epoch 1 and runs the command (before, it exited 69
+/// and left a record naming it until its TTL ran out).
+#[test]
+fn a_create_whose_answer_is_dropped_is_taken_back() {
+    for server in servers("acquire-dropped") {
+        let (proxy, env, prefix) = behind_a_proxy(&server, "acquire-dropped");
+        let url = format!("s3://{}/{prefix}", bucket());
+        proxy.drop_answer("PUT", &format!("{prefix}/LEASE"), 1);
+        let done = env.run(&["run", &url, "--", "true"]);
+        let context = format!("{}: a dropped create answer", server.name);
+        assert_eq!(done.code, Some(0), "{context}: {done:?}");
+        assert_eq!(
+            proxy.count_outcome("PUT", &format!("{prefix}/LEASE"), Outcome::Dropped),
+            1,
+            "{context}"
+        );
+        let (store, _) = env.store(&url);
+        let record =
+            LeaseRecord::parse(&store.get(&format!("{prefix}/LEASE"), None).unwrap().body).unwrap();
+        assert!(record.is_released(), "{context}: {record:?}");
+        assert_eq!(
+            record.epoch, 1,
+            "{context}: taking back our own is no takeover"
+        );
     }
 }
 

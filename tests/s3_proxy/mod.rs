@@ -98,6 +98,9 @@ enum Fault {
     /// Forward, read the upstream's answer, then close the client's
     /// connection without a byte of it.
     DropAnswer,
+    /// Forward unchanged: a rule added before others lets the first
+    /// requests through.
+    Pass,
 }
 
 #[derive(Debug)]
@@ -196,6 +199,17 @@ impl FaultProxy {
         self.add(method, path_contains, times, Fault::DropAnswer);
     }
 
+    /// Forward the next `times` `method` requests whose decoded path holds
+    /// `path_contains` unchanged, before any rule added later applies.
+    pub fn pass(&self, method: &str, path_contains: &str, times: usize) {
+        self.add(method, path_contains, times, Fault::Pass);
+    }
+
+    /// Forget every rule: forward everything from now on.
+    pub fn clear(&self) {
+        self.shared.rules.lock().unwrap().clear();
+    }
+
     fn add(&self, method: &str, path_contains: &str, times: usize, fault: Fault) {
         self.shared.rules.lock().unwrap().push(Rule {
             method: method.to_string(),
@@ -210,8 +224,8 @@ impl FaultProxy {
         self.shared.log.lock().unwrap().clone()
     }
 
-    /// How many `method` requests whose decoded path holds `path_contains`
-    /// the proxy saw (whatever it did with them).
+    /// How many `method` requests (any method for `""`) whose decoded path
+    /// holds `path_contains` the proxy saw (whatever it did with them).
     pub fn count(&self, method: &str, path_contains: &str) -> usize {
         self.count_where(method, path_contains, |_| true)
     }
@@ -224,7 +238,11 @@ impl FaultProxy {
     fn count_where(&self, method: &str, path: &str, keep: impl Fn(Outcome) -> bool) -> usize {
         self.log()
             .iter()
-            .filter(|s| s.method == method && s.path.contains(path) && keep(s.outcome))
+            .filter(|s| {
+                (method.is_empty() || s.method == method)
+                    && s.path.contains(path)
+                    && keep(s.outcome)
+            })
             .count()
     }
 }
@@ -361,10 +379,12 @@ fn serve(client: TcpStream, shared: &Shared) {
                 let _ = exchange(&shared.upstream, &head.raw, &body, head_only);
                 (Outcome::Dropped, None, false)
             }
-            None => match exchange(&shared.upstream, &head.raw, &body, head_only) {
-                Some((answer, keep_open)) => (Outcome::Forwarded, Some(answer), keep_open),
-                None => (Outcome::UpstreamFailed, None, false),
-            },
+            None | Some(Fault::Pass) => {
+                match exchange(&shared.upstream, &head.raw, &body, head_only) {
+                    Some((answer, keep_open)) => (Outcome::Forwarded, Some(answer), keep_open),
+                    None => (Outcome::UpstreamFailed, None, false),
+                }
+            }
         };
         shared.log.lock().unwrap().push(Seen {
             method: head.method.clone(),
