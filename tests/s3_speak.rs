@@ -7,13 +7,15 @@
 //!
 //! Checked against each server: a custom endpoint is addressed path-style
 //! (and `virtual` puts the bucket in the host name); transient answers to
-//! reads are retried, up to three attempts; a redirect or a refused
-//! signing region says which `AWS_REGION` to set; a dropped answer, a
-//! refused connection and `https://` to a plain server each say what
-//! happened and where; `%3F`, `%23`, `%40` in a prefix land as `?`, `#`,
-//! `@` in the key; a lease key over 1024 bytes fails naming
-//! `KeyTooLongError`; an `r2://` URL with both an endpoint and
-//! `R2_ACCOUNT_ID` uses the endpoint and warns.
+//! reads are retried, up to three attempts; an acquire whose write is
+//! throttled or loses its answer reads again and takes the lease; a
+//! redirect or a refused signing region says which `AWS_REGION` to set; a
+//! dropped answer, a refused connection and `https://` to a plain server
+//! each say what happened and where; `%3F`, `%23`, `%40` in a prefix land
+//! as `?`, `#`, `@` in the key; a prefix without room for the probe's key
+//! (or bench's scratch keys) is refused before any request, and bench
+//! removes its scratch lease even when it fails; an `r2://` URL with both
+//! an endpoint and `R2_ACCOUNT_ID` uses the endpoint and warns.
 //!
 //! Start the servers with `scripts/test-servers.sh start` and source
 //! `.ci/tmp/servers.env`; without them each test prints a note and passes,
