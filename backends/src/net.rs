@@ -4,8 +4,9 @@
 //!
 //! ureq resolves the host of every request before it looks in its pool, and
 //! its default resolver does so on a freshly spawned thread whenever a
-//! timeout is set. [`CachingResolver`] answers IP literals without a lookup
-//! and host names from a cache: a name is looked up on a helper thread only
+//! timeout is set. [`CachingResolver`] answers IP literals, `localhost` and
+//! names under it (loopback, RFC 6761) without a lookup, and other host
+//! names from a cache: a name is looked up on a helper thread only
 //! when it is not cached (bounded by the request's deadline) or when its
 //! addresses are older than [`REFRESH`] (in the background; the request is
 //! served the addresses it already had). A failed refresh keeps the last
@@ -171,6 +172,19 @@ impl CachingResolver {
 }
 
 /// The first addresses found, as many as ureq takes.
+/// Whether `host` is `localhost` or a name under it, which are the
+/// loopback addresses by definition (RFC 6761, section 6.3): answered
+/// without a lookup, as curl and browsers do, so that a bucket in the host
+/// name (`bucket.localhost`) reaches a local server and no query for it
+/// leaves the machine.
+fn is_localhost(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    let tail = host.len().saturating_sub("localhost".len());
+    host.get(tail..)
+        .is_some_and(|end| end.eq_ignore_ascii_case("localhost"))
+        && (tail == 0 || host.as_bytes()[tail - 1] == b'.')
+}
+
 fn addresses(
     found: Vec<SocketAddr>,
     mut addrs: ResolvedSocketAddrs,
@@ -250,6 +264,11 @@ impl Resolver for CachingResolver {
         let literal = host.trim_start_matches('[').trim_end_matches(']');
         if let Ok(ip) = literal.parse::<IpAddr>() {
             return Ok(self.one(SocketAddr::new(ip, port)));
+        }
+        if is_localhost(host) {
+            let mut addrs = self.one(SocketAddr::from(([127, 0, 0, 1], port)));
+            addrs.push(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)));
+            return Ok(addrs);
         }
         {
             let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());

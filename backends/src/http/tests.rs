@@ -1000,6 +1000,63 @@ fn a_failed_lookup_says_nothing_was_sent_and_names_the_host() {
     );
 }
 
+/// `localhost` and every name under it are the loopback addresses (RFC
+/// 6761), answered without a lookup, as curl does: virtual-hosted
+/// addressing against `http://localhost:PORT` reaches the local server
+/// with the bucket in the `Host`, and no query leaves the machine.
+#[test]
+fn names_under_localhost_are_loopback_without_a_lookup() {
+    use std::io::Write;
+    fn never(host: &str, _: u16) -> std::io::Result<Vec<SocketAddr>> {
+        panic!("{host} was looked up")
+    }
+    let (tx, hosts) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let url = raw_server(move |_, mut stream| {
+        while let Some((head, _)) = read_request(&mut stream) {
+            let host = head
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("host: ")
+                        .or_else(|| l.strip_prefix("Host: "))
+                })
+                .map(str::to_string);
+            let first = head.lines().next().map(str::to_string);
+            tx.lock().unwrap().send((host, first)).unwrap();
+            let answer = "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\ncontent-length: 1\r\n\r\nx";
+            stream.write_all(answer.as_bytes()).unwrap();
+        }
+    });
+    let port = url.rsplit(':').next().unwrap();
+    for (endpoint, host) in [
+        (
+            format!("http://localhost:{port}"),
+            format!("bkt.localhost:{port}"),
+        ),
+        (
+            format!("http://LocalHost:{port}"),
+            format!("bkt.localhost:{port}"),
+        ),
+        (
+            format!("http://s3.localhost:{port}"),
+            format!("bkt.s3.localhost:{port}"),
+        ),
+    ] {
+        let store = HttpStore::builder(profile("test"))
+            .endpoint(&endpoint)
+            .addressing(Addressing::VirtualHosted)
+            .lookup(never)
+            .bucket("bkt")
+            .credentials(Credentials::new("AKID", "SECRET"))
+            .build()
+            .unwrap();
+        store.get("k", soon()).unwrap();
+        let (seen, line) = hosts.recv().unwrap();
+        assert_eq!(seen.as_deref(), Some(host.as_str()), "{endpoint}");
+        assert!(line.unwrap().starts_with("GET /k "), "{endpoint}");
+    }
+}
+
 #[test]
 fn https_to_a_plain_http_server_says_to_check_the_scheme() {
     use std::io::Write;

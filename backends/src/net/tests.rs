@@ -195,3 +195,25 @@ fn buffers_hand_out_the_output_after_what_is_pending_and_compact_the_input() {
     assert!(b.input().is_empty());
     assert_eq!(b.input_append_buf().len(), 1024);
 }
+
+#[test]
+fn localhost_names_are_localhost_and_its_subdomains_only() {
+    for host in [
+        "localhost",
+        "LOCALHOST",
+        "bkt.localhost",
+        "a.b.localhost",
+        "localhost.",
+    ] {
+        assert!(is_localhost(host), "{host}");
+    }
+    for host in [
+        "notlocalhost",
+        "localhost.example",
+        "local",
+        "",
+        "bkt.localhost.net",
+    ] {
+        assert!(!is_localhost(host), "{host}");
+    }
+}
