@@ -905,7 +905,9 @@ impl HttpStore {
                      AWS_REGION={region}{endpoint_too}"
                 );
                 if let Some(endpoint) = endpoint {
-                    text.push_str(&format!(" (the service names {endpoint})"));
+                    text.push_str(&format!(
+                        " (its endpoint, as the service gives it: {endpoint})"
+                    ));
                 }
                 text
             }
@@ -1134,6 +1136,11 @@ fn transport_error(op: Op, key: &str, target: &str, error: ureq::Error) -> Store
                 "the TLS handshake with {target} failed: the server did not answer in TLS \
                  ({detail}); check http:// vs https:// in the endpoint"
             ),
+            // A plain-HTTP server waits, silent, for a request line.
+            Stage::Tls if timed_out => format!(
+                "the TLS handshake with {target} failed: {detail}; a server that speaks plain \
+                 HTTP never answers one: check http:// vs https:// in the endpoint"
+            ),
             Stage::Tls => format!(
                 "the TLS handshake with {target} failed: {detail}; check the endpoint and the \
                  server's certificate"
@@ -1146,7 +1153,7 @@ fn transport_error(op: Op, key: &str, target: &str, error: ureq::Error) -> Store
             ureq::Error::Timeout(_) => "timed out".to_string(),
             other => other.to_string(),
         };
-        e.with_message(format!("no answer from {target}: {detail}"))
+        e.with_message(format!("sent to {target}, then: {detail}"))
     } else {
         e.with_message(error.to_string())
     };

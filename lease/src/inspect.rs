@@ -12,7 +12,10 @@
 //!   with one write conditional on the version just read. It never deletes,
 //!   and never writes blind: if the record names someone else, is absent,
 //!   or changes between the read and the write, nothing is written and the
-//!   error says what was found. The replacement record names
+//!   error says what was found. A write whose answer was lost or transient
+//!   is followed by a read: our own record there means the break landed;
+//!   the old one unchanged, that it did not (the same write is sent again,
+//!   at most three in all). The replacement record names
 //!   `broken-by-{new id}`, has a TTL of one second and is stamped one TTL
 //!   in the past, so it is already stale by the breaker's clock: the next
 //!   contender takes it over at once (a contender whose clock runs behind
@@ -26,7 +29,7 @@
 //! ([`crate::fence`]) catch the rest.
 
 use crate::clock::Clock;
-use crate::lease::{put_retrying, read_holder, read_record};
+use crate::lease::{put_retrying, read_holder, read_record, Transient};
 use crate::record::{format_stamp, lease_key, new_instance_id, LeaseRecord};
 use crate::store::{PutMode, Store, StoreError, StoreErrorKind, Version};
 use std::fmt;
@@ -285,7 +288,9 @@ impl From<StoreError> for BreakError {
 /// [`BreakError::Free`] when there is no lease; [`BreakError::Unreadable`]
 /// when the object is not a lease record; [`BreakError::OtherHolder`] when
 /// the record names someone else; [`BreakError::Changed`] when the write was
-/// refused because the record changed; [`BreakError::Store`] when a request
+/// refused because the record changed (or, after a write whose answer was
+/// lost or transient, the record read back names neither the old holder
+/// nor this break); [`BreakError::Store`] when a request
 /// failed (a store that cannot send conditional writes answers
 /// [`StoreErrorKind::NotImplemented`]: a break is never unconditional).
 pub fn break_lease(
@@ -323,14 +328,30 @@ pub fn break_lease(
         released_at: None,
     };
     let body = record.to_bytes();
-    let mode = PutMode::Update(replaced_version.clone());
-    let version = match put_retrying(store, clock, &key, &body, mode, None) {
-        Ok(version) => version,
-        Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
-            let holder = read_holder(store, &key, None);
-            return Err(BreakError::Changed { key, holder });
+    let mut transient = Transient::default();
+    let version = loop {
+        let mode = PutMode::Update(replaced_version.clone());
+        match put_retrying(store, clock, &key, &body, mode, None) {
+            Ok(version) => break version,
+            Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
+                let holder = read_holder(store, &key, None);
+                return Err(BreakError::Changed { key, holder });
+            }
+            // It may have landed: look before writing again.
+            Err(e) if transient.pause_before_another(&e, clock, None) => {
+                match read_record(store, &key, None)? {
+                    Some((Some(rec), version)) if rec.instance_id == record.instance_id => {
+                        break version;
+                    }
+                    Some((_, version)) if version == replaced_version => {}
+                    other => {
+                        let holder = other.and_then(|(rec, _)| rec).map(|rec| rec.instance_id);
+                        return Err(BreakError::Changed { key, holder });
+                    }
+                }
+            }
+            Err(e) => return Err(e.into()),
         }
-        Err(e) => return Err(e.into()),
     };
     log::info!(
         "{key}: broke the lease of {} (epoch {}, renewed_at {}, {}); replaced it with {} \
@@ -359,8 +380,9 @@ mod tests {
     use crate::error::LeaseError;
     use crate::lease::{Contender, LeaseOptions};
     use crate::memory::{MemoryStore, Misbehaviour};
-    use crate::store::PutOptions;
+    use crate::store::{DeleteMode, Object, PutOptions};
     use std::sync::Arc;
+    use std::time::Instant;
 
     struct World {
         store: Arc<MemoryStore>,
@@ -485,6 +507,87 @@ mod tests {
         w.clock.advance(Duration::from_secs(60));
         let broken = w.break_lease(old.instance_id()).unwrap();
         assert!(!broken.was_fresh);
+    }
+
+    /// The break's write lands but its answer is lost: the break reads
+    /// the record back, finds its own, and reports success with the
+    /// version read; nothing is written twice.
+    #[test]
+    fn a_break_whose_answer_was_lost_reads_its_own_record_back() {
+        let w = World::new();
+        let lease = w.contender(30).try_acquire().unwrap();
+        let puts = w.store.puts();
+        w.store.lose_next_answers(1);
+        let broken = w
+            .break_lease(lease.instance_id())
+            .expect("the break landed");
+        assert_eq!(w.store.puts(), puts + 1, "one write");
+        let seen = w.inspect().unwrap();
+        assert_eq!(seen.holder(), Some(broken.record.instance_id.as_str()));
+        assert_eq!(seen.version, broken.version);
+        assert_eq!(broken.record.epoch, 2);
+    }
+
+    /// The break's write lost its answer and a new holder took the key
+    /// before the break looked: the break says the record changed, naming
+    /// that holder, rather than claiming success.
+    #[test]
+    fn a_break_whose_answer_was_lost_and_then_taken_over_says_so() {
+        let w = World::new();
+        let lease = w.contender(30).try_acquire().unwrap();
+        let store: Arc<dyn Store> = Arc::new(TakenAfterLostAnswer {
+            inner: w.store.clone(),
+            clock: w.clock.clone(),
+            done: std::sync::atomic::AtomicBool::new(false),
+        });
+        let err = break_lease(&*store, "jobs/a", lease.instance_id(), &w.clock).unwrap_err();
+        let BreakError::Changed { holder, .. } = &err else {
+            panic!("expected Changed, got {err}");
+        };
+        assert_eq!(holder.as_deref(), Some("successor"), "{err}");
+    }
+
+    /// Loses the answer of the first write, then, before the next read,
+    /// writes a fresh record of instance `successor` over it.
+    #[derive(Debug)]
+    struct TakenAfterLostAnswer {
+        inner: Arc<MemoryStore>,
+        clock: TestClock,
+        done: std::sync::atomic::AtomicBool,
+    }
+
+    impl Store for TakenAfterLostAnswer {
+        fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+            self.inner.get(key, deadline)
+        }
+
+        fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+            use std::sync::atomic::Ordering;
+            let version = self.inner.put(key, body, options)?;
+            if self.done.swap(true, Ordering::SeqCst) {
+                return Ok(version);
+            }
+            let stamp = format_stamp(self.clock.wall());
+            let successor = LeaseRecord {
+                instance_id: "successor".into(),
+                acquired_at: stamp.clone(),
+                renewed_at: stamp,
+                ttl_s: 30,
+                epoch: 3,
+                released_at: None,
+            };
+            self.inner.insert(key, &successor.to_bytes());
+            Err(StoreError::new(StoreErrorKind::Transport, "PUT", key))
+        }
+
+        fn delete(
+            &self,
+            key: &str,
+            mode: &DeleteMode,
+            d: Option<Instant>,
+        ) -> Result<(), StoreError> {
+            self.inner.delete(key, mode, d)
+        }
     }
 
     #[test]

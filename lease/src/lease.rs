@@ -1222,7 +1222,7 @@ fn require_etag(version: &Version, method: &'static str, key: &str) -> Result<Ve
 /// The transient write failures met so far by one acquire, probe check or
 /// release; see [`TRANSIENT_WRITE_TRIES`].
 #[derive(Debug, Default)]
-struct Transient {
+pub(crate) struct Transient {
     failures: u32,
 }
 
@@ -1231,7 +1231,7 @@ impl Transient {
     /// that was sent (one not sent is the store's to retry), with tries
     /// left and room before `deadline` for a jittered pause and a request.
     /// If so, the pause has been slept.
-    fn pause_before_another(
+    pub(crate) fn pause_before_another(
         &mut self,
         error: &StoreError,
         clock: &dyn Clock,

@@ -410,6 +410,9 @@ impl StoreError {
                 Delivery::NotSent => {
                     "nothing was sent, so the request took no effect and is safe to retry"
                 }
+                Delivery::Answered if matches!(self.method, "GET" | "HEAD") => {
+                    "the service answered with an error (a read changes nothing); retry later"
+                }
                 Delivery::Answered => {
                     "the service answered with an error: the request may or may not have taken \
                      effect; retry later"
@@ -499,6 +502,14 @@ mod tests {
             a.to_string(),
             "PUT k: service error (SlowDown); the service answered with an error: the request \
              may or may not have taken effect; retry later"
+        );
+        let read = StoreError::new(StoreErrorKind::Transport, "GET", "k")
+            .with_code("SlowDown")
+            .answered();
+        assert_eq!(
+            read.to_string(),
+            "GET k: service error (SlowDown); the service answered with an error (a read changes \
+             nothing); retry later"
         );
         assert!(a.may_have_landed());
     }

@@ -891,7 +891,8 @@ fn a_bucket_in_another_region_is_named_with_what_to_set() {
         e.to_string(),
         "GET get: rejected (PermanentRedirect: the bucket bkt is in region eu-west-1, not \
          us-east-1; set AWS_REGION=eu-west-1 and an endpoint in that region in \
-         AWS_ENDPOINT_URL (the service names bkt.s3.eu-west-1.amazonaws.com); request id R1)"
+         AWS_ENDPOINT_URL (its endpoint, as the service gives it: bkt.s3.eu-west-1.amazonaws.com); \
+         request id R1)"
     );
     let e = store.head("head", soon()).unwrap_err();
     assert_eq!(
@@ -937,7 +938,7 @@ fn a_bucket_in_another_region_is_named_with_what_to_set() {
     assert_eq!(
         e.to_string(),
         "GET get: rejected (PermanentRedirect: the bucket bkt is in region eu-west-1, not \
-         us-east-1; set AWS_REGION=eu-west-1 (the service names \
+         us-east-1; set AWS_REGION=eu-west-1 (its endpoint, as the service gives it: \
          bkt.s3.eu-west-1.amazonaws.com); request id R1)"
     );
 }
@@ -1084,6 +1085,32 @@ fn https_to_a_plain_http_server_says_to_check_the_scheme() {
     );
 }
 
+/// A plain-HTTP server that waits, silent, for a request line (moto under
+/// waitress does): the handshake times out, nothing was sent, and the
+/// error says to check the scheme.
+#[test]
+fn https_to_a_silent_plain_http_server_says_to_check_the_scheme() {
+    let url = raw_server(|_, mut stream| {
+        let mut hello = [0u8; 512];
+        let _ = stream.read(&mut hello);
+        std::thread::sleep(Duration::from_secs(5));
+    });
+    let target = url.trim_start_matches("http://").to_string();
+    let e = store(&format!("https://{target}"))
+        .get("k", Some(Instant::now() + Duration::from_millis(500)))
+        .unwrap_err();
+    assert!(!e.may_have_landed(), "{e}");
+    let text = e.to_string();
+    assert!(text.starts_with("GET k: not sent"), "{text}");
+    for part in [
+        &format!("the TLS handshake with {target} failed"),
+        "check http:// vs https:// in the endpoint",
+        "safe to retry",
+    ] {
+        assert!(text.contains(part), "{part:?} missing from: {text}");
+    }
+}
+
 #[test]
 fn a_connection_closed_after_the_request_may_have_landed_and_an_answered_5xx_says_so() {
     use std::io::Write;
@@ -1113,7 +1140,7 @@ fn a_connection_closed_after_the_request_may_have_landed_and_an_answered_5xx_say
     assert!(e.may_have_landed(), "{e}");
     let text = e.to_string();
     assert!(
-        text.starts_with(&format!("PUT k: no answer (no answer from {target}: ")),
+        text.starts_with(&format!("PUT k: no answer (sent to {target}, then: ")),
         "{text}"
     );
     assert!(
