@@ -345,7 +345,17 @@ impl Contender {
                     continue;
                 }
                 // It may have landed: read again and decide afresh.
-                Err(e) if transient.pause_before_another(&e, &*clock, deadline) => continue,
+                Err(e) if transient.pause_before_another(&e, &*clock, deadline) => {
+                    if !mutant::on(Mutant::TransientOverwrites) {
+                        continue;
+                    }
+                    let options = PutOptions::new(PutMode::Overwrite).with_deadline(deadline);
+                    require_etag(
+                        &self.store.put(&self.key, &body, &options)?,
+                        "PUT",
+                        &self.key,
+                    )?
+                }
                 Err(e) => return Err(e.into()),
             };
             let lease = Lease {

@@ -27,12 +27,15 @@ pub(crate) enum Mutant {
     PointerOverwrites,
     /// A keeper pool sends one renewal at a time, whatever its threads.
     PoolSerialRenewals,
+    /// An acquire whose write met a transient failure writes the record
+    /// again unconditionally instead of reading it first.
+    TransientOverwrites,
 }
 
 impl Mutant {
     /// Every mutant, in the order `--mutants` lists them.
     #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
-    pub(crate) const ALL: [Mutant; 9] = [
+    pub(crate) const ALL: [Mutant; 10] = [
         Mutant::KeeperNeverFences,
         Mutant::KillAtFullTtl,
         Mutant::ReleaseByDelete,
@@ -42,6 +45,7 @@ impl Mutant {
         Mutant::SuspectWatchedForever,
         Mutant::PointerOverwrites,
         Mutant::PoolSerialRenewals,
+        Mutant::TransientOverwrites,
     ];
 
     /// The mutant's name on the command line.
@@ -57,6 +61,7 @@ impl Mutant {
             Mutant::SuspectWatchedForever => "suspect-watched-forever",
             Mutant::PointerOverwrites => "pointer-overwrites",
             Mutant::PoolSerialRenewals => "pool-serial-renewals",
+            Mutant::TransientOverwrites => "transient-overwrites",
         }
     }
 }
