@@ -345,7 +345,7 @@ pub const S3_MAX_KEY_BYTES: usize = 1024;
 fn check_prefix_room(url: &StoreUrl) -> Result<(), ConfigError> {
     use bucket_lease_core::record::{max_prefix_bytes, PROBE_KEY_EXTRA_BYTES};
     let prefix = url.prefix();
-    let longest = max_prefix_bytes(S3_MAX_KEY_BYTES);
+    let longest = max_prefix_bytes(S3_MAX_KEY_BYTES, true);
     if prefix.len() <= longest {
         return Ok(());
     }
@@ -773,7 +773,7 @@ pub(crate) mod tests {
             ("AWS_REGION", "us-east-1"),
             ("AWS_EC2_METADATA_DISABLED", "true"),
         ]);
-        let longest = bucket_lease_core::record::max_prefix_bytes(S3_MAX_KEY_BYTES);
+        let longest = bucket_lease_core::record::max_prefix_bytes(S3_MAX_KEY_BYTES, true);
         assert_eq!(longest, 979);
         // Percent-encoded bytes count once decoded.
         let fits = format!("s3://b/{}%3F", "p".repeat(longest - 1));

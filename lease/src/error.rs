@@ -1,6 +1,6 @@
 //! Why a lease could not be taken, renewed or released.
 
-use crate::record::{max_prefix_bytes, MAX_SANE_TTL_S, PROBE_KEY_EXTRA_BYTES};
+use crate::record::{longest_key_bytes, max_prefix_bytes, MAX_SANE_TTL_S, PROBE_KEY_EXTRA_BYTES};
 use crate::store::StoreError;
 use std::fmt;
 
@@ -194,28 +194,26 @@ impl fmt::Display for LeaseError {
                 u64::MAX
             ),
             LeaseError::KeyTooLong { key, limit, probe } => {
-                let shown = shortened(key, 40);
-                let (needed, longest) = if *probe {
-                    (key.len() + PROBE_KEY_EXTRA_BYTES, max_prefix_bytes(*limit))
-                } else {
-                    (key.len(), limit.saturating_sub("/LEASE".len()))
-                };
+                let (shown, bytes) = (shortened(key, 40), key.len());
                 write!(
                     f,
-                    "lease {shown} not taken: the store accepts keys of at most {limit} bytes,                      and "
+                    "lease {shown} not taken: the store accepts keys of at most {limit} bytes, \
+                     and "
                 )?;
                 if *probe {
                     write!(
                         f,
-                        "the acquire's probe writes a key {PROBE_KEY_EXTRA_BYTES} bytes longer                          than the lease key ({} bytes) beside it, {needed} bytes",
-                        key.len()
+                        "beside the lease key ({bytes} bytes) the acquire's probe writes one \
+                         {PROBE_KEY_EXTRA_BYTES} bytes longer, {} bytes",
+                        longest_key_bytes(key, true)
                     )?;
                 } else {
-                    write!(f, "the lease key is {needed} bytes")?;
+                    write!(f, "the lease key is {bytes} bytes")?;
                 }
                 write!(
                     f,
-                    "; nothing was sent. Use a prefix of at most {longest} bytes"
+                    "; nothing was sent. Use a prefix of at most {} bytes",
+                    max_prefix_bytes(*limit, *probe)
                 )
             }
             LeaseError::Cancelled { key } => write!(

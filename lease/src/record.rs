@@ -66,10 +66,17 @@ pub fn probe_key(lease_key: &str) -> String {
     format!("{lease_key}.probe-{}", new_instance_id())
 }
 
-/// The longest prefix, in bytes, whose lease key and probe key both fit in
-/// a store's limit of `limit` bytes per key (979 for S3's 1024).
-pub fn max_prefix_bytes(limit: usize) -> usize {
-    limit.saturating_sub("/LEASE".len() + PROBE_KEY_EXTRA_BYTES)
+/// The longest key, in bytes, an acquire of `lease_key` writes: the probe's
+/// when it sends one (a conditional lease), else the lease key itself.
+pub fn longest_key_bytes(lease_key: &str, probe: bool) -> usize {
+    lease_key.len() + if probe { PROBE_KEY_EXTRA_BYTES } else { 0 }
+}
+
+/// The longest prefix, in bytes, whose keys ([`longest_key_bytes`]) fit in
+/// a store's limit of `limit` bytes per key: 979 for S3's 1024 with the
+/// probe, 1018 without.
+pub fn max_prefix_bytes(limit: usize, probe: bool) -> usize {
+    limit.saturating_sub(longest_key_bytes("/LEASE", probe))
 }
 
 /// A fresh random instance id: 128 bits from the operating system, as 32

@@ -69,7 +69,7 @@ fn prefix_of(bytes: usize) -> String {
 /// acquire, renewal and release all succeed without a refused key.
 #[test]
 fn the_longest_prefix_allowed_takes_the_lease() {
-    let longest = max_prefix_bytes(LIMIT);
+    let longest = max_prefix_bytes(LIMIT, true);
     assert_eq!(longest, LIMIT - "/LEASE".len() - PROBE_KEY_EXTRA_BYTES);
     let store = Arc::new(Limited::default());
     let prefix = prefix_of(longest);
@@ -88,7 +88,7 @@ fn the_longest_prefix_allowed_takes_the_lease() {
 #[test]
 fn a_prefix_one_byte_too_long_fails_before_any_request() {
     let store = Arc::new(Limited::default());
-    let prefix = prefix_of(max_prefix_bytes(LIMIT) + 1);
+    let prefix = prefix_of(max_prefix_bytes(LIMIT, true) + 1);
     assert!(
         lease_key(&prefix).len() <= LIMIT,
         "the lease key itself fits"
@@ -99,10 +99,11 @@ fn a_prefix_one_byte_too_long_fails_before_any_request() {
     assert!(matches!(err, LeaseError::KeyTooLong { .. }), "{err}");
     assert!(err.is_permanent());
     let text = err.to_string();
-    for needle in ["1024", &max_prefix_bytes(LIMIT).to_string(), "probe"] {
+    for needle in ["1024", &max_prefix_bytes(LIMIT, true).to_string(), "probe"] {
         assert!(text.contains(needle), "{needle:?} missing from: {text}");
     }
     assert!(text.len() < 400, "the message shortens the key: {text}");
+    assert!(!text.contains("  "), "one space between words: {text}");
     assert!(store.keys.lock().unwrap().is_empty(), "nothing was sent");
 }
 

@@ -28,7 +28,7 @@ use crate::{
     exit, lease_error_code, lease_error_summary, open_store, parse_ttl, require_url, set_url,
     Failure, Parser, Token,
 };
-use bucket_lease::record::{lease_key, max_prefix_bytes, new_instance_id, PROBE_KEY_EXTRA_BYTES};
+use bucket_lease::record::{lease_key, longest_key_bytes, max_prefix_bytes, new_instance_id};
 use bucket_lease::{DeleteMode, Exclusion, Lease, LeaseOptions, Store};
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -232,22 +232,21 @@ fn check_scratch_room(
     let Some(limit) = store.max_key_bytes() else {
         return Ok(());
     };
-    let probe_extra = if probe { PROBE_KEY_EXTRA_BYTES } else { 0 };
-    let needed = lease_key(scratch).len() + probe_extra;
+    let needed = longest_key_bytes(&lease_key(scratch), probe);
     if needed <= limit {
         return Ok(());
     }
     let extra = scratch.len() - prefix.trim_end_matches('/').len();
+    let longest = max_prefix_bytes(limit, probe);
     Err(Failure::new(
         exit::CONFIG,
         format!(
             "bench: the prefix is {} bytes, and bench works under a scratch prefix {extra} bytes \
              longer (PREFIX/bench-XXXXXXXX), where its keys would be up to {needed} bytes, over the \
              store's limit of {limit} bytes per key; nothing was created. Bench a prefix of at \
-             most {} bytes (a lease itself fits a prefix of up to {} bytes)",
+             most {} bytes (a lease itself fits a prefix of up to {longest} bytes)",
             prefix.len(),
-            (max_prefix_bytes(limit) + PROBE_KEY_EXTRA_BYTES - probe_extra).saturating_sub(extra),
-            max_prefix_bytes(limit) + PROBE_KEY_EXTRA_BYTES - probe_extra
+            longest.saturating_sub(extra),
         ),
     ))
 }
