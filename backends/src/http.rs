@@ -25,7 +25,7 @@ use crate::credentials::{CredentialsProvider, Source};
 use crate::net::{not_sent_of, CachingResolver, Handshake, Stage, TcpConnector};
 use crate::sign::{sign_request, Credentials};
 use crate::xml::ErrorBody;
-use bucket_lease_core::clock::jittered;
+use bucket_lease_core::clock::{jittered, transient_backoff};
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
@@ -1010,13 +1010,11 @@ fn retryable(op: Op, error: &StoreError) -> bool {
     error.delivery() == Delivery::NotSent || matches!(op, Op::Get | Op::Head | Op::Delete)
 }
 
-/// The pause before attempt `attempt + 1`: 50 ms × 2^(attempt-1), jittered
-/// by the core's [`jittered`] (one half to three halves), so that clients
-/// refused together do not retry together.
+/// The pause before attempt `attempt + 1`: the core's
+/// [`transient_backoff`], jittered (one half to three halves), so that
+/// clients refused together do not retry together.
 fn backoff(attempt: u32) -> Duration {
-    jittered(Duration::from_millis(
-        50u64 << attempt.saturating_sub(1).min(6),
-    ))
+    jittered(transient_backoff(attempt))
 }
 
 /// Whether an answer says the bucket is in another region: a redirect, or

@@ -47,6 +47,14 @@ pub fn jittered(base: Duration) -> Duration {
     base * permille / 1000
 }
 
+/// The pause, before jitter, after the `failures`-th transient failure of
+/// a request: 50 ms, then 100 ms, doubling (capped at 3.2 s). The HTTP
+/// client's retries and the lease's reads after a transient write failure
+/// pause alike.
+pub fn transient_backoff(failures: u32) -> Duration {
+    Duration::from_millis(50u64 << failures.saturating_sub(1).min(6))
+}
+
 /// The operating system's clocks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;

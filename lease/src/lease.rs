@@ -83,12 +83,12 @@
 //! writes harmless where the service honours conditions.
 
 pub use crate::clock::jittered;
-use crate::clock::{system_clock, Clock};
+use crate::clock::{system_clock, transient_backoff, Clock};
 use crate::error::{IgnoredCondition, LeaseError, CONDITIONAL_ENV};
 use crate::mutant::{self, Mutant};
 use crate::record::{
-    format_stamp, lease_key, new_instance_id, probe_key, LeaseRecord, MAX_SANE_TTL_S,
-    PROBE_KEY_EXTRA_BYTES,
+    format_stamp, lease_key, longest_key_bytes, new_instance_id, probe_key, LeaseRecord,
+    MAX_SANE_TTL_S,
 };
 use crate::store::{
     DeleteMode, Delivery, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
@@ -454,8 +454,7 @@ impl Contender {
             return Ok(());
         };
         let probe = !self.options.best_effort;
-        let needed = self.key.len() + if probe { PROBE_KEY_EXTRA_BYTES } else { 0 };
-        if needed <= limit {
+        if longest_key_bytes(&self.key, probe) <= limit {
             return Ok(());
         }
         Err(LeaseError::KeyTooLong {
@@ -1254,7 +1253,7 @@ impl Transient {
             return false;
         }
         self.failures += 1;
-        let pause = clock.jitter(Duration::from_millis(50) * 2u32.pow(self.failures - 1));
+        let pause = clock.jitter(transient_backoff(self.failures));
         if deadline.is_some_and(|d| clock.now() + pause * 2 >= d) {
             return false;
         }
