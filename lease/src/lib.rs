@@ -45,7 +45,8 @@ pub mod inspect;
 pub mod keeper;
 pub mod lease;
 pub mod memory;
-mod mutant;
+#[doc(hidden)]
+pub mod mutant;
 pub mod pool;
 pub mod record;
 #[cfg(feature = "simulation")]

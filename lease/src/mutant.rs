@@ -4,6 +4,11 @@
 //!
 //! One process runs at most one mutant, chosen at run time by
 //! [`crate::sim`] from its name.
+//!
+//! [`StoreMutant`]s are defects below the `Store` trait, where the
+//! simulation does not reach: the stores' own tests find them. One is
+//! chosen for a whole test process by the variable `BUCKET_LEASE_MUTANT`
+//! (with the feature `mutants`; `scripts/check-store-mutants.sh` runs each).
 
 /// A defect the lease once had, reintroduced on request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,4 +95,59 @@ pub(crate) fn on(mutant: Mutant) -> bool {
 #[inline(always)]
 pub(crate) fn on(_mutant: Mutant) -> bool {
     false
+}
+
+/// A defect a store once had, below the `Store` trait, reintroduced for a
+/// test process that names it in `BUCKET_LEASE_MUTANT` (feature `mutants`).
+/// Public only so the backends crate can ask; not part of the API.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreMutant {
+    /// The HTTP store computes a request's timeout before it waits for
+    /// credentials, so a slow source lets the request leave after the
+    /// deadline with the whole timeout.
+    TimeoutBeforeCredentials,
+    /// A `credential_process`'s output is read to its end with no bound, so
+    /// a child it left holding the pipe holds the caller.
+    UnboundedProcessOutput,
+    /// A caller with no valid credentials waits for another thread's
+    /// refresh with no bound of its own.
+    UnboundedRefreshWait,
+}
+
+impl StoreMutant {
+    /// Every store mutant, in the order the check script runs them.
+    pub const ALL: [StoreMutant; 3] = [
+        StoreMutant::TimeoutBeforeCredentials,
+        StoreMutant::UnboundedProcessOutput,
+        StoreMutant::UnboundedRefreshWait,
+    ];
+
+    /// The mutant's name in `BUCKET_LEASE_MUTANT`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreMutant::TimeoutBeforeCredentials => "timeout-before-credentials",
+            StoreMutant::UnboundedProcessOutput => "unbounded-process-output",
+            StoreMutant::UnboundedRefreshWait => "unbounded-refresh-wait",
+        }
+    }
+
+    /// Whether this mutant is on: the process was started with
+    /// `BUCKET_LEASE_MUTANT` naming it (read once).
+    #[cfg(feature = "mutants")]
+    pub fn on(self) -> bool {
+        static CHOSEN: std::sync::OnceLock<Option<StoreMutant>> = std::sync::OnceLock::new();
+        let chosen = CHOSEN.get_or_init(|| {
+            let name = std::env::var("BUCKET_LEASE_MUTANT").ok()?;
+            StoreMutant::ALL.into_iter().find(|m| m.name() == name)
+        });
+        *chosen == Some(self)
+    }
+
+    /// Whether this mutant is on: never, without the feature `mutants`.
+    #[cfg(not(feature = "mutants"))]
+    #[inline(always)]
+    pub fn on(self) -> bool {
+        false
+    }
 }
