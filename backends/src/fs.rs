@@ -219,11 +219,11 @@ impl DirStore {
                 return Err(request
                     .error(StoreErrorKind::Transport)
                     .timed_out()
+                    .not_sent()
                     .with_message(format!(
                         "the lock at {} was held by another process for the {} ms this \
-                         request could wait; nothing was written, so it is safe to retry (if \
-                         the lock stays held, look for a stopped process using the bucket \
-                         directory)",
+                         request could wait (if the lock stays held, look for a stopped \
+                         process using the bucket directory)",
                         path.display(),
                         started.elapsed().as_millis()
                     )));
@@ -1027,11 +1027,14 @@ mod tests {
                 .expect_err(what);
             assert_eq!(e.kind(), StoreErrorKind::Transport, "{what}: {e}");
             assert!(e.is_timeout(), "{what}: {e}");
+            // Nothing was done: the error says so, and never "may have
+            // taken effect".
+            assert!(!e.may_have_landed(), "{what}: {e}");
             let text = e.to_string();
             assert!(
                 text.contains(&format!(
                     "the lock at {lock_path} was held by another process"
-                )) && text.contains("nothing was written"),
+                )) && text.contains("nothing was sent"),
                 "{what}: {text}"
             );
         }

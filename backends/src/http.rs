@@ -26,6 +26,7 @@ use crate::net::{not_sent_of, CachingResolver, Handshake, Stage, TcpConnector};
 use crate::sign::{sign_request, Credentials};
 use crate::xml::ErrorBody;
 use bucket_lease_core::clock::{jittered, transient_backoff};
+use bucket_lease_core::mutant::StoreMutant;
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
@@ -37,7 +38,8 @@ use std::time::{Duration, Instant, SystemTime};
 use ureq::http::{self, HeaderMap, HeaderName, HeaderValue, Method};
 use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 
-/// The timeout of one request when the caller gives no earlier deadline.
+/// How long one call may take, retries included, when the caller gives no
+/// earlier deadline.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most bytes read from one answer (an object or an error body).
@@ -302,8 +304,10 @@ impl HttpStoreBuilder {
         self
     }
 
-    /// The timeout of each request (default [`DEFAULT_TIMEOUT`]); a
-    /// caller's earlier deadline cuts it further.
+    /// The longest one call may take (default [`DEFAULT_TIMEOUT`]): a call
+    /// with no deadline of its own ends by this long after it started, its
+    /// retries and any wait for credentials included; a caller's earlier
+    /// deadline cuts it further.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -776,6 +780,28 @@ impl HttpStore {
         Ok(request)
     }
 
+    /// The timeout of a request sent now: what is left before `deadline`,
+    /// at most the store's timeout, or an error (nothing sent) once it
+    /// has passed.
+    fn time_left(
+        &self,
+        op: Op,
+        key: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Duration, StoreError> {
+        let Some(deadline) = deadline else {
+            return Ok(self.timeout);
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(StoreError::new(StoreErrorKind::Transport, op.method(), key)
+                .with_message("the deadline passed before the request was sent")
+                .timed_out()
+                .not_sent());
+        }
+        Ok(left.min(self.timeout))
+    }
+
     /// Sign and send `request`, and read its answer up to the cap.
     fn send(
         &self,
@@ -785,22 +811,21 @@ impl HttpStore {
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Result<Answer, StoreError> {
-        let transport = || StoreError::new(StoreErrorKind::Transport, op.method(), key);
-        let timeout = match deadline {
-            None => self.timeout,
-            Some(deadline) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(transport()
-                        .with_message("the deadline passed before the request was sent")
-                        .timed_out()
-                        .not_sent());
-                }
-                left.min(self.timeout)
-            }
-        };
+        // The defect a review found: the timeout taken before the wait for
+        // credentials, so a slow source let the request leave late.
+        let early = StoreMutant::TimeoutBeforeCredentials
+            .on()
+            .then(|| self.time_left(op, key, deadline));
         let credentials = self.credentials_for(op, key, deadline)?;
         let request = self.signed_as(&credentials, op, key, request, body, SystemTime::now())?;
+        // Taken now, right before the bytes go out: whatever the credentials
+        // cost came off the time left, and none of the request leaves after
+        // the deadline (ureq bounds the lookup, the connection, the
+        // handshake, the write and the answer by this one timeout).
+        let timeout = match early {
+            Some(timeout) => timeout?,
+            None => self.time_left(op, key, deadline)?,
+        };
         let request = self
             .agent
             .configure_request(request.map(|()| body))
@@ -921,8 +946,8 @@ impl HttpStore {
 
     /// Send `request` until it succeeds, fails for good, or has been tried
     /// [`MAX_ATTEMPTS`] times: a transient failure is tried again after a
-    /// jittered pause, within the deadline (or the timeout, when there is
-    /// none), when that is safe (see [`retryable`]).
+    /// jittered pause, when that is safe (see [`retryable`]). Every attempt
+    /// shares one deadline: the caller's, or the store's timeout from now.
     fn execute(
         &self,
         op: Op,
@@ -931,7 +956,11 @@ impl HttpStore {
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Result<Answer, StoreError> {
+        // One bound for the whole call, retries and credentials included:
+        // a caller without a deadline gets the store's timeout once, not
+        // once per attempt.
         let bound = deadline.unwrap_or_else(|| Instant::now() + self.timeout);
+        let deadline = Some(bound);
         let mut attempt = 1;
         loop {
             let again = (attempt < MAX_ATTEMPTS).then(|| copy(&request));

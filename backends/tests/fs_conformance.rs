@@ -32,3 +32,67 @@ fn the_directory_store_passes_every_check() {
     let capabilities = conformance::run_all(&store, "conformance/run");
     assert!(capabilities.conditional_delete);
 }
+
+/// The deadline rule with the bucket's lock held by another process (a
+/// real one, `flock(1)`, as a stopped writer would hold it): every write
+/// and delete gives up by its deadline, nothing is written, and the reads,
+/// which take no lock, answer.
+#[test]
+fn the_directory_store_keeps_its_deadlines_while_another_process_holds_the_lock() {
+    use bucket_lease_core::store::{Delivery, StoreErrorKind};
+    use std::time::{Duration, Instant};
+    let dir = TempDir::new();
+    let store = DirStore::open(&dir.0).unwrap();
+    let lock = dir.0.join(".bucket-lease.lock");
+    // --no-fork: the lock's holder is the process killed at the end.
+    let mut holder = std::process::Command::new("flock")
+        .args(["--exclusive", "--no-fork"])
+        .arg(&lock)
+        .args(["sleep", "30"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("flock(1) runs");
+    // Wait until the other process holds the lock.
+    let probe = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        match probe.try_lock() {
+            Ok(()) => {
+                probe.unlock().unwrap();
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "flock never took the lock"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(_) => break,
+        }
+    }
+    let outcomes = conformance::deadline_kept(
+        &store,
+        "conformance/deadline",
+        Duration::from_millis(300),
+        &conformance::NoWire,
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    for (what, outcome) in outcomes {
+        if what == "GET" || what == "HEAD" {
+            let e = outcome.expect_err("the key was never written");
+            assert_eq!(e.kind(), StoreErrorKind::NotFound, "{what}: {e}");
+        } else {
+            let e = outcome.expect_err("the lock is held");
+            assert!(
+                e.is_timeout() && e.delivery() == Delivery::NotSent,
+                "{what}: {e}"
+            );
+        }
+    }
+    assert!(!dir.0.join("conformance/deadline.obj").exists());
+}

@@ -370,6 +370,104 @@ pub fn compare_and_swap_race(store: &dyn Store, prefix: &str, workers: usize, in
 }
 
 /// A version no store issues.
+/// What a store may do to a request, as [`deadline_kept`] sees it: the
+/// instants at which bytes of requests reached the service, as seen by a
+/// recorder the caller puts in front of it (a loopback server or proxy).
+/// A store that has no wire (a local directory) passes a recorder that saw
+/// nothing.
+pub trait Arrivals {
+    /// Every instant at which bytes of a request reached the service since
+    /// the last call (the recorder forgets them once returned).
+    fn take(&self) -> Vec<Instant>;
+}
+
+/// A recorder for a store with no wire: it never saw a byte.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoWire;
+
+impl Arrivals for NoWire {
+    fn take(&self) -> Vec<Instant> {
+        Vec::new()
+    }
+}
+
+/// The deadline rule of the [`store`](crate::store) module, under a
+/// condition the caller has set up to make the store slow (a credentials
+/// source that hangs, a connection that is never accepted, a TLS handshake
+/// that never ends, a lock another process holds): each kind of request,
+/// sent with a deadline `budget` away, returns by its deadline plus
+/// [`DEADLINE_SLACK`](crate::store::DEADLINE_SLACK), and
+/// `arrivals` saw no byte of it reach the service after its deadline.
+/// Returns what each request (named by its method) got, for the caller to
+/// check: a request the condition does not hinder (a local directory's
+/// reads take no lock) may succeed.
+///
+/// # Panics
+///
+/// When a request returns late or reached the service after its deadline.
+pub fn deadline_kept(
+    store: &dyn Store,
+    prefix: &str,
+    budget: Duration,
+    arrivals: &dyn Arrivals,
+) -> Vec<(&'static str, Result<(), StoreError>)> {
+    use crate::store::DEADLINE_SLACK;
+    let check = Check::new("deadline_kept", store, prefix, "deadline");
+    let _ = arrivals.take();
+    let stale = made_up_version();
+    let key = check.key.as_str();
+    let put = |mode: PutMode| {
+        move |deadline: Instant| {
+            let options = PutOptions::new(mode.clone()).with_deadline(Some(deadline));
+            store.put(key, b"deadline_kept", &options).map(|_| ())
+        }
+    };
+    type Request<'r> = Box<dyn Fn(Instant) -> Result<(), StoreError> + 'r>;
+    let requests: Vec<(&'static str, Request<'_>)> = vec![
+        ("GET", Box::new(|d| store.get(key, Some(d)).map(|_| ()))),
+        ("HEAD", Box::new(|d| store.head(key, Some(d)).map(|_| ()))),
+        ("PUT (create-only)", Box::new(put(PutMode::Create))),
+        ("PUT (if-match)", Box::new(put(PutMode::Update(stale.clone())))),
+        ("PUT (overwrite)", Box::new(put(PutMode::Overwrite))),
+        (
+            "DELETE",
+            Box::new(|d| store.delete(key, &DeleteMode::Unconditional, Some(d))),
+        ),
+    ];
+    let mut outcomes = Vec::new();
+    for (what, request) in &requests {
+        let deadline = Instant::now() + budget;
+        let result = request(deadline);
+        let returned = Instant::now();
+        if returned > deadline + DEADLINE_SLACK {
+            check.fail(format_args!(
+                "{what} with a deadline {budget:?} away returned {:?} after it ({}); the \
+                 store must return by its deadline plus {DEADLINE_SLACK:?}",
+                returned - deadline,
+                answered(&result)
+            ));
+        }
+        let late: Vec<Duration> = arrivals
+            .take()
+            .into_iter()
+            .filter(|&at| at > deadline)
+            .map(|at| at - deadline)
+            .collect();
+        if !late.is_empty() {
+            check.fail(format_args!(
+                "{what}: bytes reached the service {late:?} after the request's deadline \
+                 ({}); nothing may leave after it",
+                answered(&result)
+            ));
+        }
+        outcomes.push((*what, result));
+    }
+    // A write the condition did not stop left the key: remove it, bounded
+    // as the checks were (the condition may stop this too).
+    let _ = store.delete(key, &DeleteMode::Unconditional, Some(Instant::now() + budget));
+    outcomes
+}
+
 fn made_up_version() -> Version {
     Version::etag("\"bucket-lease-conformance-never-issued\"")
 }

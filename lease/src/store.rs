@@ -17,12 +17,34 @@
 //! - [`StoreErrorKind::NotImplemented`] means this client or service cannot
 //!   express the condition at all; nothing was written.
 //!
-//! Each request may carry a deadline on the monotonic clock; a backend cuts
-//! its request timeout to it and answers [`StoreErrorKind::Transport`] with
-//! `timed_out` set when it passes.
+//! # Deadlines
+//!
+//! Each request may carry a deadline on the monotonic clock, and every store
+//! keeps one rule about it: **no byte of a request leaves after its
+//! deadline, and no call returns later than its deadline plus
+//! [`DEADLINE_SLACK`]**, whatever the credentials, the host name lookup, the
+//! connection, the TLS handshake, a lock, a child process or another thread
+//! do meanwhile. A store therefore takes a request's timeout from the time
+//! left right before its bytes go out, after everything it waited for; a
+//! deadline that passes first is answered [`StoreErrorKind::Transport`],
+//! [`Delivery::NotSent`], with `timed_out` set. The lease's fence rests on
+//! this rule: a write sent after the holder's write deadline could land
+//! while a successor holds the lease.
+//!
+//! A call without a deadline is bounded as a whole by the store's own
+//! limit (the HTTP stores: their timeout, 30 s by default, for the call and
+//! its retries together), never by a limit per attempt.
+//!
+//! The conformance suite checks the rule under conditions that make a store
+//! slow (`conformance::deadline_kept`).
 
 use std::fmt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How late a store call may return after its deadline: the time to notice
+/// that a timeout fired, stop a child process, and hand the answer back.
+/// Nothing is sent in that time.
+pub const DEADLINE_SLACK: Duration = Duration::from_millis(200);
 
 /// Which version of an object a write or a delete is conditional on.
 ///
