@@ -427,7 +427,10 @@ pub fn deadline_kept(
         ("GET", Box::new(|d| store.get(key, Some(d)).map(|_| ()))),
         ("HEAD", Box::new(|d| store.head(key, Some(d)).map(|_| ()))),
         ("PUT (create-only)", Box::new(put(PutMode::Create))),
-        ("PUT (if-match)", Box::new(put(PutMode::Update(stale.clone())))),
+        (
+            "PUT (if-match)",
+            Box::new(put(PutMode::Update(stale.clone()))),
+        ),
         ("PUT (overwrite)", Box::new(put(PutMode::Overwrite))),
         (
             "DELETE",
@@ -464,7 +467,11 @@ pub fn deadline_kept(
     }
     // A write the condition did not stop left the key: remove it, bounded
     // as the checks were (the condition may stop this too).
-    let _ = store.delete(key, &DeleteMode::Unconditional, Some(Instant::now() + budget));
+    let _ = store.delete(
+        key,
+        &DeleteMode::Unconditional,
+        Some(Instant::now() + budget),
+    );
     outcomes
 }
 

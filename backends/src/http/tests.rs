@@ -1208,3 +1208,62 @@ fn transient_answers_to_reads_are_retried_and_sent_writes_are_not() {
     assert_eq!(e.code(), Some("SlowDown"), "{e}");
     assert_eq!(seen.load(Ordering::SeqCst), 1);
 }
+
+/// A source that answers after `delay`, with credentials that last an hour.
+struct SlowSource {
+    delay: Duration,
+}
+
+impl crate::credentials::Fetch for SlowSource {
+    fn fetch(&self, deadline: Instant) -> Result<crate::credentials::Fetched, String> {
+        std::thread::sleep(
+            self.delay
+                .min(deadline.saturating_duration_since(Instant::now())),
+        );
+        if Instant::now() >= deadline {
+            return Err("no answer by the deadline".into());
+        }
+        Ok(crate::credentials::Fetched {
+            credentials: Credentials::new("AKIDSLOW", "SECRET").with_session_token("T"),
+            expires: Some(SystemTime::now() + Duration::from_secs(3600)),
+        })
+    }
+}
+
+/// The time spent waiting for credentials comes off the request's
+/// timeout: a request whose credentials took 500 ms of its 800 ms still
+/// ends by its deadline, although the server takes 1.5 s to answer. (With
+/// the timeout taken before the wait, the call returned 500 ms late.)
+#[test]
+fn time_spent_on_credentials_comes_off_the_request_timeout() {
+    use bucket_lease_core::store::DEADLINE_SLACK;
+    use std::io::Write;
+    let url = raw_server(move |_, mut stream| {
+        while read_request(&mut stream).is_some() {
+            std::thread::sleep(Duration::from_millis(1500));
+            let _ =
+                stream.write_all(b"HTTP/1.1 200 OK\r\nETag: \"v\"\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let provider = CredentialsProvider::fetching(
+        crate::credentials::Source::Code,
+        Box::new(SlowSource {
+            delay: Duration::from_millis(500),
+        }),
+    );
+    let store = HttpStore::builder(profile("test"))
+        .endpoint(&url)
+        .bucket("bkt")
+        .credentials_provider(provider)
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_millis(800);
+    let options = PutOptions::new(PutMode::Overwrite).with_deadline(Some(deadline));
+    let e = store.put("k", b"x", &options).unwrap_err();
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert!(e.is_timeout() && e.may_have_landed(), "{e}");
+    assert!(
+        late <= DEADLINE_SLACK,
+        "the call returned {late:?} after its deadline: {e}"
+    );
+}

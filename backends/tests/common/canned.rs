@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One scripted answer.
 #[derive(Debug, Clone, Default)]
@@ -71,6 +71,8 @@ pub struct Seen {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub body: Vec<u8>,
+    /// When the request's first line had arrived.
+    pub at: Instant,
 }
 
 impl Seen {
@@ -152,6 +154,7 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, replies: &Answer) {
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
+        let at = Instant::now();
         let mut parts = line.split_whitespace();
         let method = parts.next().unwrap_or_default().to_string();
         let path = parts.next().unwrap_or_default().to_string();
@@ -183,6 +186,7 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, replies: &Answer) {
             path,
             headers,
             body,
+            at,
         };
         let reply = replies(&request);
         seen.lock().unwrap().push(request);
