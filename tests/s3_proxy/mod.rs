@@ -15,13 +15,15 @@
 //! - S3's key limit: a request whose key (the percent-decoded path after
 //!   the bucket, path-style) is longer than 1024 bytes is answered `400
 //!   KeyTooLongError` and not forwarded;
-//! - a log of every request: method, decoded path, `Host`, and what the
-//!   proxy did with it.
+//! - a delay added to every request before it is forwarded (a slow
+//!   network path), [`FaultProxy::delay`];
+//! - a log of every request: method, decoded path, `Host`, what the proxy
+//!   did with it, when it arrived and when it was forwarded.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The longest key S3 accepts, in bytes of its UTF-8 form.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -143,12 +145,18 @@ pub struct Seen {
     pub host: String,
     /// What the proxy did with it.
     pub outcome: Outcome,
+    /// When its head had arrived from the client.
+    pub arrived: Instant,
+    /// When it was sent to the upstream server (after any delay); `None`
+    /// when it was not forwarded.
+    pub forwarded: Option<Instant>,
 }
 
 struct Shared {
     upstream: String,
     rules: Mutex<Vec<Rule>>,
     log: Mutex<Vec<Seen>>,
+    delay: Mutex<Duration>,
 }
 
 /// The proxy: listening until the test process ends.
@@ -166,6 +174,7 @@ impl FaultProxy {
             upstream: upstream.trim_start_matches("http://").to_string(),
             rules: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
+            delay: Mutex::new(Duration::ZERO),
         });
         let accepting = Arc::clone(&shared);
         std::thread::spawn(move || {
@@ -203,6 +212,12 @@ impl FaultProxy {
     /// `path_contains` unchanged, before any rule added later applies.
     pub fn pass(&self, method: &str, path_contains: &str, times: usize) {
         self.add(method, path_contains, times, Fault::Pass);
+    }
+
+    /// Hold every request that arrives from now on for `delay` before
+    /// forwarding it (its answer is not delayed further).
+    pub fn delay(&self, delay: Duration) {
+        *self.shared.delay.lock().unwrap() = delay;
     }
 
     /// Forget every rule: forward everything from now on.
@@ -333,6 +348,8 @@ fn serve(client: TcpStream, shared: &Shared) {
                 query: String::new(),
                 host: String::new(),
                 outcome: Outcome::NotHttp,
+                arrived: Instant::now(),
+                forwarded: None,
             });
             let _ = to_client.write_all(
                 b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
@@ -342,6 +359,7 @@ fn serve(client: TcpStream, shared: &Shared) {
         }
     }
     while let Some(head) = read_head(&mut reader) {
+        let arrived = Instant::now();
         let mut body = vec![0; head.content_length];
         if reader.read_exact(&mut body).is_err() {
             return;
@@ -366,6 +384,13 @@ fn serve(client: TcpStream, shared: &Shared) {
             due_fault(shared, &head.method, &path)
         };
         let head_only = head.method == "HEAD";
+        let mut forwarded = None;
+        let mut forward = || {
+            let delay = *shared.delay.lock().unwrap();
+            std::thread::sleep(delay);
+            forwarded = Some(Instant::now());
+            exchange(&shared.upstream, &head.raw, &body, head_only)
+        };
         let (outcome, reply, keep_open) = match fault {
             Some(Fault::Answer(answer)) => {
                 let outcome = if key_bytes > MAX_KEY_BYTES {
@@ -376,15 +401,13 @@ fn serve(client: TcpStream, shared: &Shared) {
                 (outcome, Some(answer.bytes(head_only)), true)
             }
             Some(Fault::DropAnswer) => {
-                let _ = exchange(&shared.upstream, &head.raw, &body, head_only);
+                let _ = forward();
                 (Outcome::Dropped, None, false)
             }
-            None | Some(Fault::Pass) => {
-                match exchange(&shared.upstream, &head.raw, &body, head_only) {
-                    Some((answer, keep_open)) => (Outcome::Forwarded, Some(answer), keep_open),
-                    None => (Outcome::UpstreamFailed, None, false),
-                }
-            }
+            None | Some(Fault::Pass) => match forward() {
+                Some((answer, keep_open)) => (Outcome::Forwarded, Some(answer), keep_open),
+                None => (Outcome::UpstreamFailed, None, false),
+            },
         };
         shared.log.lock().unwrap().push(Seen {
             method: head.method.clone(),
@@ -392,6 +415,8 @@ fn serve(client: TcpStream, shared: &Shared) {
             query: query.to_string(),
             host: head.host.clone(),
             outcome,
+            arrived,
+            forwarded,
         });
         let written = reply.is_some_and(|bytes| to_client.write_all(&bytes).is_ok());
         if !written || !keep_open {
