@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Each store mutant (lease/src/mutant.rs, `StoreMutant`: defects below the
+# Store trait, where the simulation does not reach) must be found by the
+# stores' own tests: with BUCKET_LEASE_MUTANT naming it, the test that
+# guards it fails; without, it passes (the main suite runs it).
+#
+# usage: bash scripts/check-store-mutants.sh
+# The last line is "store mutants: N found, M missed"; the exit status is
+# non-zero when M > 0 or a mutant of the code has no row here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# mutant name | cargo test arguments | test name filter
+finders=(
+  "timeout-before-credentials|-p bucket-lease-backends --features minio,mutants --lib|http::tests::time_spent_on_credentials_comes_off_the_request_timeout"
+)
+
+# Every mutant of the code has a row (names as `StoreMutant::name` gives them).
+known=$(sed -n 's/.*StoreMutant::[A-Za-z]* => "\([a-z-]*\)".*/\1/p' lease/src/mutant.rs | sort)
+listed=$(for row in "${finders[@]}"; do echo "${row%%|*}"; done | sort)
+if [ "$known" != "$listed" ]; then
+  echo "store mutants in lease/src/mutant.rs and in this script differ:" >&2
+  diff <(echo "$known") <(echo "$listed") >&2 || true
+  exit 1
+fi
+
+found=0
+missed=0
+for row in "${finders[@]}"; do
+  IFS='|' read -r name args filter <<<"$row"
+  # shellcheck disable=SC2086 # the arguments are words
+  cargo build --quiet --tests $args
+  # shellcheck disable=SC2086
+  if BUCKET_LEASE_MUTANT="$name" cargo test --quiet $args -- --exact "$filter" >/dev/null 2>&1; then
+    echo "MISSED: $name (its test $filter passed)"
+    missed=$((missed + 1))
+  else
+    echo "found: $name (by $filter)"
+    found=$((found + 1))
+  fi
+done
+echo "store mutants: $found found, $missed missed"
+[ "$missed" -eq 0 ]
