@@ -20,7 +20,6 @@
 
 #[path = "../backends/tests/common/mod.rs"]
 mod common;
-#[allow(dead_code)] // the tests use only its delay and log
 mod s3_proxy;
 
 use bucket_lease::backends::credentials::chain_with_env;

@@ -20,6 +20,9 @@
 //! - a log of every request: method, decoded path, `Host`, what the proxy
 //!   did with it, when it arrived and when it was forwarded.
 
+// Each test file uses a part of it.
+#![allow(dead_code)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
