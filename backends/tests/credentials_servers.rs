@@ -154,6 +154,15 @@ fn key_id(provider: &CredentialsProvider) -> String {
         .to_string()
 }
 
+/// Poll `done` every 20 ms until it holds; panics naming `what` once
+/// `by` has passed.
+fn until(what: &str, by: SystemTime, mut done: impl FnMut() -> bool) {
+    while !done() {
+        assert!(SystemTime::now() < by, "{what}: not by {by:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Wait until the provider's credentials are within `window` of expiring.
 fn wait_for_window(provider: &CredentialsProvider, window: Duration) -> SystemTime {
     let expires = provider.expires().expect("temporary credentials");
@@ -175,9 +184,11 @@ fn imds_v2_is_found_with_its_token_and_refreshed_before_expiration() {
     assert_eq!(provider.source(), &Source::InstanceMetadata);
     assert_eq!(key_id(&provider), "AKIDIMDS1");
     assert_eq!(key_id(&provider), "AKIDIMDS1", "fresh: not fetched again");
+    // In the window, fetched again in the background before the expiry.
     let expires = wait_for_window(&provider, Duration::from_secs(2));
-    assert_eq!(key_id(&provider), "AKIDIMDS2");
-    assert!(SystemTime::now() < expires, "refreshed before the expiry");
+    until("the refresh before the expiry", expires, || {
+        key_id(&provider) == "AKIDIMDS2"
+    });
     assert!(provider.credentials(None).unwrap().has_session_token());
     // IMDSv2 only: every fetch starts with PUT, every GET carries a token.
     let seen = server.server.seen();
@@ -202,12 +213,17 @@ fn imds_survives_one_failed_refresh() {
     .refresh_window(Duration::from_secs(3));
     assert_eq!(key_id(&provider), "AKIDIMDS1");
     let expires = wait_for_window(&provider, Duration::from_secs(3));
-    // The refresh fails: the still-valid credentials stay in use.
+    // The background refresh fails: the still-valid credentials stay in
+    // use.
+    until("the failed refresh", expires, || {
+        server.fetches.load(Ordering::SeqCst) >= 2
+    });
     assert_eq!(key_id(&provider), "AKIDIMDS1");
-    assert_eq!(server.fetches.load(Ordering::SeqCst), 2);
-    // The next request tries again, and gets new ones before the expiry.
-    assert_eq!(key_id(&provider), "AKIDIMDS3");
-    assert!(SystemTime::now() < expires);
+    // It is tried again after a pause, and callers get new ones before
+    // the expiry.
+    until("the retried refresh", expires, || {
+        key_id(&provider) == "AKIDIMDS3"
+    });
 }
 
 #[test]
@@ -260,8 +276,9 @@ fn container_credentials_send_the_token_and_refresh_before_expiration() {
     assert_eq!(provider.source(), &Source::Container);
     assert_eq!(key_id(&provider), "AKIDCTR1");
     let expires = wait_for_window(&provider, Duration::from_secs(2));
-    assert_eq!(key_id(&provider), "AKIDCTR2");
-    assert!(SystemTime::now() < expires);
+    until("the refresh before the expiry", expires, || {
+        key_id(&provider) == "AKIDCTR2"
+    });
     assert_no_secret(&format!("{provider:?} {}", provider.source()));
 }
 
@@ -293,9 +310,13 @@ fn container_token_file_is_read_again_at_each_refresh_and_one_failure_is_survive
     std::fs::write(&file, format!("{SECRET_MARK}-two")).unwrap();
     *server.expected.lock().unwrap() = format!("{SECRET_MARK}-two");
     let expires = wait_for_window(&provider, Duration::from_secs(3));
+    until("the failed refresh", expires, || {
+        server.fetches.load(Ordering::SeqCst) >= 2
+    });
     assert_eq!(key_id(&provider), "AKIDCTR1", "failed refresh: kept");
-    assert_eq!(key_id(&provider), "AKIDCTR3", "next refresh: the new token");
-    assert!(SystemTime::now() < expires);
+    until("the retried refresh, with the new token", expires, || {
+        key_id(&provider) == "AKIDCTR3"
+    });
     assert_eq!(server.fetches.load(Ordering::SeqCst), 3);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -27,15 +27,35 @@
 //!    source asked to find out whether it is there: a machine that is not on
 //!    EC2 fails to connect within a second.
 //!
-//! A [`CredentialsProvider`] holds what its source last gave. Temporary
-//! credentials (those with an expiry) are fetched again on the thread that
-//! asks for them once they are within the refresh window of their expiry
-//! ([`DEFAULT_REFRESH_WINDOW`]), bounded by the asker's deadline. A failed
-//! refresh keeps the current credentials while they are valid, with a
-//! warning through `log`; once they have expired, the error names the
-//! source. [`CredentialsProvider::source`] says where the credentials came
-//! from, never what they are: no secret key, session token or
-//! web-identity token appears in `Debug`, `Display`, logs or errors.
+//! A [`CredentialsProvider`] holds what its source last gave, and never
+//! puts its source on a request's path while it holds valid credentials:
+//!
+//! - **Refresh ahead, in the background.** A provider whose source can be
+//!   asked again has one thread of its own (`credentials-refresh`, started
+//!   at its first fetch) that fetches again once the current credentials
+//!   are within the refresh window of their expiry
+//!   ([`DEFAULT_REFRESH_WINDOW`]; it looks at the clock at least every
+//!   minute, so a step of the wall clock is noticed). A failed fetch is
+//!   tried again after a pause growing from 1 s to 30 s; the current
+//!   credentials stay in use while they are valid. The thread ends when
+//!   the provider is dropped (after a fetch in flight returns).
+//! - **Valid credentials at once.** A caller whose credentials are valid,
+//!   even inside the window, gets them without waiting for anything.
+//! - **Bounded waits.** A caller with nothing valid (before the first
+//!   fetch, or once the credentials have expired) asks the thread for a
+//!   fetch and waits for it, at most until its own deadline (without one,
+//!   [`DEFAULT_FETCH_TIMEOUT`] from the call); a failure of that fetch
+//!   ends its wait at once. Each fetch is bounded by its own timeout
+//!   ([`DEFAULT_FETCH_TIMEOUT`]), whoever waits for it.
+//! - **Warned once.** A source that starts failing after it gave
+//!   credentials is named, with the reason, in one warning through `log`,
+//!   not one per request or per attempt; its recovery is noted once
+//!   (`info`). Once the credentials have expired, the error names the
+//!   source.
+//!
+//! [`CredentialsProvider::source`] says where the credentials came from,
+//! never what they are: no secret key, session token or web-identity
+//! token appears in `Debug`, `Display`, logs or errors.
 
 mod container;
 mod imds;
@@ -45,8 +65,9 @@ mod remote;
 mod web_identity;
 
 use crate::sign::Credentials;
+use bucket_lease_core::mutant::StoreMutant;
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How long before their expiry temporary credentials are fetched again.
@@ -191,27 +212,330 @@ pub(crate) trait Fetch: Send + Sync {
     fn fetch(&self, deadline: Instant) -> Result<Fetched, String>;
 }
 
+/// The longest the refresher sleeps before looking at the clock again.
+const MAX_SLEEP: Duration = Duration::from_secs(60);
+
+/// The pause after the first fetch of a streak that failed (or gave
+/// credentials already due); it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_secs(1);
+
+/// The longest pause between fetches of a streak that keep failing.
+const MAX_PAUSE: Duration = Duration::from_secs(30);
+
 /// Credentials from one source, refreshed before they expire. See the
 /// [module docs](self).
 pub struct CredentialsProvider {
+    /// The same as `inner`'s (kept here to lend it out).
     source: Source,
+    inner: Arc<Inner>,
+}
+
+/// What the provider shares with its refresher thread. The thread holds
+/// only this, so dropping the provider can end it.
+struct Inner {
     fetcher: Option<Box<dyn Fetch>>,
+    state: Mutex<State>,
+    /// Signalled on every change of `state`: a fetch asked for or
+    /// finished, the window changed, the provider dropped.
+    changed: Condvar,
+}
+
+/// The provider's state, locked only to read or change it (never across
+/// a fetch).
+struct State {
+    source: Source,
     window: Duration,
-    /// What the source last gave; locked only to read or replace it.
-    state: Mutex<Option<Fetched>>,
-    /// Held by the one thread fetching, for the length of the fetch.
-    refreshing: Mutex<()>,
+    /// What the source last gave.
+    current: Option<Fetched>,
+    /// The service refused `current` ([`CredentialsProvider::refresh_now`]):
+    /// due at once, though still handed out until they expire.
+    refused: bool,
+    /// A caller waits for a fetch: start one now, pause or not.
+    wanted: bool,
+    /// A fetch is in flight.
+    fetching: bool,
+    /// Fetches finished, and those that gave credentials.
+    finished: u64,
+    succeeded: u64,
+    /// Fetches in a row that failed or gave credentials already due; the
+    /// next is not started before `retry_at`.
+    streak: u32,
+    retry_at: Option<Instant>,
+    /// The last failure, while the source keeps failing; whether that
+    /// was warned about.
+    failure: Option<String>,
+    warned: bool,
+    /// Whether the refresher thread has been started.
+    started: bool,
+    /// The provider was dropped: the refresher ends.
+    closed: bool,
+}
+
+/// The pause after the `streak`-th fetch in a row that failed or gave
+/// credentials already due: 1 s, doubling, at most [`MAX_PAUSE`].
+fn pause(streak: u32) -> Duration {
+    FIRST_PAUSE
+        .saturating_mul(1 << streak.saturating_sub(1).min(16))
+        .min(MAX_PAUSE)
+}
+
+/// What the refresher does next.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// Fetch now.
+    Fetch,
+    /// Sleep this long (or until woken), then decide again.
+    Sleep(Duration),
+    /// End: the provider was dropped.
+    End,
+}
+
+/// A line for the log, written once the state is unlocked.
+enum Note {
+    Failing(String),
+    Recovered(String),
+}
+
+impl State {
+    fn new(source: Source, current: Option<Fetched>) -> Self {
+        State {
+            source,
+            window: DEFAULT_REFRESH_WINDOW,
+            current,
+            refused: false,
+            wanted: false,
+            fetching: false,
+            finished: 0,
+            succeeded: 0,
+            streak: 0,
+            retry_at: None,
+            failure: None,
+            warned: false,
+            started: false,
+            closed: false,
+        }
+    }
+
+    /// The current credentials, if they have not expired at `wall`.
+    fn valid(&self, wall: SystemTime) -> Option<&Fetched> {
+        self.current
+            .as_ref()
+            .filter(|c| c.expires.is_none_or(|e| wall < e))
+    }
+
+    /// How long until the current credentials are due for a refresh at
+    /// `wall` (zero: due now); `None` when they never are.
+    fn due_in(&self, wall: SystemTime) -> Option<Duration> {
+        match &self.current {
+            None => Some(Duration::ZERO),
+            Some(_) if self.refused => Some(Duration::ZERO),
+            Some(current) => current.expires.map(|expires| {
+                expires
+                    .checked_sub(self.window)
+                    .and_then(|due| due.duration_since(wall).ok())
+                    .unwrap_or(Duration::ZERO)
+            }),
+        }
+    }
+
+    /// The refresher's next step at `now` (and wall-clock `wall`).
+    fn next(&self, now: Instant, wall: SystemTime) -> Next {
+        if self.closed {
+            return Next::End;
+        }
+        if self.wanted {
+            return Next::Fetch;
+        }
+        let Some(due_in) = self.due_in(wall) else {
+            return Next::Sleep(MAX_SLEEP);
+        };
+        let paused = self
+            .retry_at
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        match due_in.max(paused) {
+            Duration::ZERO => Next::Fetch,
+            wait => Next::Sleep(wait.min(MAX_SLEEP)),
+        }
+    }
+
+    /// Record the end of a fetch; what to log.
+    fn finish(
+        &mut self,
+        fetched: Result<Fetched, String>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Option<Note> {
+        self.fetching = false;
+        self.wanted = false;
+        self.finished += 1;
+        match fetched {
+            Ok(fresh) => {
+                let due_already = fresh.expires.is_some_and(|e| wall + self.window >= e);
+                self.current = Some(fresh);
+                self.refused = false;
+                self.succeeded += 1;
+                // Credentials that are due as soon as they come are not
+                // asked for again at once (a window longer than their
+                // life would otherwise ask without end).
+                if due_already {
+                    self.streak += 1;
+                    self.retry_at = Some(now + pause(self.streak));
+                } else {
+                    self.streak = 0;
+                    self.retry_at = None;
+                }
+                self.failure = None;
+                std::mem::take(&mut self.warned).then(|| {
+                    Note::Recovered(format!(
+                        "credentials from {} came again after the source had been failing",
+                        self.source
+                    ))
+                })
+            }
+            Err(why) => {
+                self.streak += 1;
+                self.retry_at = Some(now + pause(self.streak));
+                let first = self.failure.replace(why).is_none();
+                // A failure before any credentials came is the error of
+                // whoever asks; once they have, a streak is told once.
+                if !first || self.succeeded == 0 {
+                    return None;
+                }
+                self.warned = true;
+                Some(Note::Failing(self.failing(wall)))
+            }
+        }
+    }
+
+    /// The warning for the first failure of a streak.
+    fn failing(&self, wall: SystemTime) -> String {
+        let source = &self.source;
+        let why = self.failure.as_deref().unwrap_or_default();
+        let again = format!(
+            "it is tried again in the background, first in {} s",
+            pause(self.streak).as_secs()
+        );
+        match self.valid(wall).map(|c| c.expires) {
+            Some(Some(expires)) => format!(
+                "refreshing credentials from {source} failed; the current ones stay in use \
+                 until they expire (in {} s), and {again}: {why}",
+                expires.duration_since(wall).unwrap_or_default().as_secs()
+            ),
+            Some(None) => format!(
+                "refreshing credentials from {source} failed; the current ones stay in use, \
+                 and {again}: {why}"
+            ),
+            None => format!("getting credentials from {source} failed; {again}: {why}"),
+        }
+    }
+
+    /// The error for a caller with nothing valid, given why.
+    fn error(&self, why: String) -> CredentialsError {
+        match self.current {
+            Some(_) => CredentialsError::Expired {
+                source: self.source.clone(),
+                why,
+            },
+            None => CredentialsError::Source {
+                source: self.source.clone(),
+                why,
+            },
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait_timeout<'a>(
+        &self,
+        state: MutexGuard<'a, State>,
+        wait: Duration,
+    ) -> MutexGuard<'a, State> {
+        match self.changed.wait_timeout(state, wait) {
+            Ok((state, _)) => state,
+            Err(e) => e.into_inner().0,
+        }
+    }
+
+    /// Start the refresher thread unless it runs.
+    fn start_refresher(self: &Arc<Self>, state: &mut State) -> Result<(), String> {
+        if state.started || self.fetcher.is_none() {
+            return Ok(());
+        }
+        let inner = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("credentials-refresh".into())
+            .spawn(move || inner.refresh())
+            .map_err(|e| format!("cannot start the thread that refreshes credentials: {e}"))?;
+        state.started = true;
+        Ok(())
+    }
+
+    /// The refresher thread's life: fetch when due or asked, else sleep.
+    fn refresh(&self) {
+        let Some(fetcher) = &self.fetcher else {
+            return;
+        };
+        let mut state = self.lock();
+        loop {
+            match state.next(Instant::now(), SystemTime::now()) {
+                Next::End => return,
+                Next::Sleep(wait) => state = self.wait_timeout(state, wait),
+                Next::Fetch => {
+                    state.fetching = true;
+                    drop(state);
+                    let fetched = fetch(fetcher.as_ref());
+                    state = self.lock();
+                    let note = state.finish(fetched, Instant::now(), SystemTime::now());
+                    self.changed.notify_all();
+                    if let Some(note) = note {
+                        drop(state);
+                        match note {
+                            Note::Failing(line) => log::warn!("{line}"),
+                            Note::Recovered(line) => log::info!("{line}"),
+                        }
+                        state = self.lock();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One fetch from `fetcher`, bounded by [`DEFAULT_FETCH_TIMEOUT`].
+fn fetch(fetcher: &dyn Fetch) -> Result<Fetched, String> {
+    let deadline = Instant::now() + DEFAULT_FETCH_TIMEOUT;
+    let fetched =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fetcher.fetch(deadline)))
+            .map_err(|_| "the source's code panicked".to_string())??;
+    if fetched.expires.is_some_and(|e| e <= SystemTime::now()) {
+        return Err("the source gave credentials that have already expired".into());
+    }
+    Ok(fetched)
 }
 
 impl fmt::Debug for CredentialsProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.inner.lock();
         f.debug_struct("CredentialsProvider")
             .field("source", &self.source)
-            .field("credentials", &state.as_ref().map(|s| &s.credentials))
-            .field("expires", &state.as_ref().and_then(|s| s.expires))
-            .field("refresh_window", &self.window)
+            .field(
+                "credentials",
+                &state.current.as_ref().map(|s| &s.credentials),
+            )
+            .field("expires", &state.current.as_ref().and_then(|s| s.expires))
+            .field("refresh_window", &state.window)
             .finish()
+    }
+}
+
+impl Drop for CredentialsProvider {
+    fn drop(&mut self) {
+        self.inner.lock().closed = true;
+        self.inner.changed.notify_all();
     }
 }
 
@@ -228,13 +552,18 @@ impl CredentialsProvider {
         )
     }
 
-    fn with_state(source: Source, fetcher: Option<Box<dyn Fetch>>, state: Option<Fetched>) -> Self {
+    fn with_state(
+        source: Source,
+        fetcher: Option<Box<dyn Fetch>>,
+        current: Option<Fetched>,
+    ) -> Self {
         CredentialsProvider {
-            source,
-            fetcher,
-            window: DEFAULT_REFRESH_WINDOW,
-            state: Mutex::new(state),
-            refreshing: Mutex::new(()),
+            source: source.clone(),
+            inner: Arc::new(Inner {
+                fetcher,
+                state: Mutex::new(State::new(source, current)),
+                changed: Condvar::new(),
+            }),
         }
     }
 
@@ -246,8 +575,9 @@ impl CredentialsProvider {
 
     /// Fetch temporary credentials again once they are within `window` of
     /// their expiry (default [`DEFAULT_REFRESH_WINDOW`]).
-    pub fn refresh_window(mut self, window: Duration) -> Self {
-        self.window = window;
+    pub fn refresh_window(self, window: Duration) -> Self {
+        self.inner.lock().window = window;
+        self.inner.changed.notify_all();
         self
     }
 
@@ -259,143 +589,122 @@ impl CredentialsProvider {
     /// When the current credentials expire: `None` for credentials that do
     /// not, or before the first fetch.
     pub fn expires(&self) -> Option<SystemTime> {
-        self.lock().as_ref().and_then(|s| s.expires)
+        self.inner.lock().current.as_ref().and_then(|s| s.expires)
     }
 
     /// Whether the source can be asked again.
     pub(crate) fn refreshable(&self) -> bool {
-        self.fetcher.is_some()
+        self.inner.fetcher.is_some()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Fetched>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The credentials to sign with now: the current ones, or fresh ones
-    /// when the current ones are within the refresh window of their expiry
-    /// (one fetch, bounded by `deadline`). While another thread is
-    /// fetching, a thread whose current credentials are still valid signs
-    /// with them rather than wait.
+    /// The credentials to sign with now. Valid ones come at once, even
+    /// within the refresh window (the refresher is woken if it has not
+    /// started on them). With nothing valid, the refresher is asked for a
+    /// fetch, and the call waits for it until `deadline` (`None`:
+    /// [`DEFAULT_FETCH_TIMEOUT`] from now) but not past the failure of
+    /// that fetch.
     ///
     /// # Errors
     ///
-    /// [`CredentialsError::Source`] when the first fetch fails;
-    /// [`CredentialsError::Expired`] when the credentials have expired and
-    /// the refresh failed. A failed refresh of still-valid credentials is
-    /// a warning, not an error.
+    /// [`CredentialsError::Source`] when there have been no credentials
+    /// yet and none came by the deadline (or the fetch failed);
+    /// [`CredentialsError::Expired`] when the credentials have expired
+    /// and none came by the deadline (or the fetch failed). A failed
+    /// refresh of still-valid credentials is one warning, not an error.
     pub fn credentials(&self, deadline: Option<Instant>) -> Result<Credentials, CredentialsError> {
-        let now = SystemTime::now();
-        let current = self.lock().clone();
-        let valid = |f: &Fetched| f.expires.is_none_or(|e| now < e);
-        if let Some(current) = &current {
-            let due = current
-                .expires
-                .is_some_and(|expires| now + self.window >= expires);
-            if !due {
-                return Ok(current.credentials.clone());
+        let asked = Instant::now();
+        let deadline = deadline.unwrap_or(asked + DEFAULT_FETCH_TIMEOUT);
+        let mut state = self.inner.lock();
+        let wall = SystemTime::now();
+        if let Some(credentials) = state.valid(wall).map(|c| c.credentials.clone()) {
+            let untouched = !state.fetching && state.retry_at.is_none() && !state.wanted;
+            if untouched && state.due_in(wall) == Some(Duration::ZERO) {
+                // Due, and nothing has started on it: wake the refresher.
+                if self.inner.start_refresher(&mut state).is_ok() {
+                    self.inner.changed.notify_all();
+                }
             }
-            if self.fetcher.is_none() {
-                return if valid(current) {
-                    Ok(current.credentials.clone())
-                } else {
-                    Err(CredentialsError::Expired {
-                        source: self.source.clone(),
-                        why: "the source cannot be asked again".into(),
-                    })
-                };
-            }
+            return Ok(credentials);
         }
-        let _refreshing = match self.refreshing.try_lock() {
-            Ok(guard) => guard,
-            Err(std::sync::TryLockError::WouldBlock) => match &current {
-                // Another thread is fetching: sign with what is valid.
-                Some(current) if valid(current) => return Ok(current.credentials.clone()),
-                // Nothing valid: wait for that fetch (bounded by its
-                // asker's deadline), then look again.
-                _ => self.refreshing.lock().unwrap_or_else(|e| e.into_inner()),
-            },
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-        };
-        // Another thread may have refreshed meanwhile.
-        let current = self.lock().clone();
-        if let Some(fresh) = &current {
-            if fresh
-                .expires
-                .is_some_and(|expires| SystemTime::now() + self.window < expires)
-            {
+        if self.inner.fetcher.is_none() {
+            return Err(state.error("the source cannot be asked again".into()));
+        }
+        if let Err(why) = self.inner.start_refresher(&mut state) {
+            return Err(state.error(why));
+        }
+        state.wanted = true;
+        self.inner.changed.notify_all();
+        let finished = state.finished;
+        loop {
+            if let Some(fresh) = state.valid(SystemTime::now()) {
                 return Ok(fresh.credentials.clone());
             }
-        }
-        match self.fetch(deadline) {
-            Ok(fresh) => {
-                let credentials = fresh.credentials.clone();
-                *self.lock() = Some(fresh);
-                Ok(credentials)
+            if state.finished > finished {
+                let why = state
+                    .failure
+                    .clone()
+                    .unwrap_or_else(|| "the credentials fetched expired at once".into());
+                return Err(state.error(why));
             }
-            Err(why) => match current {
-                Some(current) if valid(&current) => {
-                    log::warn!(
-                        "refreshing credentials from {} failed; the current ones stay in use \
-                         until they expire: {why}",
-                        self.source
-                    );
-                    Ok(current.credentials)
+            if StoreMutant::UnboundedRefreshWait.on() {
+                // The old defect: wait for the fetch, however long.
+                state = self.inner.wait_timeout(state, MAX_SLEEP);
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let mut why = format!(
+                    "none came by the deadline (after {} ms); the source is still asked in \
+                     the background",
+                    asked.elapsed().as_millis()
+                );
+                if let Some(failure) = &state.failure {
+                    why.push_str(&format!("; its last attempt failed: {failure}"));
                 }
-                Some(_) => Err(CredentialsError::Expired {
-                    source: self.source.clone(),
-                    why,
-                }),
-                None => Err(CredentialsError::Source {
-                    source: self.source.clone(),
-                    why,
-                }),
-            },
+                return Err(state.error(why));
+            }
+            state = self.inner.wait_timeout(state, left);
         }
     }
 
-    /// Fetch again now, whatever the expiry (after the service said the
-    /// token expired). `true` when new credentials were fetched.
+    /// The service refused the current credentials (its token expired
+    /// before we thought): mark them due now, have the refresher fetch,
+    /// and wait for a fetch that ends after this call began, at most
+    /// until `deadline` (`None`: [`DEFAULT_FETCH_TIMEOUT`] from now).
+    /// `true` when new credentials came in time.
     pub(crate) fn refresh_now(&self, deadline: Option<Instant>) -> bool {
-        if self.fetcher.is_none() {
+        if self.inner.fetcher.is_none() {
             return false;
         }
-        let _refreshing = self.refreshing.lock().unwrap_or_else(|e| e.into_inner());
-        match self.fetch(deadline) {
-            Ok(fresh) => {
-                *self.lock() = Some(fresh);
-                true
-            }
-            Err(why) => {
-                log::warn!(
-                    "refreshing credentials from {} failed (the service refused the current \
-                     ones): {why}",
-                    self.source
-                );
-                false
-            }
-        }
-    }
-
-    fn fetch(&self, deadline: Option<Instant>) -> Result<Fetched, String> {
-        let fetcher = self
-            .fetcher
-            .as_ref()
-            .ok_or_else(|| "the source cannot be asked again".to_string())?;
         let deadline = deadline.unwrap_or_else(|| Instant::now() + DEFAULT_FETCH_TIMEOUT);
-        if deadline <= Instant::now() {
-            return Err("the deadline passed before the source was asked".into());
+        let mut state = self.inner.lock();
+        if self.inner.start_refresher(&mut state).is_err() {
+            return false;
         }
-        let fetched = fetcher.fetch(deadline)?;
-        if fetched.expires.is_some_and(|e| e <= SystemTime::now()) {
-            return Err("the source gave credentials that have already expired".into());
+        state.refused = true;
+        state.wanted = true;
+        self.inner.changed.notify_all();
+        let (finished, succeeded) = (state.finished, state.succeeded);
+        loop {
+            if state.succeeded > succeeded {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if state.finished > finished || left.is_zero() {
+                return false;
+            }
+            state = self.inner.wait_timeout(state, left);
         }
-        Ok(fetched)
     }
 
     /// The credentials held now, without fetching (tests).
     #[cfg(test)]
     pub(crate) fn current(&self) -> Option<Credentials> {
-        self.lock().as_ref().map(|s| s.credentials.clone())
+        self.inner
+            .lock()
+            .current
+            .as_ref()
+            .map(|s| s.credentials.clone())
     }
 }
 
@@ -453,9 +762,7 @@ pub(crate) fn chain_with_profile(
         if let Some(token) = var("AWS_SESSION_TOKEN") {
             credentials = credentials.with_session_token(token);
         }
-        let mut provider = CredentialsProvider::fixed(credentials);
-        provider.source = Source::Environment;
-        return Ok(provider);
+        return Ok(CredentialsProvider::fixed(credentials).with_source(Source::Environment));
     }
     tried.push("AWS_ACCESS_KEY_ID is not set".to_string());
 
@@ -511,6 +818,7 @@ fn prime(provider: CredentialsProvider) -> Result<CredentialsProvider, Credentia
 
 impl CredentialsProvider {
     pub(crate) fn with_source(mut self, source: Source) -> Self {
+        self.inner.lock().source = source.clone();
         self.source = source;
         self
     }
