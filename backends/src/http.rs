@@ -746,10 +746,12 @@ impl HttpStore {
         self.signed_as(&credentials, op, key, request, body, time)
     }
 
-    /// The credentials to sign with, refreshed first when they are due
-    /// (bounded by `deadline`). An error names the source; nothing was
-    /// sent, but it is a [`StoreErrorKind::Transport`] so a renewal retries
-    /// until its deadline (the source may answer again).
+    /// The credentials to sign with: the valid ones at once (the
+    /// provider refreshes them in the background), or, with nothing
+    /// valid, the ones a fetch gives by `deadline`. An error names the
+    /// source; nothing was sent, but it is a [`StoreErrorKind::Transport`]
+    /// so a renewal retries until its deadline (the source may answer
+    /// again).
     fn credentials_for(
         &self,
         op: Op,
