@@ -14,8 +14,9 @@
 //! - once the shell has exited, its output is read to the end for a short
 //!   grace ([`GRACE`], never past the deadline). A process it left behind
 //!   that still holds the output open (`helper &`) is not waited for: the
-//!   output read so far is used if it is complete, and the profile is
-//!   named in one warning (per provider, not per run).
+//!   output read so far is used if it is complete, the program's process
+//!   group is killed, and the profile is named in one warning (per
+//!   provider, not per run).
 
 use super::{CredentialsProvider, Fetch, Fetched, Source};
 use crate::sign::Credentials;
@@ -210,11 +211,16 @@ impl Fetch for Process {
         let (status, complete) = match ended? {
             Ended::Complete(status) => (status, true),
             Ended::LeftOpen(status) => {
+                // What it left in its group goes too: nothing of a run
+                // outlives its fetch (under `bucket-lease run`, a
+                // subreaper, it would otherwise be taken for the command's).
+                kill_group(&mut child);
                 if !self.warned_leftover.swap(true, Ordering::Relaxed) {
                     log::warn!(
                         "the credential_process of profile {:?} exited leaving a process that \
-                         holds its standard output open; its output is used without waiting \
-                         for that process (said once)",
+                         held its standard output open; its output was used without waiting, \
+                         and the processes it left were stopped (a credential_process must \
+                         close its output when it is done; said once)",
                         self.profile
                     );
                 }
@@ -305,12 +311,13 @@ mod tests {
     #[test]
     fn a_child_left_holding_the_output_does_not_hold_the_fetch() {
         let log = capture_log();
-        let (process, _dir) = script(
+        let (process, dir) = script(
             "leftover",
             "leftover-child",
             &format!(
                 "printf '{{\"Version\": 1, \"AccessKeyId\": \"AKIDLEFT\", \
-                 \"SecretAccessKey\": \"{SECRET_MARK}-left\"}}'\nsleep 5 &\n"
+                 \"SecretAccessKey\": \"{SECRET_MARK}-left\"}}'\nsleep 5 &\n\
+                 echo $! >> '{{dir}}/children'\n"
             ),
         );
         for _ in 0..2 {
@@ -322,6 +329,18 @@ mod tests {
             assert_eq!(fetched.credentials.access_key_id(), "AKIDLEFT");
             // The old code read to the end: until the child's 5 s were up.
             assert!(took < Duration::from_secs(2), "took {took:?}");
+        }
+        // The children it left were stopped with its process group.
+        let children = std::fs::read_to_string(dir.join("children")).unwrap();
+        for pid in children.lines().map(|l| l.trim().parse::<u32>().unwrap()) {
+            let asked = Instant::now();
+            while !gone(pid) {
+                assert!(
+                    asked.elapsed() < Duration::from_secs(2),
+                    "{pid} outlived its fetch"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
         let warnings: Vec<String> = log
             .lock()
