@@ -64,6 +64,10 @@ pub const EPOCH_METADATA: &str = "bucket-lease-epoch";
 /// The metadata name under which each fenced write stores the holder's id.
 pub const HOLDER_METADATA: &str = "bucket-lease-holder";
 
+/// The metadata name under which each fenced write stores the nonce of the
+/// holder's process ([`Lease::instance_nonce`]).
+pub const NONCE_METADATA: &str = "bucket-lease-nonce";
+
 /// The metadata name under which `put_new` stores a digest of the bytes.
 pub const DIGEST_METADATA: &str = "bucket-lease-digest";
 
@@ -146,8 +150,17 @@ enum Author {
     Older,
 }
 
-/// The epoch and holder an object's metadata names.
-fn stamp_of(object: &Object) -> (Option<u64>, Option<String>) {
+/// What a fenced write stamped on an object: the epoch, holder and
+/// holder's process nonce its metadata names, each when present.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Stamp {
+    epoch: Option<u64>,
+    holder: Option<String>,
+    nonce: Option<String>,
+}
+
+/// The stamp an object's metadata carries.
+fn stamp_of(object: &Object) -> Stamp {
     let value = |name: &str| {
         object
             .metadata
@@ -155,8 +168,11 @@ fn stamp_of(object: &Object) -> (Option<u64>, Option<String>) {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.clone())
     };
-    let epoch = value(EPOCH_METADATA).and_then(|v| v.trim().parse::<u64>().ok());
-    (epoch, value(HOLDER_METADATA))
+    Stamp {
+        epoch: value(EPOCH_METADATA).and_then(|v| v.trim().parse::<u64>().ok()),
+        holder: value(HOLDER_METADATA),
+        nonce: value(NONCE_METADATA),
+    }
 }
 
 /// A digest of `bytes` for recognising our own landed write: 64-bit
@@ -227,7 +243,7 @@ impl FencedWriter {
             }
             Author::Newer => Err(self.superseded(refusal)),
             Author::Us | Author::Older => {
-                let (epoch, holder) = stamp_of(&existing);
+                let Stamp { epoch, holder, .. } = stamp_of(&existing);
                 Err(WriteError::Exists {
                     key: key.to_string(),
                     epoch,
@@ -253,7 +269,7 @@ impl FencedWriter {
         match self.lease.store().get(key, Some(deadline)) {
             Ok(object) if self.author(&object) == Author::Newer => {
                 self.pointers().remove(key);
-                let (epoch, holder) = stamp_of(&object);
+                let Stamp { epoch, holder, .. } = stamp_of(&object);
                 let proof = StoreError::new(StoreErrorKind::Precondition, "GET", key).with_message(
                     format!(
                         "the pointer was written at epoch {} by {}, after this lease's epoch {}",
@@ -341,6 +357,7 @@ impl FencedWriter {
             .with_deadline(Some(deadline))
             .with_metadata(EPOCH_METADATA, self.lease.epoch().to_string())
             .with_metadata(HOLDER_METADATA, self.lease.instance_id())
+            .with_metadata(NONCE_METADATA, self.lease.instance_nonce())
     }
 
     /// The version of `key` now; `None` when absent.
@@ -360,7 +377,7 @@ impl FencedWriter {
     }
 
     fn author(&self, object: &Object) -> Author {
-        let (epoch, holder) = stamp_of(object);
+        let Stamp { epoch, holder, .. } = stamp_of(object);
         let ours = self.lease.epoch();
         match epoch.unwrap_or(0) {
             e if e > ours => Author::Newer,
@@ -404,6 +421,9 @@ pub struct FencedObject {
     pub epoch: u64,
     /// The holder that wrote it, when named.
     pub holder: Option<String>,
+    /// The nonce of the holder's process, when stamped (objects written by
+    /// older versions carry none).
+    pub nonce: Option<String>,
 }
 
 /// Why a [`FencedReader`] returned no object.
@@ -510,7 +530,11 @@ impl FencedReader {
         deadline: Option<Instant>,
     ) -> Result<FencedObject, ReadError> {
         let object = self.store.get(key, deadline).map_err(ReadError::Store)?;
-        let (epoch, holder) = stamp_of(&object);
+        let Stamp {
+            epoch,
+            holder,
+            nonce,
+        } = stamp_of(&object);
         let Some(epoch) = epoch else {
             return Err(ReadError::Unfenced {
                 key: key.to_string(),
@@ -527,6 +551,7 @@ impl FencedReader {
             object,
             epoch,
             holder,
+            nonce,
         })
     }
 }

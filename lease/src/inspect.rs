@@ -326,6 +326,7 @@ pub fn break_lease(
         ttl_s: BROKEN_TTL_S,
         epoch,
         released_at: None,
+        instance_nonce: None,
     };
     let body = record.to_bytes();
     let mut transient = Transient::default();
@@ -453,6 +454,7 @@ mod tests {
             ttl_s: 30,
             epoch: 2,
             released_at: None,
+            instance_nonce: None,
         };
         w.store.insert("jobs/a/LEASE", &record.to_bytes());
         let seen = w.inspect().unwrap();
@@ -575,6 +577,7 @@ mod tests {
                 ttl_s: 30,
                 epoch: 3,
                 released_at: None,
+                instance_nonce: None,
             };
             self.inner.insert(key, &successor.to_bytes());
             Err(StoreError::new(StoreErrorKind::Transport, "PUT", key))

@@ -87,8 +87,8 @@ use crate::clock::{system_clock, transient_backoff, Clock};
 use crate::error::{IgnoredCondition, LeaseError, CONDITIONAL_ENV};
 use crate::mutant::{self, Mutant};
 use crate::record::{
-    format_stamp, lease_key, longest_key_bytes, new_instance_id, probe_key, LeaseRecord,
-    MAX_SANE_TTL_S,
+    format_stamp, lease_key, longest_key_bytes, new_instance_id, probe_key, process_nonce,
+    LeaseRecord, MAX_SANE_TTL_S,
 };
 use crate::store::{
     DeleteMode, Delivery, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
@@ -112,6 +112,15 @@ pub const TRANSIENT_WRITE_TRIES: u32 = 3;
 
 /// The TTL a lease is taken with unless told otherwise, in seconds.
 pub const DEFAULT_TTL_S: u64 = 30;
+
+/// How long a call without a deadline of its own may take in all, every
+/// request of it included: [`Contender::try_acquire`], [`Lease::renew`],
+/// [`Lease::release`], [`Contender::release_abandoned`], and
+/// [`inspect`](crate::inspect::inspect) and
+/// [`break_lease`](crate::inspect::break_lease). Each computes one
+/// deadline this long after its start, on its clock, and passes it to
+/// every request it sends.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An ETag no service issues, for the probe's conditional writes.
 const PROBE_ETAG: &str = "\"bucket-lease-probe-etag-never-issued\"";
@@ -212,6 +221,9 @@ pub struct Contender {
     key: String,
     options: LeaseOptions,
     instance_id: String,
+    /// Which process this is: [`process_nonce`] unless a test or the
+    /// simulation, which run several processes in one, says otherwise.
+    nonce: String,
     /// A suspect record's identity and when, on our monotonic clock, we
     /// first saw it so.
     suspect_seen: Option<(String, Instant)>,
@@ -229,21 +241,45 @@ impl Contender {
             key: lease_key(prefix),
             options,
             instance_id: new_instance_id(),
+            nonce: process_nonce().to_string(),
             suspect_seen: None,
             free_at: None,
         }
     }
 
-    /// The same contender under the instance id `id`, for a process that
-    /// keeps its id across restarts.
+    /// The same contender under the instance id `id`: a name the user
+    /// chooses (a host, a pod, a job), shown to whoever finds the lease
+    /// held. The record also carries this process's nonce
+    /// ([`instance_nonce`](Self::instance_nonce)), and only a record with
+    /// both is this process's own. Another process given the same `id`
+    /// (a second replica, or this program after a restart) is another
+    /// holder: it is told the lease is held ([`LeaseError::Held`], saying
+    /// the name is in use) and takes it only once the record is stale.
     pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = id.into();
+        self
+    }
+
+    /// The same contender as if in a process started with `nonce`, for
+    /// tests and the simulation, which run several processes in one. A
+    /// program never needs it: every contender of a process shares the
+    /// process's nonce, so one rebuilt under the same id still knows the
+    /// records of the one before.
+    #[doc(hidden)]
+    pub fn with_instance_nonce(mut self, nonce: impl Into<String>) -> Self {
+        self.nonce = nonce.into();
         self
     }
 
     /// The instance id every attempt writes.
     pub fn instance_id(&self) -> &str {
         &self.instance_id
+    }
+
+    /// The nonce every attempt writes beside the instance id: this
+    /// process's ([`process_nonce`]).
+    pub fn instance_nonce(&self) -> &str {
+        &self.nonce
     }
 
     /// The lease object's key.
@@ -312,6 +348,7 @@ impl Contender {
                 ttl_s: self.options.ttl_s,
                 epoch,
                 released_at: None,
+                instance_nonce: Some(self.nonce.clone()),
             };
             let (mode, exclusion) = match &current {
                 _ if best_effort => (PutMode::Overwrite, Exclusion::BestEffort),
@@ -363,6 +400,7 @@ impl Contender {
                 clock: Arc::clone(&clock),
                 key: self.key.clone(),
                 instance_id: self.instance_id.clone(),
+                nonce: self.nonce.clone(),
                 ttl_s: self.options.ttl_s,
                 acquired_at: record.acquired_at.clone(),
                 epoch,
@@ -401,10 +439,7 @@ impl Contender {
         let holder = read_record(&*self.store, &self.key, deadline)?
             .and_then(|(rec, _)| rec)
             .map_or_else(|| "unknown".to_string(), |rec| rec.instance_id);
-        Err(LeaseError::Held {
-            key: self.key.clone(),
-            holder,
-        })
+        Err(self.held_by(holder))
     }
 
     /// Mark the record released if it still names this contender's
@@ -464,6 +499,16 @@ impl Contender {
         })
     }
 
+    /// [`LeaseError::Held`] by `holder`, saying whether it goes by our own
+    /// instance id.
+    fn held_by(&self, holder: String) -> LeaseError {
+        LeaseError::Held {
+            key: self.key.clone(),
+            same_instance_id: holder == self.instance_id,
+            holder,
+        }
+    }
+
     /// Whether `rec` is a live record of this instance's own: a write of an
     /// earlier attempt that landed unseen, taken back at its epoch.
     fn is_own_live(&self, rec: &LeaseRecord) -> bool {
@@ -476,10 +521,7 @@ impl Contender {
     fn check_foreign(&mut self, rec: &LeaseRecord, version: &Version) -> Result<(), LeaseError> {
         let clock = &self.options.clock;
         let now = clock.wall();
-        let held = || LeaseError::Held {
-            key: self.key.clone(),
-            holder: rec.instance_id.clone(),
-        };
+        let held = self.held_by(rec.instance_id.clone());
         if !rec.is_fresh(now) {
             return Ok(());
         }
@@ -492,7 +534,7 @@ impl Contender {
                 .and_then(|age| ttl.checked_sub(age))
                 .and_then(|left| Duration::try_from(left).ok());
             self.free_at = left.and_then(|left| clock.now().checked_add(left));
-            return Err(held());
+            return Err(held);
         }
         let identity = format!(
             "{}|{}|{}",
@@ -533,7 +575,7 @@ impl Contender {
                 self.free_at = clock.now().checked_add(watch);
             }
         }
-        Err(held())
+        Err(held)
     }
 }
 
@@ -595,6 +637,7 @@ pub struct Lease {
     clock: Arc<dyn Clock>,
     key: String,
     instance_id: String,
+    nonce: String,
     ttl_s: u64,
     acquired_at: String,
     epoch: u64,
@@ -618,6 +661,12 @@ impl Lease {
     /// The instance id the record names.
     pub fn instance_id(&self) -> &str {
         &self.instance_id
+    }
+
+    /// The nonce of the process that took the lease, written in the
+    /// record beside the instance id (see [`crate::record`]).
+    pub fn instance_nonce(&self) -> &str {
+        &self.nonce
     }
 
     /// The lease object's key.
@@ -821,6 +870,7 @@ impl Lease {
             ttl_s: self.ttl_s,
             epoch: self.epoch,
             released_at: None,
+            instance_nonce: Some(self.nonce.clone()),
         }
     }
 

@@ -392,6 +392,7 @@ fn suspect_record(rng: &mut Rng, ttl_s: u64, wall0: SystemTime) -> LeaseRecord {
         ttl_s: record_ttl,
         epoch: rng.range(1, 1000),
         released_at: None,
+        instance_nonce: None,
     }
 }
 

@@ -468,7 +468,7 @@ fn take(
         return first;
     }
     match error {
-        LeaseError::Held { holder, key } => log::info!(
+        LeaseError::Held { holder, key, .. } => log::info!(
             "{key} is held by {holder}; waiting up to {}",
             human_secs(left.as_secs_f64())
         ),
