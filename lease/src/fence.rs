@@ -14,8 +14,9 @@
 //!   ([`put_new`](FencedWriter::put_new)); a pointer or manifest is written
 //!   conditional on the version this writer last wrote or read
 //!   ([`put_pointer`](FencedWriter::put_pointer)).
-//! - **Every object carries the epoch.** Each write stores the lease's epoch
-//!   and holder as user metadata ([`EPOCH_METADATA`], [`HOLDER_METADATA`];
+//! - **Every object carries the epoch.** Each write stores the lease's epoch,
+//!   holder and the holder's process nonce as user metadata
+//!   ([`EPOCH_METADATA`], [`HOLDER_METADATA`], [`NONCE_METADATA`];
 //!   `x-amz-meta-…` on S3), and `put_new` a digest of the bytes
 //!   ([`DIGEST_METADATA`]).
 //! - **A refusal marks the lease lost only when it proves another writer.**
@@ -23,9 +24,13 @@
 //!   the write deadline) and decides by who wrote it:
 //!   - this holder at this epoch: our own write, whose answer was lost. An
 //!     identical `put_new` succeeds (same digest); a `put_pointer` adopts the
-//!     version it finds and swaps once more;
-//!   - a greater epoch, or this epoch under another holder: another writer
-//!     is active. The lease is marked lost and the write fails with
+//!     version it finds and swaps once more. "This holder" is our instance
+//!     id *and* our process's nonce, as for the lease record
+//!     ([`crate::record`]): a process started under the same id is another
+//!     holder;
+//!   - a greater epoch, or this epoch under another holder (another name,
+//!     or our name with another nonce or none): another writer is active.
+//!     The lease is marked lost and the write fails with
 //!     [`WriteError::Superseded`];
 //!   - an earlier epoch (or no epoch: written without fencing): a previous
 //!     holder's object, no proof of a concurrent writer. `put_new` fails
@@ -41,7 +46,7 @@
 //! refusal adds one read and, when the write is retried, one write.
 //!
 //! A [`FencedReader`] is the other half: it returns an object with the
-//! epoch and holder that wrote it, and rejects objects older than the epoch
+//! epoch, holder and process nonce that wrote it, and rejects objects older than the epoch
 //! it trusts ([`ReadError::Stale`]) or written without fencing
 //! ([`ReadError::Unfenced`]).
 //!
@@ -376,13 +381,21 @@ impl FencedWriter {
             .map_err(WriteError::Store)
     }
 
+    /// Who wrote `object`: us only for our epoch, our instance id and our
+    /// process's nonce; another process at our epoch (under our name too,
+    /// or without a nonce) is a writer we did not know of.
     fn author(&self, object: &Object) -> Author {
-        let Stamp { epoch, holder, .. } = stamp_of(object);
+        let Stamp {
+            epoch,
+            holder,
+            nonce,
+        } = stamp_of(object);
         let ours = self.lease.epoch();
+        let our_process = nonce.as_deref() == Some(self.lease.instance_nonce());
         match epoch.unwrap_or(0) {
             e if e > ours => Author::Newer,
             e if e < ours => Author::Older,
-            _ if holder.as_deref() == Some(self.lease.instance_id()) => Author::Us,
+            _ if holder.as_deref() == Some(self.lease.instance_id()) && our_process => Author::Us,
             _ => Author::Newer,
         }
     }

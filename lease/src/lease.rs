@@ -27,12 +27,24 @@
 //!   ([`Contender::try_acquire_before`]), and the probe also by the new
 //!   lease's write deadline: an acquire never hands out a lease it may no
 //!   longer write under.
+//! - **A holder is one process start.** A record is ours only when it
+//!   carries our instance id *and* the nonce this process drew when it
+//!   started ([`crate::record::process_nonce`]). The instance id is a name
+//!   users choose, and two processes may be given the same one; a record
+//!   with our name and another nonce, or none (the async reference, older
+//!   versions, a restart of this program), is another holder's. An acquire
+//!   is kept out by it while it is fresh ([`LeaseError::Held`], saying the
+//!   name is in use by another process) and takes it over only once it is
+//!   stale, at the next epoch; a renewal that finds it has lost the lease;
+//!   a release never touches it.
 //! - **A lost answer is not a lost lease.** A [`Contender`] keeps one
-//!   instance id for all its attempts, so a write that landed although its
-//!   answer never arrived leaves a record the next attempt recognises as its
-//!   own. A refused renewal reads the record: if it still names this holder,
-//!   its version is adopted and the swap is tried once more; otherwise the
-//!   lease is lost for good ([`LeaseError::Lost`], naming the new holder).
+//!   instance id for all its attempts, and every contender of a process
+//!   has the process's nonce, so a write that landed although its answer
+//!   never arrived leaves a record the next attempt (even of a contender
+//!   built anew under the same id) recognises as its own. A refused
+//!   renewal reads the record: if it is still ours, its version is adopted
+//!   and the swap is tried once more; otherwise the lease is lost for good
+//!   ([`LeaseError::Lost`], naming the new holder).
 //! - **A holder fences itself.** [`Lease::may_write`] and
 //!   [`Lease::write_deadline`] end two thirds of a TTL after the instant
 //!   taken just before the last successful write was sent, on the monotonic
@@ -56,10 +68,10 @@
 //!   is rewritten as released (stale to every reader, holder and epoch
 //!   kept) with a write conditional on our last ETag, the condition the
 //!   probe checked; if that version is stale the record is read and
-//!   rewritten only while it still names us. A record naming someone else
-//!   is left alone; a lease marked lost by a refused fenced write still
-//!   frees its own record. An acquire abandoned half way is
-//!   released by id ([`Contender::release_abandoned_before`]).
+//!   rewritten only while it is still ours (name and nonce). Any other
+//!   record is left alone; a lease marked lost by a refused fenced write
+//!   still frees its own record. An acquire abandoned half way is
+//!   released by id and nonce ([`Contender::release_abandoned_before`]).
 //! - **Conflicts are retried, briefly.** A conflict answer (a concurrent
 //!   conditional write on the same key) is retried after a jittered pause, a
 //!   bounded number of times, and never past the request's deadline.
@@ -436,15 +448,13 @@ impl Contender {
             self.suspect_seen = None;
             return Ok(lease);
         }
-        let holder = read_record(&*self.store, &self.key, deadline)?
-            .and_then(|(rec, _)| rec)
-            .map_or_else(|| "unknown".to_string(), |rec| rec.instance_id);
-        Err(self.held_by(holder))
+        let last = read_record(&*self.store, &self.key, deadline)?.and_then(|(rec, _)| rec);
+        Err(self.held_by(last.as_ref()))
     }
 
-    /// Mark the record released if it still names this contender's
-    /// instance id: for an acquire that failed or was abandoned after its
-    /// write may have landed. See
+    /// Mark the record released if it is still this contender's own (its
+    /// instance id and its process's nonce): for an acquire that failed or
+    /// was abandoned after its write may have landed. See
     /// [`release_abandoned_before`](Self::release_abandoned_before).
     ///
     /// # Errors
@@ -454,10 +464,11 @@ impl Contender {
         self.release_abandoned_before(None)
     }
 
-    /// Mark the record released if it still names this contender's
-    /// instance id, abandoning every request at `deadline`: one read, then
-    /// one write conditional on the version read. A record naming anyone
-    /// else is left alone; nothing is ever deleted.
+    /// Mark the record released if it is still this contender's own,
+    /// abandoning every request at `deadline`: one read, then one write
+    /// conditional on the version read. Any other record is left alone,
+    /// one with our instance id written by another process (another
+    /// nonce, or none) included; nothing is ever deleted.
     ///
     /// # Errors
     ///
@@ -477,6 +488,7 @@ impl Contender {
             clock: &*self.options.clock,
             key: &self.key,
             instance_id: &self.instance_id,
+            nonce: &self.nonce,
             exclusion,
         };
         target.release_if_ours(deadline)
@@ -499,20 +511,23 @@ impl Contender {
         })
     }
 
-    /// [`LeaseError::Held`] by `holder`, saying whether it goes by our own
-    /// instance id.
-    fn held_by(&self, holder: String) -> LeaseError {
+    /// [`LeaseError::Held`] by the holder `rec` names (`unknown` without
+    /// a readable record), saying whether it is another process under our
+    /// own instance id.
+    fn held_by(&self, rec: Option<&LeaseRecord>) -> LeaseError {
         LeaseError::Held {
             key: self.key.clone(),
-            same_instance_id: holder == self.instance_id,
-            holder,
+            holder: rec.map_or_else(|| "unknown".to_string(), |r| r.instance_id.clone()),
+            same_instance_id: rec.is_some_and(|r| r.is_namesake_of(&self.instance_id, &self.nonce)),
         }
     }
 
-    /// Whether `rec` is a live record of this instance's own: a write of an
-    /// earlier attempt that landed unseen, taken back at its epoch.
+    /// Whether `rec` is a live record of this process's own (our instance
+    /// id and our nonce): a write of an earlier attempt that landed unseen,
+    /// taken back at its epoch. A record with our id and another nonce, or
+    /// none, is another process's.
     fn is_own_live(&self, rec: &LeaseRecord) -> bool {
-        rec.instance_id == self.instance_id && !rec.is_released()
+        rec.is_written_by(&self.instance_id, &self.nonce) && !rec.is_released()
     }
 
     /// Whether a foreign record keeps us out: a fresh one does, unless it is
@@ -521,7 +536,7 @@ impl Contender {
     fn check_foreign(&mut self, rec: &LeaseRecord, version: &Version) -> Result<(), LeaseError> {
         let clock = &self.options.clock;
         let now = clock.wall();
-        let held = self.held_by(rec.instance_id.clone());
+        let held = self.held_by(Some(rec));
         if !rec.is_fresh(now) {
             return Ok(());
         }
@@ -891,21 +906,34 @@ impl Lease {
     /// else means the lease is gone.
     fn reconcile(&self, body: &[u8], deadline: Option<Instant>) -> Result<Version, LeaseError> {
         match read_record(&*self.store, &self.key, deadline)? {
-            Some((Some(rec), version))
-                if rec.instance_id == self.instance_id && !rec.is_released() =>
-            {
+            Some((Some(rec), version)) if self.is_ours(&rec) => {
                 let mode = PutMode::Update(self.known_version(version, "GET")?);
                 match put_retrying(&*self.store, &*self.clock, &self.key, body, mode, deadline) {
                     Ok(version) => Ok(version),
                     Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
-                        let holder = read_holder(&*self.store, &self.key, deadline);
-                        Err(self.lose(holder))
+                        let read = read_record(&*self.store, &self.key, deadline);
+                        Err(self.lose(self.other_holder(read.ok().flatten())))
                     }
                     Err(e) => Err(e.into()),
                 }
             }
-            other => Err(self.lose(live_holder(other))),
+            other => Err(self.lose(self.other_holder(other))),
         }
+    }
+
+    /// Whether `rec` is our own live record: our instance id, our
+    /// process's nonce, not released. See [`crate::record`].
+    fn is_ours(&self, rec: &LeaseRecord) -> bool {
+        rec.is_written_by(&self.instance_id, &self.nonce) && !rec.is_released()
+    }
+
+    /// Who holds the lease whose record was read as `read`, other than us:
+    /// the name of a live record another process wrote (under our own
+    /// name too), `None` for an absent, unreadable, released or own one.
+    fn other_holder(&self, read: Option<(Option<LeaseRecord>, Version)>) -> Option<String> {
+        read.and_then(|(rec, _)| rec)
+            .filter(|rec| !rec.is_released() && !self.is_ours(rec))
+            .map(|rec| rec.instance_id)
     }
 
     /// Best-effort renewal: read, and rewrite only a record naming us.
@@ -915,17 +943,16 @@ impl Lease {
         deadline: Option<Instant>,
     ) -> Result<Version, LeaseError> {
         match read_record(&*self.store, &self.key, deadline)? {
-            Some((Some(rec), _)) if rec.instance_id == self.instance_id && !rec.is_released() => {
+            Some((Some(rec), _)) if self.is_ours(&rec) => {
                 let options = PutOptions::new(PutMode::Overwrite).with_deadline(deadline);
                 Ok(self.store.put(&self.key, body, &options)?)
             }
-            other => Err(self.lose(live_holder(other))),
+            other => Err(self.lose(self.other_holder(other))),
         }
     }
 
     /// Mark the lease lost to `holder` and describe it.
     fn lose(&self, holder: Option<String>) -> LeaseError {
-        let holder = holder.filter(|h| *h != self.instance_id);
         let mut h = self.lock();
         if matches!(h.state, State::Held | State::Fenced) {
             h.state = State::Lost { holder };
@@ -999,6 +1026,7 @@ impl Lease {
             clock: &*self.clock,
             key: &self.key,
             instance_id: &self.instance_id,
+            nonce: &self.nonce,
             exclusion,
         };
         if lost {
@@ -1161,18 +1189,20 @@ impl Lease {
     }
 }
 
-/// A record to release on behalf of `instance_id`, by reading it first.
+/// A record to release on behalf of the process `instance_id` and `nonce`
+/// name, by reading it first.
 struct ReleaseTarget<'a> {
     store: &'a dyn Store,
     clock: &'a dyn Clock,
     key: &'a str,
     instance_id: &'a str,
+    nonce: &'a str,
     exclusion: Exclusion,
 }
 
 impl ReleaseTarget<'_> {
-    /// Read the record; if it names `instance_id` and is not released yet,
-    /// rewrite it released, conditional on the version read (unconditional
+    /// Read the record; if it is ours (`instance_id` and `nonce` both) and
+    /// not released yet, rewrite it released, conditional on the version read (unconditional
     /// for a best-effort lease).
     fn release_if_ours(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
         self.release_if_ours_retrying(Transient::default(), deadline)
@@ -1200,7 +1230,9 @@ impl ReleaseTarget<'_> {
     fn release_once(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
         let (rec, version) = match read_record(self.store, self.key, deadline)? {
             None => return Ok(Released::AlreadyFree),
-            Some((Some(rec), version)) if rec.instance_id == self.instance_id => (rec, version),
+            Some((Some(rec), version)) if rec.is_written_by(self.instance_id, self.nonce) => {
+                (rec, version)
+            }
             other => {
                 return Ok(Released::LeftAlone {
                     holder: live_holder(other),
