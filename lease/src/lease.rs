@@ -72,6 +72,11 @@
 //!   record is left alone; a lease marked lost by a refused fenced write
 //!   still frees its own record. An acquire abandoned half way is
 //!   released by id and nonce ([`Contender::release_abandoned_before`]).
+//! - **A call without a deadline still has one bound.**
+//!   [`Contender::try_acquire`], [`Lease::renew`], [`Lease::release`] and
+//!   [`Contender::release_abandoned`] each take one deadline,
+//!   [`DEFAULT_CALL_TIMEOUT`] after they start, for all their requests; the
+//!   `_before` forms take the caller's.
 //! - **Conflicts are retried, briefly.** A conflict answer (a concurrent
 //!   conditional write on the same key) is retried after a jittered pause, a
 //!   bounded number of times, and never past the request's deadline.
@@ -299,14 +304,17 @@ impl Contender {
         &self.key
     }
 
-    /// Try once to take the lease, with no deadline on its requests. See
-    /// [`try_acquire_before`](Self::try_acquire_before).
+    /// Try once to take the lease, bounded as a whole by
+    /// [`DEFAULT_CALL_TIMEOUT`]: one deadline that long after the call
+    /// starts, on the lease's clock, for every request (the probe's
+    /// included). See [`try_acquire_before`](Self::try_acquire_before).
     ///
     /// # Errors
     ///
     /// As [`try_acquire_before`](Self::try_acquire_before).
     pub fn try_acquire(&mut self) -> Result<Lease, LeaseError> {
-        self.try_acquire_before(None)
+        let deadline = call_deadline(&*self.options.clock);
+        self.try_acquire_before(deadline)
     }
 
     /// Try once to take the lease, abandoning every request (the probe's
@@ -454,14 +462,15 @@ impl Contender {
 
     /// Mark the record released if it is still this contender's own (its
     /// instance id and its process's nonce): for an acquire that failed or
-    /// was abandoned after its write may have landed. See
+    /// was abandoned after its write may have landed. Bounded as a whole
+    /// by [`DEFAULT_CALL_TIMEOUT`]. See
     /// [`release_abandoned_before`](Self::release_abandoned_before).
     ///
     /// # Errors
     ///
     /// As [`release_abandoned_before`](Self::release_abandoned_before).
     pub fn release_abandoned(&self) -> Result<Released, LeaseError> {
-        self.release_abandoned_before(None)
+        self.release_abandoned_before(call_deadline(&*self.options.clock))
     }
 
     /// Mark the record released if it is still this contender's own,
@@ -819,13 +828,16 @@ impl Lease {
     }
 
     /// Renew: rewrite the record with a new `renewed_at`, provided it is
-    /// still exactly ours.
+    /// still exactly ours. Bounded as a whole by [`DEFAULT_CALL_TIMEOUT`]
+    /// (one deadline for the write and any reconciling read and write); a
+    /// keeper renews with [`renew_before`](Self::renew_before) and the
+    /// write deadline instead.
     ///
     /// # Errors
     ///
     /// As [`renew_before`](Self::renew_before).
     pub fn renew(&self) -> Result<(), LeaseError> {
-        self.renew_before(None)
+        self.renew_before(call_deadline(&*self.clock))
     }
 
     /// Renew, abandoning every request at `deadline`.
@@ -975,13 +987,14 @@ impl Lease {
 
     /// Give the lease up: mark our record released, if it is still ours.
     /// From the first moment of the call, [`may_write`](Self::may_write) is
-    /// false.
+    /// false. Bounded as a whole by [`DEFAULT_CALL_TIMEOUT`]: every request
+    /// of it gets one deadline, that long after its start.
     ///
     /// # Errors
     ///
     /// As [`release_before`](Self::release_before).
     pub fn release(&self) -> Result<Released, LeaseError> {
-        self.release_before(None)
+        self.release_before(call_deadline(&*self.clock))
     }
 
     /// Release, abandoning every request at `deadline`.
@@ -1257,6 +1270,13 @@ impl ReleaseTarget<'_> {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The one deadline of a call made without one: [`DEFAULT_CALL_TIMEOUT`]
+/// after now on `clock` (`None` only where the instant cannot be
+/// represented).
+pub(crate) fn call_deadline(clock: &dyn Clock) -> Option<Instant> {
+    clock.now().checked_add(DEFAULT_CALL_TIMEOUT)
 }
 
 /// The record at `key`, parsed when it parses, with its version; `None` when

@@ -3,7 +3,10 @@
 //!
 //! What it promises:
 //!
-//! - One read of `{prefix}/LEASE`; nothing is written.
+//! - One read of `{prefix}/LEASE`; nothing is written. The read has one
+//!   deadline, 30 s after the command starts its work
+//!   ([`bucket_lease::lease::DEFAULT_CALL_TIMEOUT`]): credentials and the
+//!   store's own retries included, it gives up by then (exit 69).
 //! - Age and freshness are judged by this machine's wall clock against the
 //!   TTL the holder wrote, exactly as a contender here would judge them.
 //! - A missing lease is not an error: it prints that the lease is free and
@@ -44,7 +47,8 @@ its age and freshness by this machine's clock, whether the record is
 suspect (stamped far in the future or with an absurd TTL), its epoch and
 ETag. Writes nothing. A missing lease prints that it is free and exits 0; a
 released one prints who released it, when, and the last epoch. Text from
-the record is shown with control characters escaped.
+the record is shown with control characters escaped. Gives up 30 s after it
+starts reading, whatever the store does (exit 69).
 
 Options:
   --json          one JSON object on stdout (state: free, held, expired or unreadable;
