@@ -56,6 +56,10 @@ pub enum LeaseError {
         /// Who holds it, as its record names it (`unknown` when the record
         /// could not be read).
         holder: String,
+        /// Whether the holder goes by this contender's own instance id:
+        /// another process was given the same id (its record carries
+        /// another process nonce, or none). Give each process its own id.
+        same_instance_id: bool,
     },
     /// This lease is no longer ours: its record was replaced or deleted.
     /// A lost lease never comes back.
@@ -150,7 +154,17 @@ impl LeaseError {
 impl fmt::Display for LeaseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LeaseError::Held { key, holder } => write!(
+            LeaseError::Held {
+                key,
+                holder,
+                same_instance_id: true,
+            } => write!(
+                f,
+                "the lease {key} is held by another process under this same instance id \
+                 {holder}; give each process its own instance id (this one waits until that \
+                 process releases the lease or its TTL runs out)"
+            ),
+            LeaseError::Held { key, holder, .. } => write!(
                 f,
                 "lease {key} is held by instance {holder}; wait until it is released or its \
                  TTL runs out, or break it if that holder is known to be dead"

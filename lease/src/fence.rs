@@ -14,8 +14,9 @@
 //!   ([`put_new`](FencedWriter::put_new)); a pointer or manifest is written
 //!   conditional on the version this writer last wrote or read
 //!   ([`put_pointer`](FencedWriter::put_pointer)).
-//! - **Every object carries the epoch.** Each write stores the lease's epoch
-//!   and holder as user metadata ([`EPOCH_METADATA`], [`HOLDER_METADATA`];
+//! - **Every object carries the epoch.** Each write stores the lease's epoch,
+//!   holder and the holder's process nonce as user metadata
+//!   ([`EPOCH_METADATA`], [`HOLDER_METADATA`], [`NONCE_METADATA`];
 //!   `x-amz-meta-…` on S3), and `put_new` a digest of the bytes
 //!   ([`DIGEST_METADATA`]).
 //! - **A refusal marks the lease lost only when it proves another writer.**
@@ -23,9 +24,13 @@
 //!   the write deadline) and decides by who wrote it:
 //!   - this holder at this epoch: our own write, whose answer was lost. An
 //!     identical `put_new` succeeds (same digest); a `put_pointer` adopts the
-//!     version it finds and swaps once more;
-//!   - a greater epoch, or this epoch under another holder: another writer
-//!     is active. The lease is marked lost and the write fails with
+//!     version it finds and swaps once more. "This holder" is our instance
+//!     id *and* our process's nonce, as for the lease record
+//!     ([`crate::record`]): a process started under the same id is another
+//!     holder;
+//!   - a greater epoch, or this epoch under another holder (another name,
+//!     or our name with another nonce or none): another writer is active.
+//!     The lease is marked lost and the write fails with
 //!     [`WriteError::Superseded`];
 //!   - an earlier epoch (or no epoch: written without fencing): a previous
 //!     holder's object, no proof of a concurrent writer. `put_new` fails
@@ -41,7 +46,7 @@
 //! refusal adds one read and, when the write is retried, one write.
 //!
 //! A [`FencedReader`] is the other half: it returns an object with the
-//! epoch and holder that wrote it, and rejects objects older than the epoch
+//! epoch, holder and process nonce that wrote it, and rejects objects older than the epoch
 //! it trusts ([`ReadError::Stale`]) or written without fencing
 //! ([`ReadError::Unfenced`]).
 //!
@@ -63,6 +68,10 @@ pub const EPOCH_METADATA: &str = "bucket-lease-epoch";
 
 /// The metadata name under which each fenced write stores the holder's id.
 pub const HOLDER_METADATA: &str = "bucket-lease-holder";
+
+/// The metadata name under which each fenced write stores the nonce of the
+/// holder's process ([`Lease::instance_nonce`]).
+pub const NONCE_METADATA: &str = "bucket-lease-nonce";
 
 /// The metadata name under which `put_new` stores a digest of the bytes.
 pub const DIGEST_METADATA: &str = "bucket-lease-digest";
@@ -146,8 +155,17 @@ enum Author {
     Older,
 }
 
-/// The epoch and holder an object's metadata names.
-fn stamp_of(object: &Object) -> (Option<u64>, Option<String>) {
+/// What a fenced write stamped on an object: the epoch, holder and
+/// holder's process nonce its metadata names, each when present.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Stamp {
+    epoch: Option<u64>,
+    holder: Option<String>,
+    nonce: Option<String>,
+}
+
+/// The stamp an object's metadata carries.
+fn stamp_of(object: &Object) -> Stamp {
     let value = |name: &str| {
         object
             .metadata
@@ -155,8 +173,11 @@ fn stamp_of(object: &Object) -> (Option<u64>, Option<String>) {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.clone())
     };
-    let epoch = value(EPOCH_METADATA).and_then(|v| v.trim().parse::<u64>().ok());
-    (epoch, value(HOLDER_METADATA))
+    Stamp {
+        epoch: value(EPOCH_METADATA).and_then(|v| v.trim().parse::<u64>().ok()),
+        holder: value(HOLDER_METADATA),
+        nonce: value(NONCE_METADATA),
+    }
 }
 
 /// A digest of `bytes` for recognising our own landed write: 64-bit
@@ -227,7 +248,7 @@ impl FencedWriter {
             }
             Author::Newer => Err(self.superseded(refusal)),
             Author::Us | Author::Older => {
-                let (epoch, holder) = stamp_of(&existing);
+                let Stamp { epoch, holder, .. } = stamp_of(&existing);
                 Err(WriteError::Exists {
                     key: key.to_string(),
                     epoch,
@@ -253,7 +274,7 @@ impl FencedWriter {
         match self.lease.store().get(key, Some(deadline)) {
             Ok(object) if self.author(&object) == Author::Newer => {
                 self.pointers().remove(key);
-                let (epoch, holder) = stamp_of(&object);
+                let Stamp { epoch, holder, .. } = stamp_of(&object);
                 let proof = StoreError::new(StoreErrorKind::Precondition, "GET", key).with_message(
                     format!(
                         "the pointer was written at epoch {} by {}, after this lease's epoch {}",
@@ -341,6 +362,7 @@ impl FencedWriter {
             .with_deadline(Some(deadline))
             .with_metadata(EPOCH_METADATA, self.lease.epoch().to_string())
             .with_metadata(HOLDER_METADATA, self.lease.instance_id())
+            .with_metadata(NONCE_METADATA, self.lease.instance_nonce())
     }
 
     /// The version of `key` now; `None` when absent.
@@ -359,13 +381,22 @@ impl FencedWriter {
             .map_err(WriteError::Store)
     }
 
+    /// Who wrote `object`: us only for our epoch, our instance id and our
+    /// process's nonce; another process at our epoch (under our name too,
+    /// or without a nonce) is a writer we did not know of.
     fn author(&self, object: &Object) -> Author {
-        let (epoch, holder) = stamp_of(object);
+        let Stamp {
+            epoch,
+            holder,
+            nonce,
+        } = stamp_of(object);
         let ours = self.lease.epoch();
+        let our_process = nonce.as_deref() == Some(self.lease.instance_nonce())
+            || mutant::on(Mutant::SameNameIsOurs);
         match epoch.unwrap_or(0) {
             e if e > ours => Author::Newer,
             e if e < ours => Author::Older,
-            _ if holder.as_deref() == Some(self.lease.instance_id()) => Author::Us,
+            _ if holder.as_deref() == Some(self.lease.instance_id()) && our_process => Author::Us,
             _ => Author::Newer,
         }
     }
@@ -404,6 +435,9 @@ pub struct FencedObject {
     pub epoch: u64,
     /// The holder that wrote it, when named.
     pub holder: Option<String>,
+    /// The nonce of the holder's process, when stamped (objects written by
+    /// older versions carry none).
+    pub nonce: Option<String>,
 }
 
 /// Why a [`FencedReader`] returned no object.
@@ -510,7 +544,11 @@ impl FencedReader {
         deadline: Option<Instant>,
     ) -> Result<FencedObject, ReadError> {
         let object = self.store.get(key, deadline).map_err(ReadError::Store)?;
-        let (epoch, holder) = stamp_of(&object);
+        let Stamp {
+            epoch,
+            holder,
+            nonce,
+        } = stamp_of(&object);
         let Some(epoch) = epoch else {
             return Err(ReadError::Unfenced {
                 key: key.to_string(),
@@ -527,6 +565,7 @@ impl FencedReader {
             object,
             epoch,
             holder,
+            nonce,
         })
     }
 }

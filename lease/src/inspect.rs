@@ -29,11 +29,11 @@
 //! ([`crate::fence`]) catch the rest.
 
 use crate::clock::Clock;
-use crate::lease::{put_retrying, read_holder, read_record, Transient};
+use crate::lease::{call_deadline, put_retrying, read_holder, read_record, Transient};
 use crate::record::{format_stamp, lease_key, new_instance_id, LeaseRecord};
 use crate::store::{PutMode, Store, StoreError, StoreErrorKind, Version};
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The TTL, in seconds, of the record a break leaves behind.
 pub const BROKEN_TTL_S: u64 = 1;
@@ -107,20 +107,37 @@ impl Inspection {
     }
 }
 
-/// Read the lease on `prefix` and judge it by `clock`'s wall time.
+/// Read the lease on `prefix` and judge it by `clock`'s wall time. The
+/// read is bounded by [`DEFAULT_CALL_TIMEOUT`](crate::lease::DEFAULT_CALL_TIMEOUT)
+/// on `clock`; see [`inspect_before`] for a deadline of the caller's.
 ///
 /// Returns `None` when there is no lease object: the lease is free.
 ///
 /// # Errors
 ///
-/// The read's error when the request failed.
+/// As [`inspect_before`].
 pub fn inspect(
     store: &dyn Store,
     prefix: &str,
     clock: &dyn Clock,
 ) -> Result<Option<Inspection>, StoreError> {
+    inspect_before(store, prefix, clock, call_deadline(clock))
+}
+
+/// [`inspect`], abandoning the read at `deadline` (on `clock`'s monotonic
+/// time).
+///
+/// # Errors
+///
+/// The read's error when the request failed or met the deadline.
+pub fn inspect_before(
+    store: &dyn Store,
+    prefix: &str,
+    clock: &dyn Clock,
+    deadline: Option<Instant>,
+) -> Result<Option<Inspection>, StoreError> {
     let key = lease_key(prefix);
-    let Some((record, version)) = read_record(store, &key, None)? else {
+    let Some((record, version)) = read_record(store, &key, deadline)? else {
         return Ok(None);
     };
     let read_at = clock.wall();
@@ -281,7 +298,10 @@ impl From<StoreError> for BreakError {
 
 /// Take the lease on `prefix` away from `holder`: replace its record, only
 /// if it still has the version just read, with one that is already stale.
-/// See the [module docs](self).
+/// See the [module docs](self). Bounded as a whole by
+/// [`DEFAULT_CALL_TIMEOUT`](crate::lease::DEFAULT_CALL_TIMEOUT) on
+/// `clock`: its reads, its write and any write sent again share one
+/// deadline ([`break_lease_before`] takes the caller's).
 ///
 /// # Errors
 ///
@@ -299,8 +319,25 @@ pub fn break_lease(
     holder: &str,
     clock: &dyn Clock,
 ) -> Result<Broken, BreakError> {
+    break_lease_before(store, prefix, holder, clock, call_deadline(clock))
+}
+
+/// [`break_lease`], abandoning every request at `deadline` (on `clock`'s
+/// monotonic time).
+///
+/// # Errors
+///
+/// As [`break_lease`]; a request that met the deadline is
+/// [`BreakError::Store`] (a write may have landed: inspect to find out).
+pub fn break_lease_before(
+    store: &dyn Store,
+    prefix: &str,
+    holder: &str,
+    clock: &dyn Clock,
+    deadline: Option<Instant>,
+) -> Result<Broken, BreakError> {
     let key = lease_key(prefix);
-    let (replaced, replaced_version) = match read_record(store, &key, None)? {
+    let (replaced, replaced_version) = match read_record(store, &key, deadline)? {
         None => return Err(BreakError::Free { key }),
         Some((None, _)) => return Err(BreakError::Unreadable { key }),
         Some((Some(rec), _)) if rec.is_released() => return Err(BreakError::Free { key }),
@@ -326,20 +363,21 @@ pub fn break_lease(
         ttl_s: BROKEN_TTL_S,
         epoch,
         released_at: None,
+        instance_nonce: None,
     };
     let body = record.to_bytes();
     let mut transient = Transient::default();
     let version = loop {
         let mode = PutMode::Update(replaced_version.clone());
-        match put_retrying(store, clock, &key, &body, mode, None) {
+        match put_retrying(store, clock, &key, &body, mode, deadline) {
             Ok(version) => break version,
             Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
-                let holder = read_holder(store, &key, None);
+                let holder = read_holder(store, &key, deadline);
                 return Err(BreakError::Changed { key, holder });
             }
             // It may have landed: look before writing again.
-            Err(e) if transient.pause_before_another(&e, clock, None) => {
-                match read_record(store, &key, None)? {
+            Err(e) if transient.pause_before_another(&e, clock, deadline) => {
+                match read_record(store, &key, deadline)? {
                     Some((Some(rec), version)) if rec.instance_id == record.instance_id => {
                         break version;
                     }
@@ -453,6 +491,7 @@ mod tests {
             ttl_s: 30,
             epoch: 2,
             released_at: None,
+            instance_nonce: None,
         };
         w.store.insert("jobs/a/LEASE", &record.to_bytes());
         let seen = w.inspect().unwrap();
@@ -575,6 +614,7 @@ mod tests {
                 ttl_s: 30,
                 epoch: 3,
                 released_at: None,
+                instance_nonce: None,
             };
             self.inner.insert(key, &successor.to_bytes());
             Err(StoreError::new(StoreErrorKind::Transport, "PUT", key))

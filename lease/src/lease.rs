@@ -27,12 +27,24 @@
 //!   ([`Contender::try_acquire_before`]), and the probe also by the new
 //!   lease's write deadline: an acquire never hands out a lease it may no
 //!   longer write under.
+//! - **A holder is one process start.** A record is ours only when it
+//!   carries our instance id *and* the nonce this process drew when it
+//!   started ([`crate::record::process_nonce`]). The instance id is a name
+//!   users choose, and two processes may be given the same one; a record
+//!   with our name and another nonce, or none (the async reference, older
+//!   versions, a restart of this program), is another holder's. An acquire
+//!   is kept out by it while it is fresh ([`LeaseError::Held`], saying the
+//!   name is in use by another process) and takes it over only once it is
+//!   stale, at the next epoch; a renewal that finds it has lost the lease;
+//!   a release never touches it.
 //! - **A lost answer is not a lost lease.** A [`Contender`] keeps one
-//!   instance id for all its attempts, so a write that landed although its
-//!   answer never arrived leaves a record the next attempt recognises as its
-//!   own. A refused renewal reads the record: if it still names this holder,
-//!   its version is adopted and the swap is tried once more; otherwise the
-//!   lease is lost for good ([`LeaseError::Lost`], naming the new holder).
+//!   instance id for all its attempts, and every contender of a process
+//!   has the process's nonce, so a write that landed although its answer
+//!   never arrived leaves a record the next attempt (even of a contender
+//!   built anew under the same id) recognises as its own. A refused
+//!   renewal reads the record: if it is still ours, its version is adopted
+//!   and the swap is tried once more; otherwise the lease is lost for good
+//!   ([`LeaseError::Lost`], naming the new holder).
 //! - **A holder fences itself.** [`Lease::may_write`] and
 //!   [`Lease::write_deadline`] end two thirds of a TTL after the instant
 //!   taken just before the last successful write was sent, on the monotonic
@@ -56,10 +68,15 @@
 //!   is rewritten as released (stale to every reader, holder and epoch
 //!   kept) with a write conditional on our last ETag, the condition the
 //!   probe checked; if that version is stale the record is read and
-//!   rewritten only while it still names us. A record naming someone else
-//!   is left alone; a lease marked lost by a refused fenced write still
-//!   frees its own record. An acquire abandoned half way is
-//!   released by id ([`Contender::release_abandoned_before`]).
+//!   rewritten only while it is still ours (name and nonce). Any other
+//!   record is left alone; a lease marked lost by a refused fenced write
+//!   still frees its own record. An acquire abandoned half way is
+//!   released by id and nonce ([`Contender::release_abandoned_before`]).
+//! - **A call without a deadline still has one bound.**
+//!   [`Contender::try_acquire`], [`Lease::renew`], [`Lease::release`] and
+//!   [`Contender::release_abandoned`] each take one deadline,
+//!   [`DEFAULT_CALL_TIMEOUT`] after they start, for all their requests; the
+//!   `_before` forms take the caller's.
 //! - **Conflicts are retried, briefly.** A conflict answer (a concurrent
 //!   conditional write on the same key) is retried after a jittered pause, a
 //!   bounded number of times, and never past the request's deadline.
@@ -87,8 +104,8 @@ use crate::clock::{system_clock, transient_backoff, Clock};
 use crate::error::{IgnoredCondition, LeaseError, CONDITIONAL_ENV};
 use crate::mutant::{self, Mutant};
 use crate::record::{
-    format_stamp, lease_key, longest_key_bytes, new_instance_id, probe_key, LeaseRecord,
-    MAX_SANE_TTL_S,
+    format_stamp, lease_key, longest_key_bytes, new_instance_id, probe_key, process_nonce,
+    LeaseRecord, MAX_SANE_TTL_S,
 };
 use crate::store::{
     DeleteMode, Delivery, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
@@ -112,6 +129,15 @@ pub const TRANSIENT_WRITE_TRIES: u32 = 3;
 
 /// The TTL a lease is taken with unless told otherwise, in seconds.
 pub const DEFAULT_TTL_S: u64 = 30;
+
+/// How long a call without a deadline of its own may take in all, every
+/// request of it included: [`Contender::try_acquire`], [`Lease::renew`],
+/// [`Lease::release`], [`Contender::release_abandoned`], and
+/// [`inspect`](crate::inspect::inspect) and
+/// [`break_lease`](crate::inspect::break_lease). Each computes one
+/// deadline this long after its start, on its clock, and passes it to
+/// every request it sends.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An ETag no service issues, for the probe's conditional writes.
 const PROBE_ETAG: &str = "\"bucket-lease-probe-etag-never-issued\"";
@@ -212,6 +238,9 @@ pub struct Contender {
     key: String,
     options: LeaseOptions,
     instance_id: String,
+    /// Which process this is: [`process_nonce`] unless a test or the
+    /// simulation, which run several processes in one, says otherwise.
+    nonce: String,
     /// A suspect record's identity and when, on our monotonic clock, we
     /// first saw it so.
     suspect_seen: Option<(String, Instant)>,
@@ -229,15 +258,33 @@ impl Contender {
             key: lease_key(prefix),
             options,
             instance_id: new_instance_id(),
+            nonce: process_nonce().to_string(),
             suspect_seen: None,
             free_at: None,
         }
     }
 
-    /// The same contender under the instance id `id`, for a process that
-    /// keeps its id across restarts.
+    /// The same contender under the instance id `id`: a name the user
+    /// chooses (a host, a pod, a job), shown to whoever finds the lease
+    /// held. The record also carries this process's nonce
+    /// ([`instance_nonce`](Self::instance_nonce)), and only a record with
+    /// both is this process's own. Another process given the same `id`
+    /// (a second replica, or this program after a restart) is another
+    /// holder: it is told the lease is held ([`LeaseError::Held`], saying
+    /// the name is in use) and takes it only once the record is stale.
     pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = id.into();
+        self
+    }
+
+    /// The same contender as if in a process started with `nonce`, for
+    /// tests and the simulation, which run several processes in one. A
+    /// program never needs it: every contender of a process shares the
+    /// process's nonce, so one rebuilt under the same id still knows the
+    /// records of the one before.
+    #[doc(hidden)]
+    pub fn with_instance_nonce(mut self, nonce: impl Into<String>) -> Self {
+        self.nonce = nonce.into();
         self
     }
 
@@ -246,19 +293,28 @@ impl Contender {
         &self.instance_id
     }
 
+    /// The nonce every attempt writes beside the instance id: this
+    /// process's ([`process_nonce`]).
+    pub fn instance_nonce(&self) -> &str {
+        &self.nonce
+    }
+
     /// The lease object's key.
     pub fn key(&self) -> &str {
         &self.key
     }
 
-    /// Try once to take the lease, with no deadline on its requests. See
-    /// [`try_acquire_before`](Self::try_acquire_before).
+    /// Try once to take the lease, bounded as a whole by
+    /// [`DEFAULT_CALL_TIMEOUT`]: one deadline that long after the call
+    /// starts, on the lease's clock, for every request (the probe's
+    /// included). See [`try_acquire_before`](Self::try_acquire_before).
     ///
     /// # Errors
     ///
     /// As [`try_acquire_before`](Self::try_acquire_before).
     pub fn try_acquire(&mut self) -> Result<Lease, LeaseError> {
-        self.try_acquire_before(None)
+        let deadline = call_deadline(&*self.options.clock);
+        self.try_acquire_before(deadline)
     }
 
     /// Try once to take the lease, abandoning every request (the probe's
@@ -312,6 +368,7 @@ impl Contender {
                 ttl_s: self.options.ttl_s,
                 epoch,
                 released_at: None,
+                instance_nonce: Some(self.nonce.clone()),
             };
             let (mode, exclusion) = match &current {
                 _ if best_effort => (PutMode::Overwrite, Exclusion::BestEffort),
@@ -363,6 +420,7 @@ impl Contender {
                 clock: Arc::clone(&clock),
                 key: self.key.clone(),
                 instance_id: self.instance_id.clone(),
+                nonce: self.nonce.clone(),
                 ttl_s: self.options.ttl_s,
                 acquired_at: record.acquired_at.clone(),
                 epoch,
@@ -398,31 +456,28 @@ impl Contender {
             self.suspect_seen = None;
             return Ok(lease);
         }
-        let holder = read_record(&*self.store, &self.key, deadline)?
-            .and_then(|(rec, _)| rec)
-            .map_or_else(|| "unknown".to_string(), |rec| rec.instance_id);
-        Err(LeaseError::Held {
-            key: self.key.clone(),
-            holder,
-        })
+        let last = read_record(&*self.store, &self.key, deadline)?.and_then(|(rec, _)| rec);
+        Err(self.held_by(last.as_ref()))
     }
 
-    /// Mark the record released if it still names this contender's
-    /// instance id: for an acquire that failed or was abandoned after its
-    /// write may have landed. See
+    /// Mark the record released if it is still this contender's own (its
+    /// instance id and its process's nonce): for an acquire that failed or
+    /// was abandoned after its write may have landed. Bounded as a whole
+    /// by [`DEFAULT_CALL_TIMEOUT`]. See
     /// [`release_abandoned_before`](Self::release_abandoned_before).
     ///
     /// # Errors
     ///
     /// As [`release_abandoned_before`](Self::release_abandoned_before).
     pub fn release_abandoned(&self) -> Result<Released, LeaseError> {
-        self.release_abandoned_before(None)
+        self.release_abandoned_before(call_deadline(&*self.options.clock))
     }
 
-    /// Mark the record released if it still names this contender's
-    /// instance id, abandoning every request at `deadline`: one read, then
-    /// one write conditional on the version read. A record naming anyone
-    /// else is left alone; nothing is ever deleted.
+    /// Mark the record released if it is still this contender's own,
+    /// abandoning every request at `deadline`: one read, then one write
+    /// conditional on the version read. Any other record is left alone,
+    /// one with our instance id written by another process (another
+    /// nonce, or none) included; nothing is ever deleted.
     ///
     /// # Errors
     ///
@@ -442,6 +497,7 @@ impl Contender {
             clock: &*self.options.clock,
             key: &self.key,
             instance_id: &self.instance_id,
+            nonce: &self.nonce,
             exclusion,
         };
         target.release_if_ours(deadline)
@@ -464,10 +520,23 @@ impl Contender {
         })
     }
 
-    /// Whether `rec` is a live record of this instance's own: a write of an
-    /// earlier attempt that landed unseen, taken back at its epoch.
+    /// [`LeaseError::Held`] by the holder `rec` names (`unknown` without
+    /// a readable record), saying whether it is another process under our
+    /// own instance id.
+    fn held_by(&self, rec: Option<&LeaseRecord>) -> LeaseError {
+        LeaseError::Held {
+            key: self.key.clone(),
+            holder: rec.map_or_else(|| "unknown".to_string(), |r| r.instance_id.clone()),
+            same_instance_id: rec.is_some_and(|r| r.is_namesake_of(&self.instance_id, &self.nonce)),
+        }
+    }
+
+    /// Whether `rec` is a live record of this process's own (our instance
+    /// id and our nonce): a write of an earlier attempt that landed unseen,
+    /// taken back at its epoch. A record with our id and another nonce, or
+    /// none, is another process's.
     fn is_own_live(&self, rec: &LeaseRecord) -> bool {
-        rec.instance_id == self.instance_id && !rec.is_released()
+        rec.is_written_by(&self.instance_id, &self.nonce) && !rec.is_released()
     }
 
     /// Whether a foreign record keeps us out: a fresh one does, unless it is
@@ -476,10 +545,7 @@ impl Contender {
     fn check_foreign(&mut self, rec: &LeaseRecord, version: &Version) -> Result<(), LeaseError> {
         let clock = &self.options.clock;
         let now = clock.wall();
-        let held = || LeaseError::Held {
-            key: self.key.clone(),
-            holder: rec.instance_id.clone(),
-        };
+        let held = self.held_by(Some(rec));
         if !rec.is_fresh(now) {
             return Ok(());
         }
@@ -492,7 +558,7 @@ impl Contender {
                 .and_then(|age| ttl.checked_sub(age))
                 .and_then(|left| Duration::try_from(left).ok());
             self.free_at = left.and_then(|left| clock.now().checked_add(left));
-            return Err(held());
+            return Err(held);
         }
         let identity = format!(
             "{}|{}|{}",
@@ -533,7 +599,7 @@ impl Contender {
                 self.free_at = clock.now().checked_add(watch);
             }
         }
-        Err(held())
+        Err(held)
     }
 }
 
@@ -595,6 +661,7 @@ pub struct Lease {
     clock: Arc<dyn Clock>,
     key: String,
     instance_id: String,
+    nonce: String,
     ttl_s: u64,
     acquired_at: String,
     epoch: u64,
@@ -618,6 +685,12 @@ impl Lease {
     /// The instance id the record names.
     pub fn instance_id(&self) -> &str {
         &self.instance_id
+    }
+
+    /// The nonce of the process that took the lease, written in the
+    /// record beside the instance id (see [`crate::record`]).
+    pub fn instance_nonce(&self) -> &str {
+        &self.nonce
     }
 
     /// The lease object's key.
@@ -755,13 +828,16 @@ impl Lease {
     }
 
     /// Renew: rewrite the record with a new `renewed_at`, provided it is
-    /// still exactly ours.
+    /// still exactly ours. Bounded as a whole by [`DEFAULT_CALL_TIMEOUT`]
+    /// (one deadline for the write and any reconciling read and write); a
+    /// keeper renews with [`renew_before`](Self::renew_before) and the
+    /// write deadline instead.
     ///
     /// # Errors
     ///
     /// As [`renew_before`](Self::renew_before).
     pub fn renew(&self) -> Result<(), LeaseError> {
-        self.renew_before(None)
+        self.renew_before(call_deadline(&*self.clock))
     }
 
     /// Renew, abandoning every request at `deadline`.
@@ -821,6 +897,7 @@ impl Lease {
             ttl_s: self.ttl_s,
             epoch: self.epoch,
             released_at: None,
+            instance_nonce: Some(self.nonce.clone()),
         }
     }
 
@@ -841,21 +918,34 @@ impl Lease {
     /// else means the lease is gone.
     fn reconcile(&self, body: &[u8], deadline: Option<Instant>) -> Result<Version, LeaseError> {
         match read_record(&*self.store, &self.key, deadline)? {
-            Some((Some(rec), version))
-                if rec.instance_id == self.instance_id && !rec.is_released() =>
-            {
+            Some((Some(rec), version)) if self.is_ours(&rec) => {
                 let mode = PutMode::Update(self.known_version(version, "GET")?);
                 match put_retrying(&*self.store, &*self.clock, &self.key, body, mode, deadline) {
                     Ok(version) => Ok(version),
                     Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
-                        let holder = read_holder(&*self.store, &self.key, deadline);
-                        Err(self.lose(holder))
+                        let read = read_record(&*self.store, &self.key, deadline);
+                        Err(self.lose(self.other_holder(read.ok().flatten())))
                     }
                     Err(e) => Err(e.into()),
                 }
             }
-            other => Err(self.lose(live_holder(other))),
+            other => Err(self.lose(self.other_holder(other))),
         }
+    }
+
+    /// Whether `rec` is our own live record: our instance id, our
+    /// process's nonce, not released. See [`crate::record`].
+    fn is_ours(&self, rec: &LeaseRecord) -> bool {
+        rec.is_written_by(&self.instance_id, &self.nonce) && !rec.is_released()
+    }
+
+    /// Who holds the lease whose record was read as `read`, other than us:
+    /// the name of a live record another process wrote (under our own
+    /// name too), `None` for an absent, unreadable, released or own one.
+    fn other_holder(&self, read: Option<(Option<LeaseRecord>, Version)>) -> Option<String> {
+        read.and_then(|(rec, _)| rec)
+            .filter(|rec| !rec.is_released() && !self.is_ours(rec))
+            .map(|rec| rec.instance_id)
     }
 
     /// Best-effort renewal: read, and rewrite only a record naming us.
@@ -865,17 +955,16 @@ impl Lease {
         deadline: Option<Instant>,
     ) -> Result<Version, LeaseError> {
         match read_record(&*self.store, &self.key, deadline)? {
-            Some((Some(rec), _)) if rec.instance_id == self.instance_id && !rec.is_released() => {
+            Some((Some(rec), _)) if self.is_ours(&rec) => {
                 let options = PutOptions::new(PutMode::Overwrite).with_deadline(deadline);
                 Ok(self.store.put(&self.key, body, &options)?)
             }
-            other => Err(self.lose(live_holder(other))),
+            other => Err(self.lose(self.other_holder(other))),
         }
     }
 
     /// Mark the lease lost to `holder` and describe it.
     fn lose(&self, holder: Option<String>) -> LeaseError {
-        let holder = holder.filter(|h| *h != self.instance_id);
         let mut h = self.lock();
         if matches!(h.state, State::Held | State::Fenced) {
             h.state = State::Lost { holder };
@@ -898,13 +987,14 @@ impl Lease {
 
     /// Give the lease up: mark our record released, if it is still ours.
     /// From the first moment of the call, [`may_write`](Self::may_write) is
-    /// false.
+    /// false. Bounded as a whole by [`DEFAULT_CALL_TIMEOUT`]: every request
+    /// of it gets one deadline, that long after its start.
     ///
     /// # Errors
     ///
     /// As [`release_before`](Self::release_before).
     pub fn release(&self) -> Result<Released, LeaseError> {
-        self.release_before(None)
+        self.release_before(call_deadline(&*self.clock))
     }
 
     /// Release, abandoning every request at `deadline`.
@@ -949,6 +1039,7 @@ impl Lease {
             clock: &*self.clock,
             key: &self.key,
             instance_id: &self.instance_id,
+            nonce: &self.nonce,
             exclusion,
         };
         if lost {
@@ -1111,18 +1202,20 @@ impl Lease {
     }
 }
 
-/// A record to release on behalf of `instance_id`, by reading it first.
+/// A record to release on behalf of the process `instance_id` and `nonce`
+/// name, by reading it first.
 struct ReleaseTarget<'a> {
     store: &'a dyn Store,
     clock: &'a dyn Clock,
     key: &'a str,
     instance_id: &'a str,
+    nonce: &'a str,
     exclusion: Exclusion,
 }
 
 impl ReleaseTarget<'_> {
-    /// Read the record; if it names `instance_id` and is not released yet,
-    /// rewrite it released, conditional on the version read (unconditional
+    /// Read the record; if it is ours (`instance_id` and `nonce` both) and
+    /// not released yet, rewrite it released, conditional on the version read (unconditional
     /// for a best-effort lease).
     fn release_if_ours(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
         self.release_if_ours_retrying(Transient::default(), deadline)
@@ -1150,7 +1243,9 @@ impl ReleaseTarget<'_> {
     fn release_once(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
         let (rec, version) = match read_record(self.store, self.key, deadline)? {
             None => return Ok(Released::AlreadyFree),
-            Some((Some(rec), version)) if rec.instance_id == self.instance_id => (rec, version),
+            Some((Some(rec), version)) if rec.is_written_by(self.instance_id, self.nonce) => {
+                (rec, version)
+            }
             other => {
                 return Ok(Released::LeftAlone {
                     holder: live_holder(other),
@@ -1175,6 +1270,13 @@ impl ReleaseTarget<'_> {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The one deadline of a call made without one: [`DEFAULT_CALL_TIMEOUT`]
+/// after now on `clock` (`None` only where the instant cannot be
+/// represented).
+pub(crate) fn call_deadline(clock: &dyn Clock) -> Option<Instant> {
+    clock.now().checked_add(DEFAULT_CALL_TIMEOUT)
 }
 
 /// The record at `key`, parsed when it parses, with its version; `None` when

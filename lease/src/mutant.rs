@@ -35,12 +35,16 @@ pub(crate) enum Mutant {
     /// An acquire whose write met a transient failure writes the record
     /// again unconditionally instead of reading it first.
     TransientOverwrites,
+    /// A record or fenced object with our instance id counts as ours
+    /// whatever process nonce it carries (issue 19): a second process
+    /// started under the same id takes the live record at its epoch.
+    SameNameIsOurs,
 }
 
 impl Mutant {
     /// Every mutant, in the order `--mutants` lists them.
     #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
-    pub(crate) const ALL: [Mutant; 10] = [
+    pub(crate) const ALL: [Mutant; 11] = [
         Mutant::KeeperNeverFences,
         Mutant::KillAtFullTtl,
         Mutant::ReleaseByDelete,
@@ -51,6 +55,7 @@ impl Mutant {
         Mutant::PointerOverwrites,
         Mutant::PoolSerialRenewals,
         Mutant::TransientOverwrites,
+        Mutant::SameNameIsOurs,
     ];
 
     /// The mutant's name on the command line.
@@ -67,6 +72,7 @@ impl Mutant {
             Mutant::PointerOverwrites => "pointer-overwrites",
             Mutant::PoolSerialRenewals => "pool-serial-renewals",
             Mutant::TransientOverwrites => "transient-overwrites",
+            Mutant::SameNameIsOurs => "same-name-is-ours",
         }
     }
 }

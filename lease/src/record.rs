@@ -1,13 +1,26 @@
 //! The `LEASE` object: its JSON, its key, and how a reader judges it.
 //!
 //! The record is JSON with four fields every implementation of this lease
-//! reads and writes, plus an `epoch` that older implementations ignore:
+//! reads and writes, plus an `epoch` and an `instance_nonce` that older
+//! implementations ignore:
 //!
 //! ```json
 //! {"instance_id":"4f…","acquired_at":"2026-11-29T19:00:00.123Z",
-//!  "renewed_at":"2026-11-29T19:00:20.456Z","ttl_s":30,"epoch":3}
+//!  "renewed_at":"2026-11-29T19:00:20.456Z","ttl_s":30,"epoch":3,
+//!  "instance_nonce":"9c…"}
 //! ```
 //!
+//! - **Who wrote a record is its name and its nonce together.**
+//!   `instance_id` is the name the user gives (or a random one);
+//!   `instance_nonce` is drawn once when the process starts
+//!   ([`process_nonce`]) and never chosen by anyone. A process counts a
+//!   record as its own only when both match its own
+//!   ([`LeaseRecord::is_written_by`]); a record with its name and another
+//!   nonce, or none (the async reference and older versions write none),
+//!   is another process's, however alike the names. Two processes started
+//!   under one name therefore never both hold the lease, and a restarted
+//!   process is a new holder: it waits out the record its previous life
+//!   left, like any contender.
 //! - Stamps are RFC 3339 on the writer's wall clock.
 //! - `ttl_s` is the writer's TTL, and it governs: a reader with a different
 //!   TTL of its own still judges the record by `ttl_s`.
@@ -92,6 +105,20 @@ pub fn new_instance_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// This process's instance nonce: 128 random bits as 32 lower-case hex
+/// digits, drawn the first time it is asked for and the same for the rest
+/// of the process's life. Every record and fenced object this process
+/// writes carries it beside the instance id (see the [module docs](self)).
+///
+/// # Panics
+///
+/// As [`new_instance_id`], the first time, when the operating system has
+/// no random source.
+pub fn process_nonce() -> &'static str {
+    static NONCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NONCE.get_or_init(new_instance_id)
+}
+
 /// A wall-clock instant as the record writes it: RFC 3339 in UTC.
 pub fn format_stamp(at: SystemTime) -> String {
     OffsetDateTime::from(at)
@@ -118,6 +145,11 @@ pub struct LeaseRecord {
     /// absent while the lease is held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_at: Option<String>,
+    /// The nonce of the process that wrote the record ([`process_nonce`]);
+    /// absent in records of the async reference, of older versions and of
+    /// a break. Without it a record is nobody's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_nonce: Option<String>,
 }
 
 impl LeaseRecord {
@@ -141,6 +173,22 @@ impl LeaseRecord {
             released_at: Some(format_stamp(at)),
             ..self.clone()
         }
+    }
+
+    /// Whether this record was written by the process that goes by
+    /// `instance_id` and was started with `nonce`: both must match. A
+    /// record without a nonce was written by no process this one can be.
+    pub fn is_written_by(&self, instance_id: &str, nonce: &str) -> bool {
+        self.instance_id == instance_id
+            && (self.instance_nonce.as_deref() == Some(nonce)
+                || crate::mutant::on(crate::mutant::Mutant::SameNameIsOurs))
+    }
+
+    /// Whether this record carries the name `instance_id` but was written
+    /// by another process than the one started with `nonce` (another
+    /// nonce, or none): two processes were given one instance id.
+    pub fn is_namesake_of(&self, instance_id: &str, nonce: &str) -> bool {
+        self.instance_id == instance_id && !self.is_written_by(instance_id, nonce)
     }
 
     /// Whether the holder gave the lease up.
@@ -223,6 +271,7 @@ mod tests {
             ttl_s,
             epoch: 0,
             released_at: None,
+            instance_nonce: None,
         }
     }
 

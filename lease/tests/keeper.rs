@@ -142,6 +142,7 @@ fn a_takeover_is_reported_as_lost_naming_the_new_holder() {
         ttl_s: 30,
         epoch: 2,
         released_at: None,
+        instance_nonce: None,
     };
     store.inner.insert(KEY, &usurper.to_bytes());
     clock.advance(secs(10));

@@ -66,6 +66,7 @@ impl World {
             ttl_s,
             epoch: 4,
             released_at: None,
+            instance_nonce: None,
         };
         self.store.insert(KEY, &record.to_bytes());
     }
@@ -73,7 +74,7 @@ impl World {
 
 fn held_by(result: Result<Lease, LeaseError>) -> String {
     match result {
-        Err(LeaseError::Held { holder, key }) => {
+        Err(LeaseError::Held { holder, key, .. }) => {
             assert_eq!(key, KEY);
             holder
         }
@@ -643,6 +644,7 @@ fn errors_say_what_failed_and_what_to_do() {
     let held = LeaseError::Held {
         key: KEY.into(),
         holder: "abc".into(),
+        same_instance_id: false,
     };
     assert_eq!(
         held.to_string(),

@@ -35,6 +35,7 @@ fn plant(store: &MemoryStore, id: &str, renewed: SystemTime, ttl_s: u64, epoch: 
         ttl_s,
         epoch,
         released_at: None,
+        instance_nonce: None,
     };
     store.insert(KEY, &record.to_bytes());
 }

@@ -20,13 +20,15 @@ fn seeded_runs_break_no_invariant() {
         }
     }
     // The seeds reach every check: pointers moved, holders crashed, suspect
-    // records met, pools of leases kept.
+    // records met, pools of leases kept, one instance id given to two
+    // processes.
     for kind in [
         "write windows",
         "pointer states",
         "crash takeovers",
         "suspect takeovers",
         "pooled leases",
+        "shared instance ids",
     ] {
         assert!(
             checked.get(kind).copied().unwrap_or(0) > 0,

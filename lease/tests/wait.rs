@@ -212,6 +212,7 @@ fn a_suspect_record_is_taken_when_its_watch_ends() {
         ttl_s: TTL_S,
         epoch: 9,
         released_at: None,
+        instance_nonce: None,
     };
     store
         .put(

@@ -651,6 +651,14 @@ pub fn inspect_shows_free_and_held(t: &Target) {
     let json = t.inspect(&url);
     let id = json["holder"].as_str().expect("a holder").to_string();
     assert_eq!(id.len(), 32, "{json}");
+    let nonce = json["instance_nonce"]
+        .as_str()
+        .expect("a nonce")
+        .to_string();
+    assert!(
+        nonce.len() == 32 && nonce.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{json}"
+    );
     assert_eq!(json["state"], "held");
     assert_eq!(json["fresh"], true);
     assert_eq!(json["suspect"], false);
@@ -677,6 +685,7 @@ pub fn inspect_shows_free_and_held(t: &Target) {
     for needle in [
         "is held",
         &format!("holder       {id}"),
+        &format!("nonce        {nonce}"),
         "fresh: expires in",
         "suspect      no",
         "epoch        1",

@@ -6,9 +6,9 @@
 //! (acquire, then supervise the command), the keeper, and the command's
 //! writer.
 
-use super::env::{id, SimClock, SimStore};
+use super::env::{SimClock, SimStore};
 use super::sched::{current, Nanos, Shared, SEC};
-use super::world::POINTER;
+use super::world::{nonce_of, POINTER};
 use crate::clock::Clock;
 use crate::keeper::{Attempt, Event, RenewalSchedule, Step};
 use crate::lease::{Contender, Lease, LeaseOptions, Wait};
@@ -42,10 +42,10 @@ fn dur(n: Nanos) -> Duration {
 /// The contender's main thread: try to take the lease, and whenever it is
 /// taken run a command under it; poll again after a jittered pause.
 pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
-    let (ttl_s, poll) = {
+    let (ttl_s, poll, name) = {
         let w = sh.lock();
         let ttl = w.contenders[c].ttl_s;
-        (ttl, w.ttl_s * SEC / 5)
+        (ttl, w.ttl_s * SEC / 5, w.name_of(c))
     };
     let clock: Arc<dyn Clock> = Arc::new(SimClock {
         sh: Arc::clone(&sh),
@@ -56,7 +56,9 @@ pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
         c,
     });
     let options = LeaseOptions::new(ttl_s).clock(Arc::clone(&clock));
-    let mut contender = Contender::new(store, "sim", options).with_instance_id(id(c));
+    let mut contender = Contender::new(store, "sim", options)
+        .with_instance_id(name)
+        .with_instance_nonce(nonce_of(c));
     loop {
         // As `run --wait` does: the real wait, expiry-aware, re-reading at
         // least every poll, each attempt bounded by a poll.

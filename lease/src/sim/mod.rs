@@ -8,8 +8,9 @@
 //! faults on requests (dropped, 5xx, 409, landing up to two TTLs late,
 //! answer lost after landing, slow answers), contenders partitioned from
 //! the store or paused for up to two TTLs, the holder crashing without
-//! releasing, and (some runs) a dead holder's suspect record on the key at
-//! the start. Each contender runs the real [`crate::Contender`], drives
+//! releasing, (some runs) a dead holder's suspect record on the key at
+//! the start, and (some runs) two contenders configured with one instance
+//! id, each a process of its own with its own nonce. Each contender runs the real [`crate::Contender`], drives
 //! the real [`crate::keeper::RenewalSchedule`] as the keeper thread does,
 //! writes through the real [`crate::FencedWriter`] while `may_write()`
 //! (a create-only data object, then the pointer moved to it), and runs a
@@ -297,7 +298,16 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         black_hole: None,
         pool,
         events: HashMap::new(),
+        shared_name: None,
     };
+    w.shared_name = shared_name(seed, n);
+    let setup = setup
+        + &w.shared_name.map_or(String::new(), |(owner, namesake)| {
+            format!(", c{namesake} runs under c{owner}'s instance id")
+        });
+    if w.shared_name.is_some() {
+        w.injected.add("shared instance id");
+    }
     w.log(|| setup.clone());
     if let Some(t) = w.trace.as_mut() {
         t.push(
@@ -360,6 +370,7 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         "pooled leases",
         w.pool.as_ref().map_or(0, |p| p.leases as u64),
     );
+    checked.insert("shared instance ids", u64::from(w.shared_name.is_some()));
     Outcome {
         seed,
         checked,
@@ -368,6 +379,21 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         trace: w.trace.take().unwrap_or_default(),
         setup,
     }
+}
+
+/// In about one run in four, two of the `n` contenders configured with one
+/// instance id (owner, namesake): two processes given one name, each with
+/// its own nonce. Drawn from a stream of its own, so the rest of each
+/// seed's run is what it was before this workload existed.
+fn shared_name(seed: u64, n: usize) -> Option<(usize, usize)> {
+    let mut rng = Rng::new(seed.rotate_left(29) ^ 0x0051_A3ED_0000_0019);
+    if n < 2 || !rng.chance(2500) {
+        return None;
+    }
+    let n = n as u64;
+    let owner = rng.range(0, n);
+    let namesake = (owner + rng.range(1, n)) % n;
+    Some((owner as usize, namesake as usize))
 }
 
 /// The record of a dead holder that no contender can trust to expire on
@@ -392,6 +418,7 @@ fn suspect_record(rng: &mut Rng, ttl_s: u64, wall0: SystemTime) -> LeaseRecord {
         ttl_s: record_ttl,
         epoch: rng.range(1, 1000),
         released_at: None,
+        instance_nonce: None,
     }
 }
 

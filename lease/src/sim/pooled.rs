@@ -77,7 +77,8 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
             &format!("sim/pool-{i}"),
             options.clone(),
         )
-        .with_instance_id(format!("{}-{i}", id(c)));
+        .with_instance_id(format!("{}-{i}", id(c)))
+        .with_instance_nonce(super::world::nonce_of(c));
         let lease = loop {
             match contender.try_acquire() {
                 Ok(lease) => break lease,

@@ -149,6 +149,9 @@ pub(crate) struct World {
     pub(crate) pool: Option<super::pooled::PoolRun>,
     /// Keeper events waiting for each contender's supervisor.
     pub(crate) events: HashMap<usize, Vec<crate::keeper::Event>>,
+    /// In a shared-name run, (owner, namesake): the namesake contender, a
+    /// process of its own, is configured with the owner's instance id.
+    pub(crate) shared_name: Option<(usize, usize)>,
 }
 
 /// Seconds, for the trace.
@@ -355,7 +358,7 @@ impl World {
         let Some(rec) = LeaseRecord::parse(before) else {
             return;
         };
-        if rec.is_released() || rec.instance_id == instance_id(c) {
+        if rec.is_released() || self.written_by(&rec, c) {
             return;
         }
         if rec.instance_id == GHOST {
@@ -385,8 +388,10 @@ impl World {
                 "removed"
             };
             self.violation(format!(
-                "no loss: c{c} {how} the live record of {} (epoch {}, ttl {} s, sent at {:.4} s)",
+                "no loss: c{c} {how} the live record of {} (nonce {}, epoch {}, ttl {} s, sent \
+                 at {:.4} s)",
                 rec.instance_id,
+                rec.instance_nonce.as_deref().unwrap_or("none"),
                 rec.epoch,
                 rec.ttl_s,
                 secs(sent)
@@ -473,6 +478,33 @@ impl World {
     pub(crate) fn push(&mut self, at: Nanos, ev: Ev) {
         self.sched.push(at, ev);
     }
+}
+
+/// Who each simulated process is. A process is its contender index: its
+/// instance id is the one it is configured with (in a shared-name run two
+/// processes share one), and its nonce is its own, as a process start's.
+impl World {
+    /// The instance id contender `c` is configured with.
+    pub(crate) fn name_of(&self, c: usize) -> String {
+        match self.shared_name {
+            Some((owner, namesake)) if namesake == c => instance_id(owner),
+            _ => instance_id(c),
+        }
+    }
+
+    /// Whether `rec` was written by contender `c`'s process: its instance
+    /// id and its nonce both. Compared here, not through the lease's own
+    /// test, so that a mutant of that test cannot blind the checker.
+    fn written_by(&self, rec: &LeaseRecord, c: usize) -> bool {
+        rec.instance_id == self.name_of(c) && rec.instance_nonce.as_deref() == Some(&nonce_of(c))
+    }
+}
+
+/// The process nonce of contender `c`: every simulated process its own
+/// (the real one, drawn from the operating system, is shared by all of
+/// them, and would not replay).
+pub(crate) fn nonce_of(c: usize) -> String {
+    format!("sim-process-{c}")
 }
 
 /// The key a request names.

@@ -16,6 +16,9 @@
 //!   record changed between the read and the write (the holder renewed,
 //!   released, or someone took over) it says so: exit 75. A failed request
 //!   exits 69 (a write with no answer may have landed: inspect to see).
+//! - Its reads and writes share one deadline, 30 s after it starts
+//!   ([`bucket_lease::lease::DEFAULT_CALL_TIMEOUT`]): it never takes
+//!   longer, whatever the store does (exit 69 when it runs out).
 //! - Text from the records is escaped in the human output and in messages
 //!   ([`printable`]); `--json` carries it exactly, JSON-escaped.
 
@@ -41,7 +44,8 @@ holding it stops its command and exits 76). Refuses when the lease is free
 or names another holder (exit 1), and when it changed meanwhile (exit 75).
 A holder that is still alive may keep writing until its next renewal fails:
 break only a holder you know is dead or stuck. `bucket-lease inspect URL`
-shows the holder's id.
+shows the holder's id. Gives up 30 s after it starts, reads and writes
+included (exit 69; a write may have landed: inspect to see).
 
 Options:
   --holder ID     the instance id the lease must name (required)

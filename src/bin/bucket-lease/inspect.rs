@@ -3,7 +3,10 @@
 //!
 //! What it promises:
 //!
-//! - One read of `{prefix}/LEASE`; nothing is written.
+//! - One read of `{prefix}/LEASE`; nothing is written. The read has one
+//!   deadline, 30 s after the command starts its work
+//!   ([`bucket_lease::lease::DEFAULT_CALL_TIMEOUT`]): credentials and the
+//!   store's own retries included, it gives up by then (exit 69).
 //! - Age and freshness are judged by this machine's wall clock against the
 //!   TTL the holder wrote, exactly as a contender here would judge them.
 //! - A missing lease is not an error: it prints that the lease is free and
@@ -14,7 +17,9 @@
 //! - `--json` prints one object on stdout: `url`, `key`, `state` (`free`,
 //!   `held`, `expired` or `unreadable`), `released` (whether a record
 //!   says its holder released it), and for a record `holder` (for a
-//!   released one: the last holder), `acquired_at`, `renewed_at`,
+//!   released one: the last holder), `instance_nonce` (the nonce of the
+//!   holder's process; `null` in records of the async reference, of older
+//!   versions and of a break), `acquired_at`, `renewed_at`,
 //!   `released_at` (`null` unless released), `ttl_s`, `epoch`, `age_s`
 //!   (`null` for a released record),
 //!   `expires_in_s`, `fresh`, `suspect`, `broken`, `etag`, `version_id`,
@@ -29,7 +34,7 @@ use crate::{
     Failure, Parser, Token,
 };
 use bucket_lease::inspect::{inspect, Inspection};
-use bucket_lease::record::format_stamp;
+use bucket_lease::record::{format_stamp, LeaseRecord};
 use bucket_lease::SystemClock;
 use serde_json::{json, Value};
 
@@ -39,12 +44,14 @@ bucket-lease inspect: show who holds the lease on URL's prefix.
 
 Usage: bucket-lease inspect [OPTIONS] URL
 
-Prints the holder's instance id, when it took and last renewed the lease,
+Prints the holder's instance id (and the nonce of its process, which tells
+two processes under one id apart), when it took and last renewed the lease,
 its age and freshness by this machine's clock, whether the record is
 suspect (stamped far in the future or with an absurd TTL), its epoch and
 ETag. Writes nothing. A missing lease prints that it is free and exits 0; a
 released one prints who released it, when, and the last epoch. Text from
-the record is shown with control characters escaped.
+the record is shown with control characters escaped. Gives up 30 s after it
+starts reading, whatever the store does (exit 69).
 
 Options:
   --json          one JSON object on stdout (state: free, held, expired or unreadable;
@@ -113,6 +120,7 @@ pub fn to_json(url: &str, key: &str, seen: Option<&Inspection>) -> Value {
     let Some(s) = seen else { return out };
     let fields = json!({
         "holder": s.holder(),
+        "instance_nonce": s.record.as_ref().and_then(|r| r.instance_nonce.clone()),
         "acquired_at": s.record.as_ref().map(|r| r.acquired_at.clone()),
         "renewed_at": s.record.as_ref().map(|r| r.renewed_at.clone()),
         "released_at": s.released_at(),
@@ -155,6 +163,7 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
             record.epoch
         );
         println!("  last holder  {holder}");
+        print_nonce(record);
         println!("  acquired_at  {}", printable(&record.acquired_at));
         println!("  released_at  {}", printable(released_at));
         println!(
@@ -172,6 +181,7 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
     };
     println!("lease {url} ({key}) is {verdict}");
     println!("  holder       {holder}");
+    print_nonce(record);
     println!("  acquired_at  {}", printable(&record.acquired_at));
     let age = match s.age_s() {
         Some(age) if age < 0.0 => {
@@ -200,6 +210,14 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
     );
     println!("  epoch        {}", record.epoch);
     print_version(s);
+}
+
+/// The nonce of the holder's process, when the record carries one (records
+/// of the reference, of older versions and of a break carry none).
+fn print_nonce(record: &LeaseRecord) {
+    if let Some(nonce) = &record.instance_nonce {
+        println!("  nonce        {}", printable(nonce));
+    }
 }
 
 /// The epoch the next holder takes after `epoch`, in words.

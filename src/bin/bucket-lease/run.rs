@@ -418,6 +418,9 @@ fn acquire(
                     }
                 }
                 Ok((contender, Err(_))) => abandon(&contender),
+                // The attempt still has the contender: one built anew under
+                // its id has this process's nonce too, so it knows (and
+                // frees) only records the attempt wrote.
                 Err(_) => abandon(
                     &Contender::new(Arc::clone(store), prefix, options.clone())
                         .with_instance_id(id.clone()),
@@ -468,7 +471,7 @@ fn take(
         return first;
     }
     match error {
-        LeaseError::Held { holder, key } => log::info!(
+        LeaseError::Held { holder, key, .. } => log::info!(
             "{key} is held by {holder}; waiting up to {}",
             human_secs(left.as_secs_f64())
         ),
