@@ -35,12 +35,15 @@ pub(crate) enum Mutant {
     /// An acquire whose write met a transient failure writes the record
     /// again unconditionally instead of reading it first.
     TransientOverwrites,
+    /// A keeper pool reports a lease's `Fenced` only once a renewal thread
+    /// takes its overdue job, not at its write deadline.
+    PoolFencedWhenTaken,
 }
 
 impl Mutant {
     /// Every mutant, in the order `--mutants` lists them.
     #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
-    pub(crate) const ALL: [Mutant; 10] = [
+    pub(crate) const ALL: [Mutant; 11] = [
         Mutant::KeeperNeverFences,
         Mutant::KillAtFullTtl,
         Mutant::ReleaseByDelete,
@@ -51,6 +54,7 @@ impl Mutant {
         Mutant::PointerOverwrites,
         Mutant::PoolSerialRenewals,
         Mutant::TransientOverwrites,
+        Mutant::PoolFencedWhenTaken,
     ];
 
     /// The mutant's name on the command line.
@@ -67,6 +71,7 @@ impl Mutant {
             Mutant::PointerOverwrites => "pointer-overwrites",
             Mutant::PoolSerialRenewals => "pool-serial-renewals",
             Mutant::TransientOverwrites => "transient-overwrites",
+            Mutant::PoolFencedWhenTaken => "pool-fenced-when-taken",
         }
     }
 }

@@ -528,10 +528,12 @@ impl PoolSchedule {
             Step::Renew { deadline } => {
                 kept.busy = true;
                 kept.generation += 1;
-                // Should the job still be out at its deadline (waiting for
-                // a renewal thread, or hanging), the lease is fenced then,
-                // whoever has it.
-                self.due.push(Reverse((deadline, id, kept.generation)));
+                if !mutant::on(Mutant::PoolFencedWhenTaken) {
+                    // Should the job still be out at its deadline (waiting
+                    // for a renewal thread, or hanging), the lease is
+                    // fenced then, whoever has it.
+                    self.due.push(Reverse((deadline, id, kept.generation)));
+                }
                 jobs.push(Job::Renew(id, Arc::clone(&kept.lease), deadline));
             }
             Step::End(event) => {

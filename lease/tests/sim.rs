@@ -27,6 +27,7 @@ fn seeded_runs_break_no_invariant() {
         "crash takeovers",
         "suspect takeovers",
         "pooled leases",
+        "jammed pools",
     ] {
         assert!(
             checked.get(kind).copied().unwrap_or(0) > 0,

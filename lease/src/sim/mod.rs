@@ -198,7 +198,8 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         });
     }
     // Some runs add a process that keeps several leases in one pool, one
-    // of them black-holed after it is taken and one removed on the way.
+    // of them black-holed after it is taken and one removed on the way;
+    // some of those pools are jammed (`pooled::maybe_jammed`).
     // (On a store that answers like S3 or ignores only DELETE conditions:
     // elsewhere no lease is ever handed out.)
     let strict = matches!(switch, None | Some(Misbehaviour::IgnoreIfMatchOnDelete));
@@ -216,7 +217,7 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
             command: None,
             writing: None,
         });
-        pooled::PoolRun {
+        let run = pooled::PoolRun {
             contender: n,
             leases,
             threads: usize::try_from(rng.range(2, 4)).unwrap_or(2),
@@ -228,7 +229,12 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
                 rng.range(ttl, run_len / 2),
             )),
             events: Vec::new(),
-        }
+            ttls: vec![ttl_s; leases],
+            jammed: false,
+            deadlines: vec![None; leases],
+            fenced: Vec::new(),
+        };
+        pooled::maybe_jammed(run, &mut rng, ttl_s)
     });
     let end = match crash_at {
         Some(t) => run_len.max(t + 4 * ttl + 3 * SEC),
@@ -260,8 +266,15 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         world::secs(end)
     ) + &pool.as_ref().map_or(String::new(), |p| {
         format!(
-            ", a pool of {} leases on {} renewal threads (c{})",
-            p.leases, p.threads, p.contender
+            ", a pool of {} leases on {} renewal threads (c{}{})",
+            p.leases,
+            p.threads,
+            p.contender,
+            if p.jammed {
+                format!(", jammed: ttls {:?} s", p.ttls)
+            } else {
+                String::new()
+            }
         )
     }) + &suspect.as_ref().map_or(String::new(), |r| {
         format!(
@@ -359,6 +372,10 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
     checked.insert(
         "pooled leases",
         w.pool.as_ref().map_or(0, |p| p.leases as u64),
+    );
+    checked.insert(
+        "jammed pools",
+        u64::from(w.pool.as_ref().is_some_and(|p| p.jammed)),
     );
     Outcome {
         seed,
