@@ -2,7 +2,7 @@
 //! checked as each request lands, in [`super::world`].)
 
 use super::sched::{Nanos, SEC};
-use super::world::{secs, Window, World, COMMAND};
+use super::world::{secs, Op, Window, World, COMMAND};
 use crate::memory::Misbehaviour;
 
 /// Check safety, fencing tokens, failing closed and liveness; record each
@@ -14,6 +14,7 @@ pub(crate) fn check(w: &mut World) {
     suspect_taken_over(w);
     pool_fences_alone(w);
     pool_fences_on_time(w);
+    store_contract(w);
 }
 
 /// No two leases (contender, epoch) inside a window at once, and each new
@@ -302,6 +303,58 @@ fn pool_fences_on_time(w: &mut World) {
             found.push(format!(
                 "pool: {key}'s write deadline {:.4} s passed with no Fenced event by then \
                  (reported: {first})",
+                secs(deadline)
+            ));
+        }
+    }
+    w.violations.extend(found);
+}
+
+/// How long past its deadline a store call may return, by the `Store`
+/// contract: the time to notice the deadline and hand back the error. (The
+/// simulated store cuts every answer at the deadline itself.)
+pub(crate) const RETURN_SLACK: Nanos = SEC / 10;
+
+/// The `Store` contract, which the lease relies on and does not check: no
+/// request leaves for the store after its caller's deadline, and no store
+/// call returns later than its deadline plus [`RETURN_SLACK`] (unless its
+/// contender was paused meanwhile: a paused process returns late whatever
+/// it does). A request sent in time may still land late: that is the
+/// network's delay, which the lease allows for (the "lands late" fault).
+fn store_contract(w: &mut World) {
+    let mut found = Vec::new();
+    for (id, r) in w.requests.iter().enumerate() {
+        let Some(deadline) = r.deadline else { continue };
+        let c = r.contender;
+        let what = || {
+            let (method, key) = match &r.op {
+                Op::Get(k) => ("GET", k),
+                Op::Put(k, ..) => ("PUT", k),
+                Op::Delete(k, _) => ("DELETE", k),
+            };
+            format!(
+                "c{c}'s request #{id} ({method} {key}, called at {:.4} s)",
+                secs(r.called)
+            )
+        };
+        if r.sent > deadline {
+            found.push(format!(
+                "store contract: {} was sent at {:.4} s, after its deadline {:.4} s",
+                what(),
+                secs(r.sent),
+                secs(deadline)
+            ));
+        }
+        let Some(returned) = r.returned else { continue };
+        let paused = w.contenders[c]
+            .pauses
+            .iter()
+            .any(|(from, to)| *from < returned && *to > r.called);
+        if returned > deadline + RETURN_SLACK && !paused {
+            found.push(format!(
+                "store contract: {} returned at {:.4} s, past its deadline {:.4} s",
+                what(),
+                secs(returned),
                 secs(deadline)
             ));
         }

@@ -28,8 +28,11 @@
 //! holder, or once stale on true time; a suspect one not before its
 //! watch), **pointers** (every state of the pointer names an existing
 //! object written at the pointer's epoch or later, and its epoch never
-//! goes back) and **deadlines** (no call returns past its deadline unless
-//! its contender was paused).
+//! goes back), **deadlines** (no call returns past its deadline unless
+//! its contender was paused) and **the store contract** the lease relies
+//! on (no request leaves after its caller's deadline; no store call
+//! returns later than its deadline plus a small slack). The simulated
+//! store keeps that contract except under the mutant `store-sends-late`.
 
 mod actor;
 mod check;
