@@ -6,7 +6,10 @@
 //! [`crate::sim`] from its name.
 //!
 //! [`StoreMutant`]s are defects below the `Store` trait, where the
-//! simulation does not reach: the stores' own tests find them. One is
+//! simulation does not reach: the stores' own tests find them. The
+//! simulation's own store can break the trait's contract the way one of
+//! them did (`Mutant::StoreSendsLate`), so that its check of the
+//! contract is shown to work. One is
 //! chosen for a whole test process by the variable `BUCKET_LEASE_MUTANT`
 //! (with the feature `mutants`; `scripts/check-store-mutants.sh` runs each).
 
@@ -39,12 +42,20 @@ pub(crate) enum Mutant {
     /// whatever process nonce it carries (issue 19): a second process
     /// started under the same id takes the live record at its epoch.
     SameNameIsOurs,
+    /// A keeper pool reports a lease's `Fenced` only once a renewal thread
+    /// takes its overdue job, not at its write deadline.
+    PoolFencedWhenTaken,
+    /// The simulation's store now and then holds a request past its
+    /// deadline before sending it, then sends it with its whole timeout
+    /// (as the HTTP store did behind a slow credentials refresh): it
+    /// breaks the `Store` contract, which the simulation checks.
+    StoreSendsLate,
 }
 
 impl Mutant {
     /// Every mutant, in the order `--mutants` lists them.
     #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
-    pub(crate) const ALL: [Mutant; 11] = [
+    pub(crate) const ALL: [Mutant; 13] = [
         Mutant::KeeperNeverFences,
         Mutant::KillAtFullTtl,
         Mutant::ReleaseByDelete,
@@ -56,6 +67,8 @@ impl Mutant {
         Mutant::PoolSerialRenewals,
         Mutant::TransientOverwrites,
         Mutant::SameNameIsOurs,
+        Mutant::PoolFencedWhenTaken,
+        Mutant::StoreSendsLate,
     ];
 
     /// The mutant's name on the command line.
@@ -73,6 +86,8 @@ impl Mutant {
             Mutant::PoolSerialRenewals => "pool-serial-renewals",
             Mutant::TransientOverwrites => "transient-overwrites",
             Mutant::SameNameIsOurs => "same-name-is-ours",
+            Mutant::PoolFencedWhenTaken => "pool-fenced-when-taken",
+            Mutant::StoreSendsLate => "store-sends-late",
         }
     }
 }

@@ -16,6 +16,13 @@
 //!   others go to the other threads. With `renewal_threads(0)` the
 //!   scheduler renews inline, which suits stores that answer in
 //!   microseconds (memory, a local directory): one thread in all.
+//! - **`Fenced` goes out at the write deadline, busy threads or not.** A
+//!   renewal handed out carries a wake-up at its deadline: should every
+//!   renewal thread still be busy then (the renewal waiting in the queue or
+//!   hanging), the lease is reported [`Event::Fenced`] at that instant,
+//!   once, if its status says so, and renewed no more; its job's outcome,
+//!   when it comes back, adds no event. A renewal that landed in time
+//!   leaves the status held, and nothing is reported.
 //! - **Leases come and go while it runs.** [`KeeperPool::add`] starts
 //!   keeping a lease at once; [`KeeperPool::remove`] stops keeping one and
 //!   releases it (after a renewal in flight, which its deadline bounds),
@@ -35,7 +42,7 @@ use crate::error::LeaseError;
 use crate::keeper::{
     release_guarded, renew_guarded, Attempt, Event, RenewalSchedule, Step, DEFAULT_RELEASE_TIMEOUT,
 };
-use crate::lease::{Lease, Released};
+use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::cmp::Reverse;
@@ -449,6 +456,7 @@ impl PoolSchedule {
                 .get(&id)
                 .is_some_and(|k| k.generation == generation)
             {
+                self.fence_if_overdue(id, events);
                 self.step(id, jobs, events);
             }
         }
@@ -466,7 +474,14 @@ impl PoolSchedule {
             Done::Renewed(id, attempt) => {
                 let kept = self.leases.get_mut(&id)?;
                 kept.busy = false;
-                if let Some(event) = kept.schedule.record(&kept.lease, attempt) {
+                if kept.ended {
+                    // Reported fenced at the deadline while this renewal was
+                    // out: nothing more to report. A loss still marks the
+                    // lease lost, so its release leaves the record alone.
+                    if matches!(attempt, Attempt::Lost { .. }) {
+                        kept.lease.mark_lost(None);
+                    }
+                } else if let Some(event) = kept.schedule.record(&kept.lease, attempt) {
                     let key = kept.lease.key().to_string();
                     events.push(PoolEvent { id, key, event });
                 }
@@ -512,6 +527,13 @@ impl PoolSchedule {
             }
             Step::Renew { deadline } => {
                 kept.busy = true;
+                kept.generation += 1;
+                if !mutant::on(Mutant::PoolFencedWhenTaken) {
+                    // Should the job still be out at its deadline (waiting
+                    // for a renewal thread, or hanging), the lease is
+                    // fenced then, whoever has it.
+                    self.due.push(Reverse((deadline, id, kept.generation)));
+                }
                 jobs.push(Job::Renew(id, Arc::clone(&kept.lease), deadline));
             }
             Step::End(event) => {
@@ -523,6 +545,33 @@ impl PoolSchedule {
                 events.push(PoolEvent { id, key, event });
             }
         }
+    }
+
+    /// At the deadline of lease `id`'s renewal still out: if its status
+    /// says fenced, report [`Event::Fenced`] now and end it, rather than
+    /// when a renewal thread gets round to the job. A lease being removed
+    /// is left to its release.
+    fn fence_if_overdue(&mut self, id: LeaseId, events: &mut Vec<PoolEvent>) {
+        let Some(kept) = self.leases.get_mut(&id) else {
+            return;
+        };
+        if !kept.busy || kept.ended || kept.removing {
+            return;
+        }
+        if kept.lease.status() != LeaseStatus::Fenced {
+            return;
+        }
+        kept.ended = true;
+        log::warn!(
+            "{}: fenced: no renewal landed in time (the renewal is still out)",
+            kept.lease.key()
+        );
+        let key = kept.lease.key().to_string();
+        events.push(PoolEvent {
+            id,
+            key,
+            event: Event::Fenced,
+        });
     }
 
     /// Queue lease `id`'s release if it is being removed and nothing of it
@@ -637,5 +686,113 @@ impl Scheduler {
             }
         };
         let _ = self.done_tx.send(work(job, self.release_timeout));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TestClock;
+    use crate::lease::LeaseOptions;
+    use crate::memory::MemoryStore;
+
+    /// A machine keeping one lease with a TTL of 3 s (renewed after 1 s,
+    /// fenced after 2 s) on a test clock.
+    fn one_lease() -> (TestClock, PoolSchedule, LeaseId, Arc<Lease>) {
+        let clock = TestClock::new();
+        let options = LeaseOptions::new(3).clock(Arc::new(clock.clone()));
+        let lease = Arc::new(Lease::acquire(Arc::new(MemoryStore::new()), "m", options).unwrap());
+        let mut machine = PoolSchedule::new();
+        let id = LeaseId::from_index(0);
+        let (mut jobs, mut events) = (Vec::new(), Vec::new());
+        machine.add(id, Arc::clone(&lease), &mut jobs, &mut events);
+        assert!(jobs.is_empty() && events.is_empty());
+        (clock, machine, id, lease)
+    }
+
+    /// Advance to the renewal and take its job, as a driver would.
+    fn renewal_out(clock: &TestClock, machine: &mut PoolSchedule) -> Job {
+        clock.advance(Duration::from_secs(1));
+        let (mut jobs, mut events) = (Vec::new(), Vec::new());
+        machine.run_due(clock.now(), &mut jobs, &mut events);
+        assert!(events.is_empty());
+        assert_eq!(jobs.len(), 1, "{jobs:?}");
+        jobs.remove(0)
+    }
+
+    #[test]
+    fn a_renewal_still_out_at_its_deadline_is_fenced_then_and_once() {
+        let (clock, mut machine, id, lease) = one_lease();
+        let deadline = lease.write_deadline().unwrap();
+        let job = renewal_out(&clock, &mut machine);
+        assert!(matches!(job, Job::Renew(_, _, d) if d == deadline));
+        assert_eq!(
+            machine.next_wake(),
+            Some(deadline),
+            "a wake-up at its deadline"
+        );
+        clock.advance(Duration::from_secs(1));
+        let (mut jobs, mut events) = (Vec::new(), Vec::new());
+        machine.run_due(clock.now(), &mut jobs, &mut events);
+        let kinds: Vec<_> = events.iter().map(|e| e.event.clone()).collect();
+        assert_eq!(kinds, vec![Event::Fenced]);
+        assert!(jobs.is_empty());
+        events.clear();
+        // The job comes back late, as a timeout: nothing more is reported,
+        // and nothing is renewed any more.
+        let failed = LeaseError::Fenced {
+            key: "m/LEASE".into(),
+        };
+        let done = Done::Renewed(id, Attempt::Failed(failed));
+        assert!(machine.finish(done, &mut jobs, &mut events).is_none());
+        assert!(jobs.is_empty() && events.is_empty(), "{events:?}");
+        assert_eq!(machine.next_wake(), None);
+        clock.advance(Duration::from_secs(60));
+        machine.run_due(clock.now(), &mut jobs, &mut events);
+        assert!(jobs.is_empty() && events.is_empty(), "{events:?}");
+        // Removing it still releases it.
+        assert!(machine.remove(id, &mut jobs));
+        assert!(matches!(jobs.as_slice(), [Job::Release(..)]));
+        let done = work(jobs.remove(0), Duration::from_secs(5));
+        let released = machine.finish(done, &mut jobs, &mut events);
+        assert_eq!(released, Some((id, Ok(Released::Freed))));
+        assert!(machine.is_empty());
+    }
+
+    #[test]
+    fn a_renewal_that_landed_before_its_deadline_is_not_fenced() {
+        let (clock, mut machine, id, _lease) = one_lease();
+        let job = renewal_out(&clock, &mut machine);
+        // The renewal lands at once, but its outcome reaches the machine
+        // only after the old deadline's wake-up.
+        let done = work(job, Duration::from_secs(5));
+        clock.advance(Duration::from_secs(1));
+        let (mut jobs, mut events) = (Vec::new(), Vec::new());
+        machine.run_due(clock.now(), &mut jobs, &mut events);
+        assert!(events.is_empty(), "{events:?}");
+        machine.finish(done, &mut jobs, &mut events);
+        assert!(matches!(
+            events.as_slice(),
+            [PoolEvent {
+                event: Event::Renewed { .. },
+                ..
+            }]
+        ));
+        assert!(machine.next_wake().is_some(), "renewed on");
+        assert!(machine.lease(id).unwrap().may_write());
+    }
+
+    #[test]
+    fn a_lease_being_removed_is_left_to_its_release() {
+        let (clock, mut machine, id, _lease) = one_lease();
+        let job = renewal_out(&clock, &mut machine);
+        let (mut jobs, mut events) = (Vec::new(), Vec::new());
+        assert!(machine.remove(id, &mut jobs));
+        assert!(jobs.is_empty(), "the release waits for the renewal out");
+        clock.advance(Duration::from_secs(1));
+        machine.run_due(clock.now(), &mut jobs, &mut events);
+        assert!(events.is_empty(), "{events:?}");
+        machine.finish(work(job, Duration::from_secs(5)), &mut jobs, &mut events);
+        assert!(matches!(jobs.as_slice(), [Job::Release(..)]));
     }
 }

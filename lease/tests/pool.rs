@@ -1,15 +1,18 @@
 //! Many leases renewed by one `KeeperPool` on a few threads: each lease
 //! keeps its own schedule, fence and events; a lease whose renewals hang
 //! fences alone; leases come and go while the pool runs; stopping releases
-//! every lease.
+//! every lease; a lease whose renewal waits behind hanging ones is still
+//! reported fenced at its own write deadline.
 
 use bucket_lease_core::memory::MemoryStore;
-use bucket_lease_core::pool::{KeeperPool, PoolOptions};
+use bucket_lease_core::pool::{KeeperPool, PoolEvent, PoolOptions};
 use bucket_lease_core::{
-    Contender, DeleteMode, Event, LeaseOptions, LeaseRecord, Object, PutOptions, Released, Store,
-    StoreError, StoreErrorKind, Version,
+    Clock, Contender, DeleteMode, Event, LeaseOptions, LeaseRecord, Object, PutOptions, Released,
+    Store, StoreError, StoreErrorKind, TestClock, Version,
 };
+use crossbeam_channel::Receiver;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -143,4 +146,152 @@ fn leases_come_and_go_while_the_pool_runs() {
         let record = LeaseRecord::parse(&store.get(key, None).unwrap().body).unwrap();
         assert!(record.is_released(), "dropping the pool releases {key}");
     }
+}
+
+/// A store on a test clock whose PUTs, once `hang` is set, are held until
+/// their deadline on that clock and then time out: a renewal that hangs
+/// for as long as it may.
+#[derive(Debug)]
+struct HangUntilDeadline {
+    inner: MemoryStore,
+    clock: TestClock,
+    hang: AtomicBool,
+    /// PUTs being held now.
+    held: AtomicUsize,
+}
+
+impl Store for HangUntilDeadline {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.get(key, deadline)
+    }
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        if !self.hang.load(Ordering::SeqCst) {
+            return self.inner.put(key, body, options);
+        }
+        if let Some(d) = options.deadline {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            let _ = self.clock.timer(d).recv();
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+        Err(StoreError::new(StoreErrorKind::Transport, "PUT", key).timed_out())
+    }
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.inner.delete(key, mode, deadline)
+    }
+}
+
+/// Whatever a test ends with, held PUTs are let go (and none held again)
+/// before the pool is dropped, so a failed assertion cannot leave the pool
+/// waiting for ever on a clock nobody moves.
+struct LetGo<'a>(&'a HangUntilDeadline);
+
+impl Drop for LetGo<'_> {
+    fn drop(&mut self) {
+        self.0.hang.store(false, Ordering::SeqCst);
+        self.0.clock.advance(Duration::from_secs(3600));
+    }
+}
+
+/// Wait (in real time, at most `patience`) until `ready()`; whether it was.
+fn real_wait(patience: Duration, ready: impl Fn() -> bool) -> bool {
+    let until = Instant::now() + patience;
+    while !ready() {
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// The next event for `key` within 5 s of real time, skipping other keys'.
+fn next_for(events: &Receiver<PoolEvent>, key: &str) -> Option<Event> {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok(e) if e.key == key => return Some(e.event),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+#[test]
+fn a_renewal_queued_behind_a_hanging_one_is_fenced_at_its_own_deadline() {
+    let clock = TestClock::new();
+    let store = Arc::new(HangUntilDeadline {
+        inner: MemoryStore::new(),
+        clock: clock.clone(),
+        hang: AtomicBool::new(false),
+        held: AtomicUsize::new(0),
+    });
+    let shared: Arc<dyn Store> = Arc::clone(&store) as Arc<dyn Store>;
+    let take = |prefix: &str, ttl_s: u64| {
+        let options = LeaseOptions::new(ttl_s).clock(Arc::new(clock.clone()));
+        Contender::new(Arc::clone(&shared), prefix, options)
+            .try_acquire()
+            .expect("a free prefix is taken")
+    };
+    let pool = KeeperPool::spawn(
+        PoolOptions::new()
+            .renewal_threads(1)
+            .clock(Arc::new(clock.clone())),
+    )
+    .expect("threads start");
+    let _let_go = LetGo(&store);
+    let t0 = clock.now();
+    let secs = Duration::from_secs;
+    // `long` (TTL 30 s) renews at 10 s and may hang until 20 s; `short`
+    // (TTL 6 s, taken at 9 s) renews at 11 s, behind it, and is fenced at
+    // 13 s: 7 s before the only renewal thread is free again.
+    let long = pool.add(take("long", 30));
+    clock.advance(secs(9));
+    let short = pool.add(take("short", 6));
+    let short_deadline = short.write_deadline().expect("held");
+    assert_eq!(short_deadline, t0 + secs(13));
+    store.hang.store(true, Ordering::SeqCst);
+    clock.advance(secs(1));
+    assert!(
+        real_wait(secs(10), || store.held.load(Ordering::SeqCst) == 1),
+        "long's renewal holds the renewal thread"
+    );
+    // Let the scheduler queue short's renewal (it then waits on a timer
+    // of its own) before the clock reaches short's deadline.
+    clock.advance(secs(1));
+    real_wait(secs(2), || clock.pending_timers() >= 2);
+    clock.advance(short_deadline - clock.now());
+    let fenced = next_for(pool.events(), "short/LEASE");
+    assert_eq!(
+        fenced,
+        Some(Event::Fenced),
+        "short's Fenced event by its write deadline (13 s), with its renewal still queued \
+         behind long's, which hangs until 20 s"
+    );
+    assert!(clock.now() <= short_deadline + Duration::from_millis(100));
+    assert!(!short.may_write());
+    assert!(long.may_write(), "long is not due to fence before 20 s");
+    // Long's renewal times out at 20 s: long is fenced, and short's stale
+    // job, taken only now, reports nothing more.
+    clock.advance(t0 + secs(20) - clock.now());
+    assert_eq!(next_for(pool.events(), "long/LEASE"), Some(Event::Fenced));
+    assert!(real_wait(secs(10), || store.held.load(Ordering::SeqCst) == 0));
+    store.hang.store(false, Ordering::SeqCst);
+    let events = pool.events().clone();
+    let released = pool.stop();
+    assert_eq!(released.len(), 2);
+    for (id, released) in released {
+        assert_eq!(released, Ok(Released::Freed), "{id:?}");
+    }
+    let later: Vec<_> = events
+        .try_iter()
+        .filter(|e| e.event == Event::Fenced)
+        .map(|e| e.key)
+        .collect();
+    assert!(later.is_empty(), "a second Fenced event for {later:?}");
 }

@@ -29,6 +29,7 @@ fn seeded_runs_break_no_invariant() {
         "suspect takeovers",
         "pooled leases",
         "shared instance ids",
+        "jammed pools",
     ] {
         assert!(
             checked.get(kind).copied().unwrap_or(0) > 0,

@@ -7,7 +7,7 @@ use bucket_lease_core::sim;
 #[test]
 fn every_mutant_is_found_within_2000_runs() {
     let names = sim::mutant_names();
-    assert_eq!(names.len(), 11);
+    assert_eq!(names.len(), 13);
     for name in names {
         let found = (1..=2000u64).find(|&seed| {
             !sim::run(seed, Some(name), false)
@@ -17,6 +17,18 @@ fn every_mutant_is_found_within_2000_runs() {
         });
         assert!(found.is_some(), "mutant {name} not found in 2000 runs");
     }
+    // A store that sends after its deadline is found by the store
+    // contract's own check, not only through the deadlines of the lease
+    // calls above it.
+    let outcome = sim::run(1, Some("store-sends-late"), false).expect("a known mutant");
+    assert!(
+        outcome
+            .violations
+            .iter()
+            .any(|v| v.starts_with("store contract:")),
+        "{:?}",
+        outcome.violations
+    );
     // And the real code is back once no mutant is named.
     assert!(sim::run(1, None, false).unwrap().violations.is_empty());
 }

@@ -2,7 +2,7 @@
 //! checked as each request lands, in [`super::world`].)
 
 use super::sched::{Nanos, SEC};
-use super::world::{secs, Window, World, COMMAND};
+use super::world::{secs, Op, Window, World, COMMAND};
 use crate::memory::Misbehaviour;
 
 /// Check safety, fencing tokens, failing closed and liveness; record each
@@ -13,6 +13,8 @@ pub(crate) fn check(w: &mut World) {
     liveness(w);
     suspect_taken_over(w);
     pool_fences_alone(w);
+    pool_fences_on_time(w);
+    store_contract(w);
 }
 
 /// No two leases (contender, epoch) inside a window at once, and each new
@@ -211,14 +213,15 @@ fn suspect_taken_over(w: &mut World) {
 
 /// In a pool run: the black-holed lease is fenced by its own write
 /// deadline, the removed lease is released, and no other lease of the pool
-/// is ever fenced or lost.
+/// is ever fenced or lost (fenced is allowed in a jammed run, where the
+/// only renewal thread hangs; `pool_fences_on_time` checks when).
 fn pool_fences_alone(w: &mut World) {
     let Some(run) = w.pool.clone() else {
         return;
     };
     let mut found = Vec::new();
     for (t, key, event) in &run.events {
-        let bad = event == "Fenced" || event.starts_with("Lost");
+        let bad = (event == "Fenced" && !run.jammed) || event.starts_with("Lost");
         if bad && *key != run.hole {
             found.push(format!(
                 "pool: {key} reported {event} at {:.4} s although only {} was black-holed",
@@ -248,10 +251,111 @@ fn pool_fences_alone(w: &mut World) {
             .events
             .iter()
             .any(|(_, k, event)| k == key && event.starts_with("Released(Ok(Freed))"));
-        if *at + 10 * SEC < w.sched.now && !released {
+        // In a jammed run the release may wait for the one renewal thread,
+        // which the black-holed renewal holds for up to a third of its TTL.
+        let queued = if run.jammed { run.ttls[0] * SEC / 3 } else { 0 };
+        if *at + 10 * SEC + queued < w.sched.now && !released {
             found.push(format!(
                 "pool: {key}, removed at {:.4} s, was never released",
                 secs(*at)
+            ));
+        }
+    }
+    w.violations.extend(found);
+}
+
+/// In a pool run: every `Fenced` event goes out by the lease's write
+/// deadline, and every lease still kept whose write deadline passed before
+/// the run ended was reported fenced (or lost) by then, whether or not a
+/// renewal thread was free to take its renewal.
+fn pool_fences_on_time(w: &mut World) {
+    let Some(run) = w.pool.clone() else {
+        return;
+    };
+    let mut found = Vec::new();
+    for (t, key, deadline) in &run.fenced {
+        if t > deadline {
+            found.push(format!(
+                "pool: {key} was reported fenced at {:.4} s, after its write deadline {:.4} s",
+                secs(*t),
+                secs(*deadline)
+            ));
+        }
+    }
+    let removed = run.removed.as_ref().map(|(key, _)| key.as_str());
+    for (i, deadline) in run.deadlines.iter().enumerate() {
+        let key = format!("sim/pool-{i}/LEASE");
+        let Some(deadline) = *deadline else { continue };
+        if Some(key.as_str()) == removed || deadline >= w.sched.now {
+            continue;
+        }
+        let told = run.events.iter().any(|(t, k, event)| {
+            *k == key && *t <= deadline && (event == "Fenced" || event.starts_with("Lost"))
+        });
+        if !told {
+            let first = run
+                .fenced
+                .iter()
+                .find(|(_, k, _)| *k == key)
+                .map_or("never".to_string(), |(t, _, _)| {
+                    format!("at {:.4} s", secs(*t))
+                });
+            found.push(format!(
+                "pool: {key}'s write deadline {:.4} s passed with no Fenced event by then \
+                 (reported: {first})",
+                secs(deadline)
+            ));
+        }
+    }
+    w.violations.extend(found);
+}
+
+/// How long past its deadline a store call may return: the `Store`
+/// contract's [`DEADLINE_SLACK`](crate::store::DEADLINE_SLACK). (The
+/// simulated store cuts every answer at the deadline itself.)
+pub(crate) const RETURN_SLACK: Nanos = crate::store::DEADLINE_SLACK.as_nanos() as Nanos;
+
+/// The `Store` contract, which the lease relies on and does not check: no
+/// request leaves for the store after its caller's deadline, and no store
+/// call returns later than its deadline plus [`RETURN_SLACK`] (unless its
+/// contender was paused meanwhile: a paused process returns late whatever
+/// it does). A request sent in time may still land late: that is the
+/// network's delay, which the lease allows for (the "lands late" fault).
+fn store_contract(w: &mut World) {
+    let mut found = Vec::new();
+    for (id, r) in w.requests.iter().enumerate() {
+        let Some(deadline) = r.deadline else { continue };
+        let c = r.contender;
+        let what = || {
+            let (method, key) = match &r.op {
+                Op::Get(k) => ("GET", k),
+                Op::Put(k, ..) => ("PUT", k),
+                Op::Delete(k, _) => ("DELETE", k),
+            };
+            format!(
+                "c{c}'s request #{id} ({method} {key}, called at {:.4} s)",
+                secs(r.called)
+            )
+        };
+        if r.sent > deadline {
+            found.push(format!(
+                "store contract: {} was sent at {:.4} s, after its deadline {:.4} s",
+                what(),
+                secs(r.sent),
+                secs(deadline)
+            ));
+        }
+        let Some(returned) = r.returned else { continue };
+        let paused = w.contenders[c]
+            .pauses
+            .iter()
+            .any(|(from, to)| *from < returned && *to > r.called);
+        if returned > deadline + RETURN_SLACK && !paused {
+            found.push(format!(
+                "store contract: {} returned at {:.4} s, past its deadline {:.4} s",
+                what(),
+                secs(returned),
+                secs(deadline)
             ));
         }
     }

@@ -7,17 +7,21 @@
 //! later (up to two TTLs: "late"), or never ("dropped", "5xx"); its answer
 //! reaches the caller at `t + d2`, or never ("lost" after landing), in
 //! which case the caller sees a timeout at its deadline. The caller's
-//! thread gives the baton back until its answer arrives.
+//! thread gives the baton back until its answer arrives. Each request logs
+//! its call, its deadline, its send and its return, for the check of the
+//! store contract; only under the mutant `store-sends-late` does the store
+//! break it, holding a request past its deadline before sending it.
 
 use super::sched::{current, Ev, Nanos, Shared, SEC};
-use super::world::{instance_id, key_of, Done, Op, Request, KEY};
+use super::world::{instance_id, key_of, Done, Op, Request, World, KEY};
 use crate::clock::Clock;
+use crate::mutant::{self, Mutant};
 use crate::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
 use crossbeam_channel::Receiver;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 const MS: Nanos = 1_000_000;
@@ -93,6 +97,8 @@ impl SimStore {
         let c = self.c;
         let mut w = self.sh.lock();
         let now = w.sched.now;
+        let called = now;
+        let asked = deadline.map(|d| w.nanos_of(d));
         let deadline = deadline.map_or(now + 30 * SEC, |d| w.nanos_of(d).min(now + 30 * SEC));
         let m = method(&op);
         let key = key_of(&op).to_string();
@@ -105,6 +111,7 @@ impl SimStore {
             w.log(|| format!("c{c} {line}: deadline already passed, not sent"));
             return Err(StoreError::new(StoreErrorKind::Transport, m, key).timed_out());
         }
+        let (mut w, now, deadline) = self.sends_late(w, now, deadline);
         if let Op::Put(k, body, _) = &op {
             if k == KEY {
                 w.first_sent.entry(body.clone()).or_insert(now);
@@ -181,6 +188,9 @@ impl SimStore {
             op,
             sent: now,
             landed: None,
+            called,
+            deadline: asked,
+            returned: None,
         });
         if effect {
             w.push(now + d1, Ev::Apply { id });
@@ -208,6 +218,7 @@ impl SimStore {
         drop(w);
         self.sh.sleep_until(answer_at);
         let mut w = self.sh.lock();
+        w.requests[id].returned = Some(w.sched.now);
         let landed = w.requests[id].landed.take();
         let result = match (answer, landed) {
             (Answer::Conflict, _) => Err(StoreError::new(StoreErrorKind::Conflict, m, key)
@@ -231,6 +242,41 @@ impl SimStore {
         };
         w.log(|| format!("c{c} answer to #{id}: {shown}"));
         result
+    }
+}
+
+impl SimStore {
+    /// The store breaking its contract, under the mutant `StoreSendsLate`
+    /// only: now and then (by the seed) it takes longer than the deadline
+    /// before sending, as the HTTP store did when a credentials refresh was
+    /// slow, and the request then leaves late with its whole timeout. Takes
+    /// the world, the call's instant and its deadline; gives back the world,
+    /// the instant the request leaves and the end of its timeout.
+    fn sends_late<'a>(
+        &'a self,
+        mut w: MutexGuard<'a, World>,
+        now: Nanos,
+        deadline: Nanos,
+    ) -> (MutexGuard<'a, World>, Nanos, Nanos) {
+        if !mutant::on(Mutant::StoreSendsLate) || !w.rng.chance(300) {
+            return (w, now, deadline);
+        }
+        let timeout = deadline - now;
+        let held = timeout + w.rng.range(MS, timeout + 2 * MS);
+        w.injected.add("sent after its deadline");
+        let c = self.c;
+        w.log(|| {
+            format!(
+                "c{c} store: FAULT holds a request for {:.4} s before sending it (its deadline: {:.4})",
+                super::world::secs(held),
+                super::world::secs(deadline)
+            )
+        });
+        drop(w);
+        self.sh.sleep_until(now + held);
+        let w = self.sh.lock();
+        let sent = w.sched.now;
+        (w, sent, sent + timeout)
     }
 }
 

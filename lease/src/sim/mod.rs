@@ -29,8 +29,11 @@
 //! holder, or once stale on true time; a suspect one not before its
 //! watch), **pointers** (every state of the pointer names an existing
 //! object written at the pointer's epoch or later, and its epoch never
-//! goes back) and **deadlines** (no call returns past its deadline unless
-//! its contender was paused).
+//! goes back), **deadlines** (no call returns past its deadline unless
+//! its contender was paused) and **the store contract** the lease relies
+//! on (no request leaves after its caller's deadline; no store call
+//! returns later than its deadline plus a small slack). The simulated
+//! store keeps that contract except under the mutant `store-sends-late`.
 
 mod actor;
 mod check;
@@ -199,7 +202,8 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         });
     }
     // Some runs add a process that keeps several leases in one pool, one
-    // of them black-holed after it is taken and one removed on the way.
+    // of them black-holed after it is taken and one removed on the way;
+    // some of those pools are jammed (`pooled::maybe_jammed`).
     // (On a store that answers like S3 or ignores only DELETE conditions:
     // elsewhere no lease is ever handed out.)
     let strict = matches!(switch, None | Some(Misbehaviour::IgnoreIfMatchOnDelete));
@@ -217,7 +221,7 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
             command: None,
             writing: None,
         });
-        pooled::PoolRun {
+        let run = pooled::PoolRun {
             contender: n,
             leases,
             threads: usize::try_from(rng.range(2, 4)).unwrap_or(2),
@@ -229,7 +233,12 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
                 rng.range(ttl, run_len / 2),
             )),
             events: Vec::new(),
-        }
+            ttls: vec![ttl_s; leases],
+            jammed: false,
+            deadlines: vec![None; leases],
+            fenced: Vec::new(),
+        };
+        pooled::maybe_jammed(run, &mut rng, ttl_s)
     });
     let end = match crash_at {
         Some(t) => run_len.max(t + 4 * ttl + 3 * SEC),
@@ -261,8 +270,15 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         world::secs(end)
     ) + &pool.as_ref().map_or(String::new(), |p| {
         format!(
-            ", a pool of {} leases on {} renewal threads (c{})",
-            p.leases, p.threads, p.contender
+            ", a pool of {} leases on {} renewal threads (c{}{})",
+            p.leases,
+            p.threads,
+            p.contender,
+            if p.jammed {
+                format!(", jammed: ttls {:?} s", p.ttls)
+            } else {
+                String::new()
+            }
         )
     }) + &suspect.as_ref().map_or(String::new(), |r| {
         format!(
@@ -371,6 +387,10 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         w.pool.as_ref().map_or(0, |p| p.leases as u64),
     );
     checked.insert("shared instance ids", u64::from(w.shared_name.is_some()));
+    checked.insert(
+        "jammed pools",
+        u64::from(w.pool.as_ref().is_some_and(|p| p.jammed)),
+    );
     Outcome {
         seed,
         checked,

@@ -8,10 +8,21 @@
 //! checker then requires that the black-holed lease is fenced by its own
 //! write deadline and that no other lease of the pool is ever fenced or
 //! lost: one lease's renewals never move another's fence.
+//!
+//! Some pool runs are *jammed*: one renewal thread, and the black-holed
+//! lease has three times the run's TTL (the others one or two), so while
+//! its renewal hangs every renewal thread is busy and the others' renewals
+//! wait in the queue past their own write deadlines. There the others are
+//! fenced too, and the checker requires that every lease whose write
+//! deadline passed was reported fenced by that deadline, not when a thread
+//! took its job.
 
 use super::env::{id, SimClock, SimStore};
+use super::rng::Rng;
 use super::sched::{current, Nanos, Shared, SEC};
+use super::world::World;
 use crate::clock::Clock;
+use crate::keeper::Event;
 use crate::lease::{Contender, LeaseOptions};
 use crate::pool::{work, Done, Job, LeaseId, PoolEvent, PoolSchedule};
 use crate::store::Store;
@@ -43,6 +54,69 @@ pub(crate) struct PoolRun {
     pub(crate) removed: Option<(String, Nanos)>,
     /// Every event of the pool: when, which key, what.
     pub(crate) events: Vec<(Nanos, String, String)>,
+    /// Each lease's TTL in seconds.
+    pub(crate) ttls: Vec<u64>,
+    /// One renewal thread, which the black-holed lease holds (see the
+    /// module docs).
+    pub(crate) jammed: bool,
+    /// Each lease's write deadline on the monotonic clock, as of the
+    /// scheduler's last look (none before its first look; for a lease that
+    /// left the pool, the last one seen).
+    pub(crate) deadlines: Vec<Option<Nanos>>,
+    /// Every `Fenced` event: when, which key, and the lease's write deadline
+    /// on the monotonic clock then.
+    pub(crate) fenced: Vec<(Nanos, String, Nanos)>,
+}
+
+/// Some pool runs (chosen by the seed) are jammed: one renewal thread, and
+/// the black-holed lease 0 with three times the run's TTL (the others
+/// alternate one and two), so that its hanging renewal holds the only
+/// thread for a whole TTL of the shortest.
+pub(crate) fn maybe_jammed(mut run: PoolRun, rng: &mut Rng, ttl_s: u64) -> PoolRun {
+    if !rng.chance(3000) {
+        return run;
+    }
+    run.jammed = true;
+    run.threads = 1;
+    run.ttls = (0..run.leases)
+        .map(|i| match i {
+            0 => 3 * ttl_s,
+            _ if i % 2 == 1 => ttl_s,
+            _ => 2 * ttl_s,
+        })
+        .collect();
+    run
+}
+
+/// Note each lease's write deadline (monotonic: the wall clock can only
+/// bring it forward) as the scheduler sees it now.
+fn note_deadlines(w: &mut World, machine: &PoolSchedule) {
+    let Some(n) = w.pool.as_ref().map(|r| r.leases) else {
+        return;
+    };
+    for i in 0..n {
+        let deadline = machine
+            .lease(LeaseId::from_index(i))
+            .map(|lease| w.nanos_of(lease.confirmed_at() + lease.fence_after()));
+        if let (Some(d), Some(run)) = (deadline, w.pool.as_mut()) {
+            run.deadlines[i] = Some(d);
+        }
+    }
+}
+
+/// Keep a `Fenced` event with the lease's write deadline at that moment.
+fn note_fenced(w: &mut World, machine: &PoolSchedule, event: &PoolEvent) {
+    if event.event != Event::Fenced {
+        return;
+    }
+    let Some(lease) = machine.lease(event.id) else {
+        return;
+    };
+    let deadline = w.nanos_of(lease.confirmed_at() + lease.fence_after());
+    let t = w.sched.now;
+    if let Some(run) = w.pool.as_mut() {
+        run.fenced.push((t, event.key.clone(), deadline));
+    }
 }
 
 fn lock(q: &Mutex<Queues>) -> std::sync::MutexGuard<'_, Queues> {
@@ -52,11 +126,17 @@ fn lock(q: &Mutex<Queues>) -> std::sync::MutexGuard<'_, Queues> {
 /// The pool's scheduler thread: take the leases, start the renewal
 /// threads, then drive the machine.
 pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
-    let (n, threads, ttl_s, hole_from, remove_at) = {
+    let (n, threads, ttls, hole_from, remove_at) = {
         let w = sh.lock();
         let run = w.pool.as_ref().expect("a pool run");
         let remove_at = run.removed.as_ref().map_or(Nanos::MAX, |(_, t)| *t);
-        (run.leases, run.threads, w.ttl_s, run.hole_from, remove_at)
+        (
+            run.leases,
+            run.threads,
+            run.ttls.clone(),
+            run.hole_from,
+            remove_at,
+        )
     };
     let clock: Arc<dyn Clock> = Arc::new(SimClock {
         sh: Arc::clone(&sh),
@@ -66,16 +146,15 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
         sh: Arc::clone(&sh),
         c,
     });
-    let options = LeaseOptions::new(ttl_s).clock(Arc::clone(&clock));
     let mut machine = PoolSchedule::new();
     let queues = Arc::new(Mutex::new(Queues::default()));
     let me = current();
     let (mut jobs, mut events) = (Vec::new(), Vec::new());
-    for i in 0..n {
+    for (i, &ttl_s) in ttls.iter().enumerate() {
         let mut contender = Contender::new(
             Arc::clone(&store),
             &format!("sim/pool-{i}"),
-            options.clone(),
+            LeaseOptions::new(ttl_s).clock(Arc::clone(&clock)),
         )
         .with_instance_id(format!("{}-{i}", id(c)))
         .with_instance_nonce(super::world::nonce_of(c));
@@ -142,6 +221,10 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
         {
             let mut w = sh.lock();
             let t = w.sched.now;
+            note_deadlines(&mut w, &machine);
+            for e in &events {
+                note_fenced(&mut w, &machine, e);
+            }
             for PoolEvent { key, event, .. } in events.drain(..) {
                 let text = format!("{event:?}");
                 w.log(|| format!("c{c} pool event: {key}: {text}"));

@@ -76,8 +76,14 @@ pub(crate) enum Done {
 pub(crate) struct Request {
     pub(crate) contender: usize,
     pub(crate) op: Op,
+    /// When it left for the store.
     pub(crate) sent: Nanos,
     pub(crate) landed: Option<Done>,
+    /// When its caller called the store, the caller's deadline (none when
+    /// it gave none), and when the call returned (none while it has not).
+    pub(crate) called: Nanos,
+    pub(crate) deadline: Option<Nanos>,
+    pub(crate) returned: Option<Nanos>,
 }
 
 /// How strongly each fault is injected in this run.
@@ -233,7 +239,8 @@ impl World {
             .any(|(from, to)| *from < now && *to > began);
         if now > deadline && !paused {
             self.violation(format!(
-                "deadline: c{c}'s {what} began at {:.4} s returned at {:.4} s, past its deadline                  {:.4} s",
+                "deadline: c{c}'s {what} began at {:.4} s returned at {:.4} s, past its \
+                 deadline {:.4} s",
                 secs(began),
                 secs(now),
                 secs(deadline)
