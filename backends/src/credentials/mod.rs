@@ -210,6 +210,12 @@ pub(crate) struct Fetched {
 /// secret.
 pub(crate) trait Fetch: Send + Sync {
     fn fetch(&self, deadline: Instant) -> Result<Fetched, String>;
+
+    /// End a fetch in flight at once, for a provider being dropped (the
+    /// process may be about to exit, leaving nobody to end it). The
+    /// default does nothing: a request on the network ends with the
+    /// process.
+    fn cancel(&self) {}
 }
 
 /// The longest the refresher sleeps before looking at the clock again.
@@ -534,8 +540,16 @@ impl fmt::Debug for CredentialsProvider {
 
 impl Drop for CredentialsProvider {
     fn drop(&mut self) {
-        self.inner.lock().closed = true;
+        let fetching = {
+            let mut state = self.inner.lock();
+            state.closed = true;
+            state.fetching
+        };
         self.inner.changed.notify_all();
+        // A program run for a fetch would outlive a process that exits now.
+        if let (true, Some(fetcher)) = (fetching, &self.inner.fetcher) {
+            fetcher.cancel();
+        }
     }
 }
 
@@ -654,8 +668,7 @@ impl CredentialsProvider {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 let mut why = format!(
-                    "none came by the deadline (after {} ms); the source is still asked in \
-                     the background",
+                    "none came by the deadline (the source did not answer in {} ms)",
                     asked.elapsed().as_millis()
                 );
                 if let Some(failure) = &state.failure {

@@ -9,6 +9,8 @@
 //! - the program runs in a process group of its own, and if it has not
 //!   exited by the deadline the whole group is killed (`SIGKILL`), so no
 //!   process it started outlives the fetch, and the shell is reaped;
+//! - a provider dropped while it runs (the process may be about to exit)
+//!   kills its group at once, so it never outlives the process that ran it;
 //! - its output is read as it comes, by polling the pipe with a timeout,
 //!   never by a thread blocked until the pipe's end;
 //! - once the shell has exited, its output is read to the end for a short
@@ -25,6 +27,7 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 /// The most bytes read from the program's output.
@@ -53,6 +56,9 @@ struct Process {
     /// Whether the warning about a process left holding the output has
     /// been given.
     warned_leftover: AtomicBool,
+    /// The process group of the run in flight (its shell's pid), for
+    /// [`Fetch::cancel`].
+    running: Mutex<Option<u32>>,
 }
 
 /// How one run of the program ended, before its output is parsed.
@@ -69,6 +75,7 @@ impl Process {
             profile: profile.to_string(),
             command: command.to_string(),
             warned_leftover: AtomicBool::new(false),
+            running: Mutex::new(None),
         }
     }
 
@@ -180,19 +187,32 @@ fn read_some(
 
 /// Kill the program's whole process group, then reap the shell.
 fn kill_group(child: &mut Child) {
-    let group = i32::try_from(child.id())
+    kill_group_of(child.id());
+    // The shell at least, should the group be gone.
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Kill the process group whose leader was the shell `pid`.
+fn kill_group_of(pid: u32) {
+    let group = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)
         .filter(|pid| *pid != rustix::process::Pid::INIT);
     if let Some(group) = group {
         let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
     }
-    // The shell at least, should the group be gone.
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 impl Fetch for Process {
+    /// Kill the run in flight with its process group: its shell is then
+    /// reaped by the fetch, which fails.
+    fn cancel(&self) {
+        if let Some(pid) = *self.running.lock().unwrap_or_else(|e| e.into_inner()) {
+            kill_group_of(pid);
+        }
+    }
+
     fn fetch(&self, deadline: Instant) -> Result<Fetched, String> {
         let mut child = Command::new("sh")
             .arg("-c")
@@ -205,7 +225,9 @@ impl Fetch for Process {
             .map_err(|e| format!("cannot start `sh -c` for credential_process: {e}"))?;
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut output = Vec::new();
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(child.id());
         let ended = self.run(&mut child, &mut stdout, &mut output, deadline);
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = None;
         // A process left behind keeps its end of the pipe; ours closes.
         drop(stdout);
         let (status, complete) = match ended? {
@@ -400,7 +422,12 @@ mod tests {
         let took = started.elapsed();
         assert!(took < Duration::from_millis(800), "took {took:?}");
         assert!(e.contains("deadline") && e.contains("killed"), "{e}");
-        let pid: u32 = std::fs::read_to_string(dir.join("sleep.pid"))
+        assert_ends_soon(&dir.join("sleep.pid"), "the deadline");
+    }
+
+    /// The process whose pid is in `file` ends within 2 s of `what`.
+    fn assert_ends_soon(file: &std::path::Path, what: &str) {
+        let pid: u32 = std::fs::read_to_string(file)
             .expect("the script wrote its child's pid")
             .trim()
             .parse()
@@ -409,10 +436,34 @@ mod tests {
         while !gone(pid) {
             assert!(
                 killed.elapsed() < Duration::from_secs(2),
-                "the program's child {pid} outlived the deadline"
+                "the program's child {pid} outlived {what}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// A program still running (in the background refresher) when its
+    /// provider is dropped, as when the command exits, is killed with its
+    /// group then: it never outlives the process that started it.
+    #[test]
+    fn a_program_running_when_its_provider_is_dropped_is_killed_with_it() {
+        let dir = temp_dir("dropped");
+        let file = dir.join("creds.sh");
+        std::fs::write(
+            &file,
+            format!(
+                "sleep 30 &\necho $! > '{}/sleep.pid'\nwait\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let provider = provider("dropped", &format!("sh '{}'", file.display()));
+        let e = provider
+            .credentials(Some(Instant::now() + Duration::from_millis(300)))
+            .unwrap_err();
+        assert!(e.to_string().contains("did not answer"), "{e}");
+        drop(provider);
+        assert_ends_soon(&dir.join("sleep.pid"), "its provider");
     }
 
     #[test]
