@@ -77,8 +77,9 @@ pub const DEFAULT_REFRESH_WINDOW: Duration = Duration::from_secs(5 * 60);
 /// none.
 const IMDS_PROBE: Duration = Duration::from_secs(5);
 
-/// The longest a source is given to answer when the asker has no deadline.
-pub(crate) const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest one fetch from a source may take, and the longest a caller
+/// with nothing valid and no deadline of its own waits for one.
+pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where credentials came from. `Display` names the source and never a
 /// credential.
