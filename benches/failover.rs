@@ -13,7 +13,7 @@
 //! ideal: from the moment the record expires by the waiter's clock (the
 //! holder's last confirmed write plus the TTL) to the moment the waiter
 //! holds the lease, so it includes the waiter's arrival jitter and its
-//! whole acquire (read, conditional write, three probe writes). 25 trials
+//! whole acquire (read, conditional write, four probe writes). 25 trials
 //! run at once on 25 prefixes, four rounds.
 //!
 //! **Many leases.** 1,000 leases (TTL 30 s) kept by one `KeeperPool` (a

@@ -75,7 +75,7 @@ fn a_child_that_ignores_sigterm_is_killed_at_the_deadline() {
 }
 
 /// An acquire so slow that the lease is fenced by the time it is taken
-/// (each request held 1.2 s; the create and the probe, whose three writes
+/// (each request held 1.2 s; the create and the probe, whose four writes
 /// go out at once, outlast 2/3 of a 3 s TTL) never starts the command.
 #[test]
 fn a_lease_fenced_during_its_acquire_never_starts_the_command() {

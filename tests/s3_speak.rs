@@ -754,3 +754,36 @@ fn r2_with_an_endpoint_and_an_account_id_uses_the_endpoint_and_warns() {
         assert!(proxy.count("PUT", &key_path) >= 1, "{}", server.name);
     }
 }
+
+/// A service that refuses every quoted `If-Match`, a right ETag too (Ceph
+/// RGW 16.2), behind the proxy: the acquire's probe finds that a write on
+/// our record's own ETag is refused and `run` fails before starting the
+/// command, naming the setting that fixes it (before, the command started
+/// and its first renewal was taken for a lost lease, exit 76). With
+/// `BUCKET_LEASE_UNQUOTED_ETAGS=on` the same service works, twice in a row.
+#[test]
+fn a_service_that_refuses_quoted_etags_is_caught_by_the_probe_and_bare_ones_work() {
+    for server in servers("quoted-etags")
+        .into_iter()
+        .filter(|s| s.conditional)
+    {
+        let (proxy, mut env, prefix) = behind_a_proxy(&server, "quoted-etags");
+        proxy.refuse_quoted_if_match();
+        let url = format!("s3://{}/{prefix}", bucket());
+        let done = env.run(&["run", "--ttl", "3", &url, "--", "sleep", "2"]);
+        let context = format!("{}: quoted ETags refused", server.name);
+        assert_fails(
+            &done,
+            STORE,
+            &["own ETag", "BUCKET_LEASE_UNQUOTED_ETAGS=on"],
+            &context,
+        );
+        env.set("BUCKET_LEASE_UNQUOTED_ETAGS", "on");
+        let again = format!("s3://{}/{prefix}-bare", bucket());
+        for round in 1..=2 {
+            let done = env.run(&["run", "--ttl", "3", &again, "--", "sleep", "2"]);
+            let context = format!("{}: bare ETags, run {round}", server.name);
+            assert_eq!(done.code, Some(0), "{context}: {done:?}");
+        }
+    }
+}

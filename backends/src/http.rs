@@ -13,8 +13,8 @@
 //! `net`), and on a kept connection three system calls: a non-blocking
 //! peek that checks the connection, one write, one read. Each connection
 //! holds 16 KiB of buffers and is kept idle up to `MAX_IDLE_AGE` (over
-//! the longest renewal interval), at most three of them (an acquire's
-//! probe sends its three writes at once, each on its own connection).
+//! the longest renewal interval), at most four of them (an acquire's
+//! probe sends its four writes at once, each on its own connection).
 //!
 //! An endpoint never carries credentials: one with user information
 //! (`user:password@`) is refused, and no error, `Debug` output or message
@@ -70,9 +70,9 @@ const OUTPUT_BUFFER: usize = 8 * 1024;
 pub(crate) const MAX_IDLE_AGE: Duration =
     Duration::from_secs(bucket_lease_core::record::MAX_SANE_TTL_S / 3 + 60);
 
-/// Idle connections kept: the acquire probe's three concurrent writes each
+/// Idle connections kept: the acquire probe's four concurrent writes each
 /// use one.
-const MAX_IDLE_CONNECTIONS: usize = 3;
+const MAX_IDLE_CONNECTIONS: usize = 4;
 
 /// How a request names its bucket.
 ///
@@ -1195,7 +1195,7 @@ fn transport_error(op: Op, key: &str, target: &str, error: ureq::Error) -> Store
 
 impl Store for HttpStore {
     /// Requests go out on separate pooled connections, so an acquire's
-    /// probe sends its three writes at once.
+    /// probe sends its four writes at once.
     fn concurrent_requests(&self) -> bool {
         true
     }

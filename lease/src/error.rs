@@ -78,6 +78,14 @@ pub enum LeaseError {
         /// What the service ignored.
         condition: IgnoredCondition,
     },
+    /// The service refused a write conditional on the lease object's own,
+    /// current ETag (`If-Match`), the write every renewal is: the lease
+    /// could be taken but never kept. The acquire tried to hand the key
+    /// back before failing.
+    OwnEtagRefused {
+        /// The lease object's key.
+        key: String,
+    },
     /// No renewal landed within two thirds of the TTL (or the lease can no
     /// longer be renewed): the holder must stop writing. Returned by an
     /// acquire whose own requests outlasted the fence (the record was given
@@ -142,6 +150,7 @@ impl LeaseError {
         match self {
             LeaseError::Store(e) => e.is_permanent(),
             LeaseError::ConditionsIgnored { .. }
+            | LeaseError::OwnEtagRefused { .. }
             | LeaseError::TtlTooLong { .. }
             | LeaseError::EpochExhausted { .. }
             | LeaseError::KeyTooLong { .. }
@@ -188,6 +197,15 @@ impl fmt::Display for LeaseError {
                  second writer out (our record was handed back, marked released); use a service \
                  that honours conditional writes, or accept a best-effort lease by setting \
                  {CONDITIONAL_ENV}=off (LeaseOptions::best_effort in code)"
+            ),
+            LeaseError::OwnEtagRefused { key } => write!(
+                f,
+                "lease {key} not taken: the store refused a write conditional on the lease \
+                 object's own ETag (If-Match), which every renewal is, so the lease could never \
+                 be kept; a service that wants the ETag in If-Match without its quotes (Ceph \
+                 RGW 16.2, some hosted S3 services) works with BUCKET_LEASE_UNQUOTED_ETAGS=on \
+                 (the record may block the prefix until its TTL runs out, as the store refuses \
+                 to let it be marked released)"
             ),
             LeaseError::Fenced { key } => write!(
                 f,

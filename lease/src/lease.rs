@@ -11,12 +11,16 @@
 //! - **The service is checked, not trusted.** Each conditional acquire
 //!   probes the service: a create over the lease just written, a write
 //!   conditional on an ETag no service issues, and the same write against an
-//!   absent key beside the lease must all be refused (sent at once on a
-//!   store that allows it, [`Store::concurrent_requests`], else one after
-//!   the other; the answer is the same). If the service accepts
-//!   any of them it ignores that condition, and the acquire hands the key
-//!   back (its record marked released, the probe key removed) and fails
-//!   with [`LeaseError::ConditionsIgnored`]. Exclusion is never weakened by
+//!   absent key beside the lease must all be refused, and a write of our
+//!   record conditional on its own ETag, which is what every renewal is,
+//!   must be accepted (all four sent at once on a store that allows it,
+//!   [`Store::concurrent_requests`], else one after the other; the answer
+//!   is the same). If the service accepts any of the first three it
+//!   ignores that condition, and the acquire hands the key back (its record
+//!   marked released, the probe key removed) and fails with
+//!   [`LeaseError::ConditionsIgnored`]; if it refuses the fourth while our
+//!   record still has that ETag, the lease could never be kept, and the
+//!   acquire fails with [`LeaseError::OwnEtagRefused`]. Exclusion is never weakened by
 //!   an answer: a store that cannot send a condition
 //!   ([`StoreErrorKind::NotImplemented`]) or an answer without the ETag the
 //!   next compare-and-swap needs fails the acquire, and fails (then
@@ -1125,10 +1129,71 @@ impl Lease {
                 }
             }
         }
-        Ok(())
+        let Some(fence) = self.write_deadline() else {
+            return Err(LeaseError::Fenced {
+                key: self.key.clone(),
+            });
+        };
+        let bound = Some(deadline.map_or(fence, |d| d.min(fence)));
+        let sent = self.lock().version.clone();
+        let answer = self.own_update(body, &sent, bound);
+        self.judge_own_update(&sent, answer, bound)
     }
 
-    /// [`probe`](Self::probe) with its three writes sent at once, each on
+    /// The probe's one write that must be accepted, as every renewal must:
+    /// our record again, conditional on the version our acquire's write
+    /// gave it (its own ETag).
+    fn own_update(
+        &self,
+        body: &[u8],
+        sent: &Version,
+        bound: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        let mode = PutMode::Update(sent.clone());
+        put_resending(&*self.store, &*self.clock, &self.key, body, mode, bound)
+    }
+
+    /// What the answer to [`own_update`](Self::own_update), sent on
+    /// `sent`, says. Accepted: its version is the lease's from now on. A
+    /// refusal is read: our record still at `sent` means the service
+    /// refused a write conditional on the object's own ETag, so no renewal
+    /// could ever land ([`LeaseError::OwnEtagRefused`]); our record at
+    /// another version is our own write that landed unseen (adopted);
+    /// anything else is someone else's.
+    fn judge_own_update(
+        &self,
+        sent: &Version,
+        answer: Result<Version, StoreError>,
+        bound: Option<Instant>,
+    ) -> Result<(), LeaseError> {
+        let refusal = match answer {
+            Ok(version) => {
+                let version = self.known_version(version, "PUT")?;
+                self.lock().version = version;
+                return Ok(());
+            }
+            Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => e,
+            Err(e) => return Err(e.into()),
+        };
+        match read_record(&*self.store, &self.key, bound)? {
+            Some((Some(rec), version)) if self.is_ours(&rec) => {
+                if version == *sent && !mutant::on(Mutant::OwnEtagRefusalTrusted) {
+                    log::debug!(
+                        "{}: probe write on our own ETag refused: {refusal}",
+                        self.key
+                    );
+                    return Err(LeaseError::OwnEtagRefused {
+                        key: self.key.clone(),
+                    });
+                }
+                self.lock().version = self.known_version(version, "GET")?;
+                Ok(())
+            }
+            other => Err(self.lose(self.other_holder(other))),
+        }
+    }
+
+    /// [`probe`](Self::probe) with its four writes sent at once, each on
     /// its own thread (the first on this one), for stores that allow it
     /// ([`Store::concurrent_requests`]). The answer is the sequential
     /// probe's: the first write, in the same order, whose answer was not a
@@ -1151,7 +1216,11 @@ impl Lease {
         let put = |(key, mode, _): &(String, PutMode, IgnoredCondition)| {
             put_resending(store, clock, key, body, mode.clone(), bound)
         };
-        let answers: Vec<Result<Version, StoreError>> = std::thread::scope(|scope| {
+        let sent = self.lock().version.clone();
+        let (answers, own): (Vec<Result<Version, StoreError>>, _) = std::thread::scope(|scope| {
+            let own = std::thread::Builder::new()
+                .name("bucket-lease-probe".into())
+                .spawn_scoped(scope, || self.own_update(body, &sent, bound));
             let others: Vec<_> = checks[1..]
                 .iter()
                 .map(|check| {
@@ -1171,7 +1240,13 @@ impl Lease {
                     Err(check) => put(check),
                 });
             }
-            answers
+            let own = match own {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(_) => self.own_update(body, &sent, bound),
+            };
+            (answers, own)
         });
         let (probe_key, _, _) = &checks[2];
         if answers[2].is_ok() {
@@ -1194,7 +1269,7 @@ impl Lease {
                 }
             }
         }
-        Ok(())
+        self.judge_own_update(&sent, own, bound)
     }
 
     fn lock(&self) -> MutexGuard<'_, Held> {

@@ -46,6 +46,9 @@ pub enum Misbehaviour {
     /// Answers carry no ETag: reads and writes return versions without one,
     /// as a service or proxy that strips the header does.
     NoEtags,
+    /// Refuse every `If-Match` write, a right ETag too (wrong ones stay
+    /// refused): Ceph RGW 16.2 answers 412 to an ETag sent with its quotes.
+    RefuseOwnEtag,
 }
 
 /// The in-memory store. See the [module docs](self).
@@ -250,7 +253,8 @@ impl Store for MemoryStore {
                     return refuse(StoreErrorKind::Precondition, "NoSuchKey");
                 }
                 Some(current)
-                    if !matches(current, wanted) && !s.on(Misbehaviour::IgnoreIfMatch) =>
+                    if (!matches(current, wanted) || s.on(Misbehaviour::RefuseOwnEtag))
+                        && !s.on(Misbehaviour::IgnoreIfMatch) =>
                 {
                     return refuse(StoreErrorKind::Precondition, "PreconditionFailed");
                 }

@@ -50,12 +50,16 @@ pub(crate) enum Mutant {
     /// (as the HTTP store did behind a slow credentials refresh): it
     /// breaks the `Store` contract, which the simulation checks.
     StoreSendsLate,
+    /// The probe takes a refused write on our own record's ETag for a
+    /// write of ours that landed unseen, so a service that refuses every
+    /// `If-Match` (a right one too) hands out a lease no renewal can keep.
+    OwnEtagRefusalTrusted,
 }
 
 impl Mutant {
     /// Every mutant, in the order `--mutants` lists them.
     #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
-    pub(crate) const ALL: [Mutant; 13] = [
+    pub(crate) const ALL: [Mutant; 14] = [
         Mutant::KeeperNeverFences,
         Mutant::KillAtFullTtl,
         Mutant::ReleaseByDelete,
@@ -69,6 +73,7 @@ impl Mutant {
         Mutant::SameNameIsOurs,
         Mutant::PoolFencedWhenTaken,
         Mutant::StoreSendsLate,
+        Mutant::OwnEtagRefusalTrusted,
     ];
 
     /// The mutant's name on the command line.
@@ -88,6 +93,7 @@ impl Mutant {
             Mutant::SameNameIsOurs => "same-name-is-ours",
             Mutant::PoolFencedWhenTaken => "pool-fenced-when-taken",
             Mutant::StoreSendsLate => "store-sends-late",
+            Mutant::OwnEtagRefusalTrusted => "own-etag-refusal-trusted",
         }
     }
 }

@@ -165,8 +165,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     }
 
     /// Whether independent requests may be sent at once, from several
-    /// threads (an acquire's three probe writes, so that it costs about
-    /// three round trips instead of five). `false`, the default, sends them
+    /// threads (an acquire's four probe writes, so that it costs about
+    /// three round trips instead of six). `false`, the default, sends them
     /// one after another, as stores whose calls a test or the deterministic
     /// simulation orders need, and as stores that answer at once (memory, a
     /// local directory) lose nothing by; network stores say `true`.

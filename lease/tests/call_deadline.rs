@@ -126,11 +126,11 @@ fn held() -> (Arc<Hanging>, TestClock, Contender, Lease) {
 fn try_acquire_gives_every_request_one_deadline() {
     let clock = TestClock::new();
     let store = Hanging::new(&clock);
-    // Answered: the read, the create and the probe's three writes.
+    // Answered: the read, the create and the probe's four writes.
     let start = clock.now();
     let lease = contender(&store, &clock).try_acquire().expect("taken");
     store.assert_bounded_from(start, "try_acquire");
-    assert_eq!(store.deadlines.lock().unwrap().len(), 5);
+    assert_eq!(store.deadlines.lock().unwrap().len(), 6);
     drop(lease);
 
     // Unanswered: it gives up at its bound.

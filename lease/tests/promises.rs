@@ -94,8 +94,9 @@ fn an_absent_lease_is_taken_with_a_create_and_checked_by_the_probe() {
         vec![KEY.to_string()],
         "the probe leaves nothing behind"
     );
-    // read, create, three probe writes
-    assert_eq!(w.store.requests(), 5);
+    // read, create, the probe's four writes (three refused, one on our
+    // own ETag accepted)
+    assert_eq!(w.store.requests(), 6);
     assert_eq!(lease.version(), w.store.get(KEY, None).unwrap().version);
 }
 
@@ -546,13 +547,15 @@ fn the_fence_counts_from_before_the_request_was_sent() {
     let store = Arc::new(SlowStore {
         inner: MemoryStore::new(),
         clock: clock.clone(),
-        delay: secs(4),
+        delay: secs(3),
     });
     let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
     let sent = clock.now();
     let lease = Lease::acquire(store, "db", options).unwrap();
-    // The create took 4 s to answer, and three probe writes 12 s more.
-    assert_eq!(clock.now() - sent, secs(16));
+    // The create took 3 s to answer, and the probe's four writes 12 s
+    // more; the one it accepted rewrote the same stamp, so the fence still
+    // counts from before the create.
+    assert_eq!(clock.now() - sent, secs(15));
     assert_eq!(lease.write_deadline(), Some(sent + secs(20)));
     let sent = clock.now();
     lease.renew().unwrap();
@@ -658,4 +661,30 @@ fn errors_say_what_failed_and_what_to_do() {
         shown.starts_with("lease store request failed: GET db/LEASE: no answer"),
         "{shown}"
     );
+}
+
+/// The probe checks what every renewal needs: a write conditional on the
+/// record's own ETag is accepted. A store that refuses it (Ceph RGW 16.2
+/// with quoted ETags) fails the acquire, saying so and what to set, rather
+/// than handing out a lease whose first renewal is taken for a loss.
+#[test]
+fn a_store_that_refuses_a_right_if_match_fails_the_acquire() {
+    let w = World::new();
+    w.store.set(Misbehaviour::RefuseOwnEtag);
+    match w.acquire(30) {
+        Err(e @ LeaseError::OwnEtagRefused { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("own ETag") && text.contains("BUCKET_LEASE_UNQUOTED_ETAGS=on"),
+                "{text}"
+            );
+            assert!(e.is_permanent());
+        }
+        other => panic!("expected OwnEtagRefused, got {other:?}"),
+    }
+    // Once the store accepts it again, the lease is taken and renewed.
+    w.store.clear(Misbehaviour::RefuseOwnEtag);
+    w.clock.advance(secs(31));
+    let lease = w.acquire(30).unwrap();
+    lease.renew().unwrap();
 }

@@ -17,6 +17,8 @@
 //!   KeyTooLongError` and not forwarded;
 //! - a delay added to every request before it is forwarded (a slow
 //!   network path), [`FaultProxy::delay`];
+//! - RGW 16.2's refusal of every quoted `If-Match` on PUT, right or wrong
+//!   ([`FaultProxy::refuse_quoted_if_match`]);
 //! - a log of every request: method, decoded path, `Host`, what the proxy
 //!   did with it, when it arrived and when it was forwarded.
 
@@ -89,6 +91,7 @@ fn reason(status: u16) -> &'static str {
         301 => "Moved Permanently",
         400 => "Bad Request",
         403 => "Forbidden",
+        412 => "Precondition Failed",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Fault",
@@ -160,6 +163,7 @@ struct Shared {
     rules: Mutex<Vec<Rule>>,
     log: Mutex<Vec<Seen>>,
     delay: Mutex<Duration>,
+    refuse_quoted_if_match: std::sync::atomic::AtomicBool,
 }
 
 /// The proxy: listening until the test process ends.
@@ -178,6 +182,7 @@ impl FaultProxy {
             rules: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
             delay: Mutex::new(Duration::ZERO),
+            refuse_quoted_if_match: std::sync::atomic::AtomicBool::new(false),
         });
         let accepting = Arc::clone(&shared);
         std::thread::spawn(move || {
@@ -221,6 +226,15 @@ impl FaultProxy {
     /// forwarding it (its answer is not delayed further).
     pub fn delay(&self, delay: Duration) {
         *self.shared.delay.lock().unwrap() = delay;
+    }
+
+    /// Answer every PUT whose `If-Match` carries an ETag in quotes with
+    /// `412 PreconditionFailed`, right or wrong, as Ceph RGW 16.2 does (a
+    /// bare ETag is forwarded).
+    pub fn refuse_quoted_if_match(&self) {
+        self.shared
+            .refuse_quoted_if_match
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Forget every rule: forward everything from now on.
@@ -296,6 +310,8 @@ struct Head {
     target: String,
     host: String,
     content_length: usize,
+    /// The `If-Match` header, as sent.
+    if_match: Option<String>,
 }
 
 /// Read one request head; `None` at the end of the connection.
@@ -315,7 +331,7 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
     let mut request_line = lines.next()?.split(' ');
     let method = request_line.next()?.to_string();
     let target = request_line.next()?.to_string();
-    let (mut host, mut content_length) = (String::new(), 0);
+    let (mut host, mut content_length, mut if_match) = (String::new(), 0, None);
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
             continue;
@@ -323,6 +339,7 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
         match name.trim().to_ascii_lowercase().as_str() {
             "host" => host = value.trim().to_string(),
             "content-length" => content_length = value.trim().parse().unwrap_or(0),
+            "if-match" => if_match = Some(value.trim().to_string()),
             _ => {}
         }
     }
@@ -332,6 +349,7 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
         target,
         host,
         content_length,
+        if_match,
     })
 }
 
@@ -381,6 +399,18 @@ fn serve(client: TcpStream, shared: &Shared) {
                 400,
                 "KeyTooLongError",
                 "Your key is too long",
+                &[],
+            )))
+        } else if head.method == "PUT"
+            && head.if_match.as_deref().is_some_and(|e| e.starts_with('"'))
+            && shared
+                .refuse_quoted_if_match
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            Some(Fault::Answer(Answer::error(
+                412,
+                "PreconditionFailed",
+                "At least one of the pre-conditions you specified did not hold",
                 &[],
             )))
         } else {

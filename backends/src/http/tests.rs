@@ -785,13 +785,14 @@ fn idle_connections_outlive_the_longest_renewal_interval() {
 }
 
 #[test]
-fn an_acquire_sends_its_three_probe_writes_at_once() {
+fn an_acquire_sends_its_four_probe_writes_at_once() {
     use bucket_lease_core::{Contender, LeaseOptions};
     use std::io::Write;
     use std::sync::{Condvar, Mutex};
-    // The first PUT (the acquire's create) lands; the next three (the
-    // probe) are answered 412 only once all three are in flight together,
-    // else 500 after 5 s. Later writes (the release) land.
+    // The first PUT (the acquire's create) lands; the next four (the
+    // probe) are answered only once all four are in flight together, else
+    // 500 after 5 s: the one on the record's own ETag lands, the others
+    // are refused. Later writes (the release) land.
     let state = Arc::new((Mutex::new((0usize, 0usize)), Condvar::new()));
     let url = raw_server(move |_, mut stream| {
         while let Some((head, _)) = read_request(&mut stream) {
@@ -802,15 +803,17 @@ fn an_acquire_sends_its_three_probe_writes_at_once() {
                 let mut counts = lock.lock().unwrap();
                 counts.0 += 1;
                 let n = counts.0;
-                if (2..=4).contains(&n) {
+                if (2..=5).contains(&n) {
                     counts.1 += 1;
                     arrived.notify_all();
                     let (counts, waited) = arrived
-                        .wait_timeout_while(counts, Duration::from_secs(5), |c| c.1 < 3)
+                        .wait_timeout_while(counts, Duration::from_secs(5), |c| c.1 < 4)
                         .unwrap();
                     drop(counts);
                     if waited.timed_out() {
                         "HTTP/1.1 500 Alone\r\ncontent-length: 0\r\n\r\n".to_string()
+                    } else if head.to_ascii_lowercase().contains("if-match: \"e1\"") {
+                        "HTTP/1.1 200 OK\r\nETag: \"e1\"\r\ncontent-length: 0\r\n\r\n".to_string()
                     } else {
                         "HTTP/1.1 412 Precondition Failed\r\ncontent-length: 0\r\n\r\n".to_string()
                     }

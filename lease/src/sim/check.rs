@@ -132,6 +132,7 @@ fn fail_closed(w: &mut World) {
                 | Misbehaviour::CreateOnIfMatchAbsent
                 | Misbehaviour::NoEtags
                 | Misbehaviour::NoConditions
+                | Misbehaviour::RefuseOwnEtag
         )
     );
     if !ignoring {
@@ -221,7 +222,8 @@ fn pool_fences_alone(w: &mut World) {
     };
     let mut found = Vec::new();
     for (t, key, event) in &run.events {
-        let bad = (event == "Fenced" && !run.jammed) || event.starts_with("Lost");
+        let bad =
+            (event == "Fenced" && !run.jammed && *t > run.started) || event.starts_with("Lost");
         if bad && *key != run.hole {
             found.push(format!(
                 "pool: {key} reported {event} at {:.4} s although only {} was black-holed",
@@ -237,7 +239,7 @@ fn pool_fences_alone(w: &mut World) {
             .find(|(_, key, event)| *key == run.hole && event == "Fenced")
             .map(|(t, _, _)| *t);
         match fenced {
-            Some(t) if t <= deadline => {}
+            Some(t) if t <= deadline.max(run.started) => {}
             other => found.push(format!(
                 "pool: black-holed {} was not fenced by its write deadline {:.4} s (fenced: {})",
                 run.hole,
@@ -274,7 +276,7 @@ fn pool_fences_on_time(w: &mut World) {
     };
     let mut found = Vec::new();
     for (t, key, deadline) in &run.fenced {
-        if t > deadline {
+        if *t > (*deadline).max(run.started) {
             found.push(format!(
                 "pool: {key} was reported fenced at {:.4} s, after its write deadline {:.4} s",
                 secs(*t),
@@ -290,7 +292,9 @@ fn pool_fences_on_time(w: &mut World) {
             continue;
         }
         let told = run.events.iter().any(|(t, k, event)| {
-            *k == key && *t <= deadline && (event == "Fenced" || event.starts_with("Lost"))
+            *k == key
+                && *t <= deadline.max(run.started)
+                && (event == "Fenced" || event.starts_with("Lost"))
         });
         if !told {
             let first = run

@@ -117,8 +117,9 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
             Misbehaviour::IgnoreIfMatchOnDelete,
             Misbehaviour::NoEtags,
             Misbehaviour::NoConditions,
+            Misbehaviour::RefuseOwnEtag,
         ];
-        Some(all[usize::try_from(rng.range(0, 7)).unwrap_or(0)])
+        Some(all[usize::try_from(rng.range(0, 8)).unwrap_or(0)])
     } else {
         None
     };
@@ -237,6 +238,7 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
             jammed: false,
             deadlines: vec![None; leases],
             fenced: Vec::new(),
+            started: 0,
         };
         pooled::maybe_jammed(run, &mut rng, ttl_s)
     });

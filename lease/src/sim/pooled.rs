@@ -66,6 +66,11 @@ pub(crate) struct PoolRun {
     /// Every `Fenced` event: when, which key, and the lease's write deadline
     /// on the monotonic clock then.
     pub(crate) fenced: Vec<(Nanos, String, Nanos)>,
+    /// When the pool began to run: the process takes its leases one after
+    /// another first, so a lease whose write deadline passed by then (a
+    /// short TTL and many acquires) is fenced when the pool starts, not
+    /// by its deadline; the checkers judge the pool from here.
+    pub(crate) started: Nanos,
 }
 
 /// Some pool runs (chosen by the seed) are jammed: one renewal thread, and
@@ -175,6 +180,13 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
             &mut jobs,
             &mut events,
         );
+    }
+    {
+        let mut w = sh.lock();
+        let now = w.sched.now;
+        if let Some(run) = w.pool.as_mut() {
+            run.started = now;
+        }
     }
     for _ in 0..threads {
         let q = Arc::clone(&queues);

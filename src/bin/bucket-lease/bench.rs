@@ -47,8 +47,9 @@ Takes, renews and releases a lease N times on a scratch prefix under URL's
 ({prefix}/bench-XXXXXXXX), never on the real lease, and prints per operation
 the latency (p50, the range of p50 across rounds, p99, max), the CPU the
 whole process spent (median over rounds, and its range) and a histogram. An
-acquire is five requests (a read, the write, and the three refused writes of
-the probe that checks the service honours conditions); a renewal one; a
+acquire is six requests (a read, the write, and the probe's four: three
+refused writes that check the service honours conditions, one accepted on
+the record's own ETag, the write a renewal is); a renewal one; a
 release one. The table is the one `cargo bench --bench renewal` prints
 (docs/BENCHMARKS.md).
 
