@@ -24,6 +24,7 @@ use crate::config::{redact_user_info, ConfigError};
 use crate::credentials::{CredentialsProvider, Source};
 use crate::net::{not_sent_of, CachingResolver, Handshake, Stage, TcpConnector};
 use crate::sign::{sign_request, Credentials};
+use crate::spelling::{same_etag, Spelling};
 use crate::xml::ErrorBody;
 use bucket_lease_core::clock::{jittered, transient_backoff};
 use bucket_lease_core::mutant::StoreMutant;
@@ -185,6 +186,8 @@ pub struct HttpStoreBuilder {
     variant: EndpointVariant,
     conditional_delete: bool,
     unquoted_etags: bool,
+    /// The spelling was asked for: it is not learned from the service.
+    etag_spelling_set: bool,
     timeout: Duration,
     max_body: usize,
     connect_to: Option<SocketAddr>,
@@ -224,6 +227,7 @@ impl HttpStoreBuilder {
             variant: EndpointVariant::default(),
             conditional_delete: profile.conditional_delete,
             unquoted_etags: profile.unquoted_etags,
+            etag_spelling_set: false,
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
             connect_to: None,
@@ -298,9 +302,12 @@ impl HttpStoreBuilder {
         self
     }
 
-    /// Whether to strip the quotes from ETags sent in `If-Match`.
+    /// Whether to strip the quotes from ETags sent in `If-Match`, for good.
+    /// Unless this is called, the store learns the spelling from the
+    /// service: see [`HttpStore`].
     pub fn unquoted_etags(mut self, on: bool) -> Self {
         self.unquoted_etags = on;
+        self.etag_spelling_set = true;
         self
     }
 
@@ -510,7 +517,7 @@ impl HttpStoreBuilder {
             credentials,
             region,
             conditional_delete: self.conditional_delete,
-            unquoted_etags: self.unquoted_etags,
+            spelling: Spelling::new(self.unquoted_etags, self.etag_spelling_set),
             timeout: self.timeout,
             max_body: self.max_body,
         })
@@ -546,6 +553,16 @@ impl HttpStoreBuilder {
 /// honour it; a version without an ETag (from an answer that carried none)
 /// is a failed request, never a reason to write without the condition.
 ///
+/// The ETag in `If-Match` is sent as the service returned it, in quotes,
+/// unless the builder's [`unquoted_etags`](HttpStoreBuilder::unquoted_etags)
+/// (`BUCKET_LEASE_UNQUOTED_ETAGS`) fixes the spelling. Until a write on a
+/// right ETag has been accepted, a refused `If-Match` write is followed by
+/// a HEAD: when the object still has that very ETag, the service refused a
+/// right condition (Ceph RGW 16.2 refuses every quoted one), and the write
+/// is sent once more bare; accepted, that spelling is kept for the store's
+/// life, with one warning, and counted ([`Store::condition_spelling`]) so
+/// an acquire's probe checks its refusals again in it.
+///
 /// An error body over the cap is not read; the status alone decides.
 /// Every error names the method, the key, the service's code (or the HTTP
 /// status when the body has none), its message and request id.
@@ -561,7 +578,8 @@ pub struct HttpStore {
     credentials: Arc<CredentialsProvider>,
     region: String,
     conditional_delete: bool,
-    unquoted_etags: bool,
+    /// How `If-Match` spells ETags, learned from the service.
+    spelling: Spelling,
     timeout: Duration,
     max_body: usize,
 }
@@ -574,7 +592,7 @@ impl fmt::Debug for HttpStore {
             .field("region", &self.region)
             .field("credentials", &self.credentials)
             .field("conditional_delete", &self.conditional_delete)
-            .field("unquoted_etags", &self.unquoted_etags)
+            .field("unquoted_etags", &self.spelling.bare())
             .field("timeout", &self.timeout)
             .field("max_body", &self.max_body)
             .finish_non_exhaustive()
@@ -673,21 +691,27 @@ impl HttpStore {
         format!("{}/{}", self.base_url, encode_key(key))
     }
 
-    fn etag_value(&self, etag: &str) -> String {
-        if self.unquoted_etags {
-            etag.trim_matches('"').to_string()
-        } else {
-            etag.to_string()
-        }
-    }
-
-    /// The unsigned request for `op` on `key`.
+    /// The unsigned request for `op` on `key`, its ETag spelled as the
+    /// store spells them now.
     fn request(
         &self,
         op: Op,
         key: &str,
         condition: Option<&Version>,
         metadata: &[(String, String)],
+    ) -> Result<http::Request<()>, StoreError> {
+        self.request_spelled(op, key, condition, metadata, self.spelling.bare())
+    }
+
+    /// The unsigned request for `op` on `key`, its ETag sent `bare` or in
+    /// quotes.
+    fn request_spelled(
+        &self,
+        op: Op,
+        key: &str,
+        condition: Option<&Version>,
+        metadata: &[(String, String)],
+        bare: bool,
     ) -> Result<http::Request<()>, StoreError> {
         let fail = |message: String| {
             StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(message)
@@ -713,7 +737,7 @@ impl HttpStore {
                              object again for a version with an ETag)",
                         ));
                 };
-                builder = builder.header("if-match", self.etag_value(etag));
+                builder = builder.header("if-match", Spelling::spell(etag, bare));
             }
             _ => {}
         }
@@ -1200,6 +1224,12 @@ impl Store for HttpStore {
         true
     }
 
+    /// How many times the store changed its spelling of ETags in
+    /// `If-Match` (see [`HttpStore`]).
+    fn condition_spelling(&self) -> u64 {
+        self.spelling.changes()
+    }
+
     /// S3's limit, which R2 and MinIO share.
     fn max_key_bytes(&self) -> Option<usize> {
         Some(crate::config::S3_MAX_KEY_BYTES)
@@ -1224,8 +1254,25 @@ impl Store for HttpStore {
             PutMode::Update(version) => (Op::Update, Some(version)),
             PutMode::Overwrite => (Op::Overwrite, None),
         };
-        let request = self.request(op, key, condition, &options.metadata)?;
-        let answer = self.execute(op, key, request, body, options.deadline)?;
+        let bare = self.spelling.bare();
+        let request = self.request_spelled(op, key, condition, &options.metadata, bare)?;
+        let answer = match (
+            self.execute(op, key, request, body, options.deadline),
+            condition,
+        ) {
+            (Ok(answer), _) => answer,
+            (Err(e), Some(version))
+                if e.kind() == StoreErrorKind::Precondition
+                    && self.spelling.open()
+                    && self.refused_a_right_etag(key, version, options.deadline) =>
+            {
+                self.put_respelled(key, body, options, version, bare, e)?
+            }
+            (Err(e), _) => return Err(e),
+        };
+        if op == Op::Update {
+            self.spelling.accepted(bare);
+        }
         Ok(version_of(&answer.headers))
     }
 
@@ -1253,6 +1300,69 @@ impl Store for HttpStore {
         let request = self.request(op, key, condition, &[])?;
         self.execute(op, key, request, &[], deadline)?;
         Ok(())
+    }
+}
+
+impl HttpStore {
+    /// Whether `key` still has the ETag of `version`, which a write
+    /// conditional on it was just refused for: one HEAD, within
+    /// `deadline`. (A failed HEAD answers no: the refusal stands.)
+    fn refused_a_right_etag(
+        &self,
+        key: &str,
+        version: &Version,
+        deadline: Option<Instant>,
+    ) -> bool {
+        let (Some(sent), Ok(object)) = (&version.etag, self.head(key, deadline)) else {
+            return false;
+        };
+        object
+            .version
+            .etag
+            .as_deref()
+            .is_some_and(|now| same_etag(now, sent))
+    }
+
+    /// Send the write refused in the spelling `bare` once more in the other
+    /// one (see [`crate::spelling`]): its answer, or `refused` when the
+    /// other spelling is refused too.
+    fn put_respelled(
+        &self,
+        key: &str,
+        body: &[u8],
+        options: &PutOptions,
+        version: &Version,
+        bare: bool,
+        refused: StoreError,
+    ) -> Result<Answer, StoreError> {
+        let switched = self.spelling.switch_from(bare);
+        let request =
+            self.request_spelled(Op::Update, key, Some(version), &options.metadata, !bare)?;
+        match self.execute(Op::Update, key, request, body, options.deadline) {
+            Ok(answer) => {
+                if switched {
+                    log::warn!(
+                        "{}: the service refused If-Match with the object's own ETag in \
+                         {} and accepted it {}; ETags are sent that way from now on (set \
+                         BUCKET_LEASE_UNQUOTED_ETAGS={} to start so)",
+                        self.profile,
+                        if bare { "bare" } else { "quotes" },
+                        if bare { "in quotes" } else { "bare" },
+                        if bare { "off" } else { "on" },
+                    );
+                }
+                self.spelling.accepted(!bare);
+                Ok(answer)
+            }
+            Err(e) if e.kind() == StoreErrorKind::Precondition => {
+                // Neither spelling: keep the first, and its refusal.
+                if switched {
+                    self.spelling.switch_from(!bare);
+                }
+                Err(refused)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -56,6 +56,8 @@ pub mod s3;
 #[cfg(feature = "_http")]
 mod sign;
 #[cfg(feature = "_http")]
+mod spelling;
+#[cfg(feature = "_http")]
 mod xml;
 
 #[cfg(feature = "_http")]

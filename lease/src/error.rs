@@ -202,10 +202,11 @@ impl fmt::Display for LeaseError {
                 f,
                 "lease {key} not taken: the store refused a write conditional on the lease \
                  object's own ETag (If-Match), which every renewal is, so the lease could never \
-                 be kept; a service that wants the ETag in If-Match without its quotes (Ceph \
-                 RGW 16.2, some hosted S3 services) works with BUCKET_LEASE_UNQUOTED_ETAGS=on \
-                 (the record may block the prefix until its TTL runs out, as the store refuses \
-                 to let it be marked released)"
+                 be kept (an HTTP store tries the ETag in quotes and bare, unless \
+                 BUCKET_LEASE_UNQUOTED_ETAGS fixes one: unset it, or set it to on for a service \
+                 that wants bare ETags, as Ceph RGW 16.2 does); use a service that honours \
+                 If-Match. The record may block the prefix until its TTL runs out, as the \
+                 store refuses to let it be marked released"
             ),
             LeaseError::Fenced { key } => write!(
                 f,

@@ -1085,6 +1085,22 @@ impl Lease {
     /// `deadline` and by the new lease's write deadline. See the [module
     /// docs](self).
     fn probe(&self, body: &[u8], deadline: Option<Instant>) -> Result<(), LeaseError> {
+        let spelling = self.store.condition_spelling();
+        self.probe_once(body, deadline)?;
+        if self.store.condition_spelling() != spelling {
+            // The store changed how it spells conditions meanwhile: the
+            // refusals seen may have been of the old spelling. Once more.
+            log::debug!(
+                "{}: the store's spelling of conditions changed; probing again",
+                self.key
+            );
+            return self.probe_once(body, deadline);
+        }
+        Ok(())
+    }
+
+    /// One round of [`probe`](Self::probe)'s four writes.
+    fn probe_once(&self, body: &[u8], deadline: Option<Instant>) -> Result<(), LeaseError> {
         let fake = Version::etag(PROBE_ETAG);
         let checks = [
             (

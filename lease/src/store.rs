@@ -174,6 +174,16 @@ pub trait Store: Send + Sync + fmt::Debug {
         false
     }
 
+    /// How many times the store has changed how it spells conditions since
+    /// it was made: the HTTP store learns whether a service wants the ETag
+    /// in `If-Match` with its quotes or without. The default, 0, is a store
+    /// that never changes. An acquire's probe that sees the count change
+    /// while it runs checks its refusals again in the new spelling, since a
+    /// refusal in the old one proves nothing about the new.
+    fn condition_spelling(&self) -> u64 {
+        0
+    }
+
     /// The longest key, in bytes, the service accepts (S3, R2 and MinIO:
     /// 1024), or `None`, the default, for no limit worth checking. An
     /// acquire whose keys (its probe's included) would not fit fails before

@@ -675,7 +675,7 @@ fn a_store_that_refuses_a_right_if_match_fails_the_acquire() {
         Err(e @ LeaseError::OwnEtagRefused { .. }) => {
             let text = e.to_string();
             assert!(
-                text.contains("own ETag") && text.contains("BUCKET_LEASE_UNQUOTED_ETAGS=on"),
+                text.contains("own ETag") && text.contains("BUCKET_LEASE_UNQUOTED_ETAGS"),
                 "{text}"
             );
             assert!(e.is_permanent());

@@ -1270,3 +1270,77 @@ fn time_spent_on_credentials_comes_off_the_request_timeout() {
         "the call returned {late:?} after its deadline: {e}"
     );
 }
+
+/// A server that refuses every quoted `If-Match` (Ceph RGW 16.2), a bare
+/// one but the object's own and, when `bare_too`, that one too; the
+/// object's ETag is `"e1"`. It notes each request line.
+fn refusing_quoted_etags(bare_too: bool) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::Write;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    let url = raw_server(move |_, mut stream| {
+        while let Some((head, _)) = read_request(&mut stream) {
+            let lower = head.to_ascii_lowercase();
+            let line = head.lines().next().unwrap_or_default().to_string();
+            log.lock().unwrap().push(line.clone());
+            let answer = if line.starts_with("HEAD") {
+                "HTTP/1.1 200 OK\r\nETag: \"e1\"\r\ncontent-length: 0\r\n\r\n"
+            } else if lower.contains("if-match: \"")
+                || (lower.contains("if-match: ") && !lower.contains("if-match: e1\r"))
+                || (bare_too && lower.contains("if-match: e1"))
+            {
+                "HTTP/1.1 412 Precondition Failed\r\ncontent-length: 0\r\n\r\n"
+            } else {
+                "HTTP/1.1 200 OK\r\nETag: \"e1\"\r\ncontent-length: 0\r\n\r\n"
+            };
+            if stream.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    (url, seen)
+}
+
+#[test]
+fn a_service_that_refuses_a_right_quoted_etag_is_answered_in_the_bare_spelling() {
+    let (url, seen) = refusing_quoted_etags(false);
+    let store = store(&url);
+    let update = PutOptions::new(PutMode::Update(Version::etag("\"e1\""))).with_deadline(soon());
+    assert_eq!(store.condition_spelling(), 0);
+    store
+        .put("k", b"x", &update)
+        .expect("accepted in the bare spelling");
+    assert_eq!(store.condition_spelling(), 1, "one change, counted");
+    assert_eq!(seen.lock().unwrap().len(), 3, "PUT, HEAD, PUT again");
+    // Settled: a wrong ETag is refused with no question asked.
+    let wrong = PutOptions::new(PutMode::Update(Version::etag("\"e9\""))).with_deadline(soon());
+    store.put("k", b"x", &wrong).unwrap_err();
+    store.put("k", b"x", &update).unwrap();
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        5,
+        "one request each from now on"
+    );
+}
+
+#[test]
+fn a_service_that_refuses_both_spellings_keeps_the_first_and_its_refusal() {
+    let (url, seen) = refusing_quoted_etags(true);
+    let store = store(&url);
+    let update = PutOptions::new(PutMode::Update(Version::etag("\"e1\""))).with_deadline(soon());
+    let e = store.put("k", b"x", &update).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Precondition, "{e}");
+    assert_eq!(seen.lock().unwrap().len(), 3, "PUT, HEAD, PUT again");
+    assert!(!store.spelling.bare(), "the quoted spelling stays");
+    // A configured spelling is never questioned.
+    let fixed = HttpStore::builder(profile("test"))
+        .endpoint(&url)
+        .bucket("bkt")
+        .credentials(Credentials::new("AKID", "SECRET"))
+        .unquoted_etags(false)
+        .build()
+        .unwrap();
+    seen.lock().unwrap().clear();
+    fixed.put("k", b"x", &update).unwrap_err();
+    assert_eq!(seen.lock().unwrap().len(), 1, "no HEAD, no second spelling");
+}
