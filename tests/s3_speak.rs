@@ -776,6 +776,7 @@ fn a_service_that_refuses_quoted_etags_is_learned_or_caught_by_the_probe() {
         for round in 1..=2 {
             let done = env.run(&["run", "--ttl", "3", &url, "--", "sleep", "2"]);
             let context = format!("{}: quoted ETags refused, run {round}", server.name);
+            eprintln!("{context}: exit {:?}, said: {}", done.code, done.stderr);
             assert_eq!(done.code, Some(0), "{context}: {done:?}");
             assert!(
                 done.stderr.contains("sent that way from now on"),
