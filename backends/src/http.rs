@@ -1254,24 +1254,29 @@ impl Store for HttpStore {
             PutMode::Update(version) => (Op::Update, Some(version)),
             PutMode::Overwrite => (Op::Overwrite, None),
         };
+        // One bound for the write, and for the HEAD and second write a
+        // refusal of a right ETag may cost.
+        let deadline = Some(
+            options
+                .deadline
+                .unwrap_or_else(|| Instant::now() + self.timeout),
+        );
         let bare = self.spelling.bare();
         let request = self.request_spelled(op, key, condition, &options.metadata, bare)?;
-        let answer = match (
-            self.execute(op, key, request, body, options.deadline),
-            condition,
-        ) {
-            (Ok(answer), _) => answer,
+        let (answer, spelled) = match (self.execute(op, key, request, body, deadline), condition) {
+            (Ok(answer), _) => (answer, bare),
             (Err(e), Some(version))
                 if e.kind() == StoreErrorKind::Precondition
                     && self.spelling.open()
-                    && self.refused_a_right_etag(key, version, options.deadline) =>
+                    && self.refused_a_right_etag(key, version, deadline) =>
             {
-                self.put_respelled(key, body, options, version, bare, e)?
+                let answer = self.put_respelled(key, body, options, bare, deadline, e)?;
+                (answer, !bare)
             }
             (Err(e), _) => return Err(e),
         };
         if op == Op::Update {
-            self.spelling.accepted(bare);
+            self.spelling.accepted(spelled);
         }
         Ok(version_of(&answer.headers))
     }
@@ -1323,22 +1328,25 @@ impl HttpStore {
             .is_some_and(|now| same_etag(now, sent))
     }
 
-    /// Send the write refused in the spelling `bare` once more in the other
-    /// one (see [`crate::spelling`]): its answer, or `refused` when the
-    /// other spelling is refused too.
+    /// Send the `If-Match` write refused in the spelling `bare` once more
+    /// in the other one, by `deadline` (see [`crate::spelling`]): its
+    /// answer, or `refused` when the other spelling is refused too.
     fn put_respelled(
         &self,
         key: &str,
         body: &[u8],
         options: &PutOptions,
-        version: &Version,
         bare: bool,
+        deadline: Option<Instant>,
         refused: StoreError,
     ) -> Result<Answer, StoreError> {
+        let PutMode::Update(version) = &options.mode else {
+            return Err(refused);
+        };
         let switched = self.spelling.switch_from(bare);
         let request =
             self.request_spelled(Op::Update, key, Some(version), &options.metadata, !bare)?;
-        match self.execute(Op::Update, key, request, body, options.deadline) {
+        match self.execute(Op::Update, key, request, body, deadline) {
             Ok(answer) => {
                 if switched {
                     log::warn!(
@@ -1351,7 +1359,6 @@ impl HttpStore {
                         if bare { "off" } else { "on" },
                     );
                 }
-                self.spelling.accepted(!bare);
                 Ok(answer)
             }
             Err(e) if e.kind() == StoreErrorKind::Precondition => {

@@ -73,7 +73,8 @@ impl Spelling {
     /// A write conditional on a right ETag, sent `bare` or not, was
     /// accepted: keep that spelling.
     pub(crate) fn accepted(&self, bare: bool) {
-        if self.bare() == bare {
+        // Once settled, a load and nothing more (every renewal comes here).
+        if self.open() && self.bare() == bare {
             self.settled.store(true, Ordering::SeqCst);
         }
     }

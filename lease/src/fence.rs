@@ -46,9 +46,9 @@
 //! refusal adds one read and, when the write is retried, one write.
 //!
 //! A [`FencedReader`] is the other half: it returns an object with the
-//! epoch, holder and process nonce that wrote it, and rejects objects older than the epoch
-//! it trusts ([`ReadError::Stale`]) or written without fencing
-//! ([`ReadError::Unfenced`]).
+//! epoch, holder and process nonce that wrote it, and rejects objects
+//! older than the epoch it trusts ([`ReadError::Stale`]) or written
+//! without fencing ([`ReadError::Unfenced`]).
 //!
 //! What no fence can promise: a request the service already received
 //! completes even if the lease is lost meanwhile. On a conditional service

@@ -20,8 +20,8 @@
 //!   marked released, the probe key removed) and fails with
 //!   [`LeaseError::ConditionsIgnored`]; if it refuses the fourth while our
 //!   record still has that ETag, the lease could never be kept, and the
-//!   acquire fails with [`LeaseError::OwnEtagRefused`]. Exclusion is never weakened by
-//!   an answer: a store that cannot send a condition
+//!   acquire fails with [`LeaseError::OwnEtagRefused`]. Exclusion is never
+//!   weakened by an answer: a store that cannot send a condition
 //!   ([`StoreErrorKind::NotImplemented`]) or an answer without the ETag the
 //!   next compare-and-swap needs fails the acquire, and fails (then
 //!   fences) a renewal. A lease is best-effort only when the caller asks
@@ -1123,12 +1123,7 @@ impl Lease {
             return self.probe_at_once(body, deadline, checks);
         }
         for (key, mode, condition) in checks {
-            let Some(fence) = self.write_deadline() else {
-                return Err(LeaseError::Fenced {
-                    key: self.key.clone(),
-                });
-            };
-            let bound = Some(deadline.map_or(fence, |d| d.min(fence)));
+            let bound = self.probe_bound(deadline)?;
             match put_resending(&*self.store, &*self.clock, &key, body, mode, bound) {
                 Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
@@ -1145,15 +1140,22 @@ impl Lease {
                 }
             }
         }
+        let bound = self.probe_bound(deadline)?;
+        let sent = self.lock().version.clone();
+        let answer = self.own_update(body, &sent, bound);
+        self.judge_own_update(&sent, answer, bound)
+    }
+
+    /// The deadline of a probe write sent now: the caller's `deadline` or
+    /// the new lease's write deadline, whichever comes first;
+    /// [`LeaseError::Fenced`] once the lease may no longer be written.
+    fn probe_bound(&self, deadline: Option<Instant>) -> Result<Option<Instant>, LeaseError> {
         let Some(fence) = self.write_deadline() else {
             return Err(LeaseError::Fenced {
                 key: self.key.clone(),
             });
         };
-        let bound = Some(deadline.map_or(fence, |d| d.min(fence)));
-        let sent = self.lock().version.clone();
-        let answer = self.own_update(body, &sent, bound);
-        self.judge_own_update(&sent, answer, bound)
+        Ok(Some(deadline.map_or(fence, |d| d.min(fence))))
     }
 
     /// The probe's one write that must be accepted, as every renewal must:
@@ -1222,12 +1224,7 @@ impl Lease {
         deadline: Option<Instant>,
         checks: [(String, PutMode, IgnoredCondition); 3],
     ) -> Result<(), LeaseError> {
-        let Some(fence) = self.write_deadline() else {
-            return Err(LeaseError::Fenced {
-                key: self.key.clone(),
-            });
-        };
-        let bound = Some(deadline.map_or(fence, |d| d.min(fence)));
+        let bound = self.probe_bound(deadline)?;
         let (store, clock) = (&*self.store, &*self.clock);
         let put = |(key, mode, _): &(String, PutMode, IgnoredCondition)| {
             put_resending(store, clock, key, body, mode.clone(), bound)
@@ -1306,8 +1303,8 @@ struct ReleaseTarget<'a> {
 
 impl ReleaseTarget<'_> {
     /// Read the record; if it is ours (`instance_id` and `nonce` both) and
-    /// not released yet, rewrite it released, conditional on the version read (unconditional
-    /// for a best-effort lease).
+    /// not released yet, rewrite it released, conditional on the version
+    /// read (unconditional for a best-effort lease).
     fn release_if_ours(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
         self.release_if_ours_retrying(Transient::default(), deadline)
     }

@@ -536,14 +536,7 @@ impl PoolSchedule {
                 }
                 jobs.push(Job::Renew(id, Arc::clone(&kept.lease), deadline));
             }
-            Step::End(event) => {
-                kept.ended = true;
-                if event == Event::Fenced {
-                    log::warn!("{}: fenced: no renewal landed in time", kept.lease.key());
-                }
-                let key = kept.lease.key().to_string();
-                events.push(PoolEvent { id, key, event });
-            }
+            Step::End(event) => end(kept, id, event, events),
         }
     }
 
@@ -558,20 +551,9 @@ impl PoolSchedule {
         if !kept.busy || kept.ended || kept.removing {
             return;
         }
-        if kept.lease.status() != LeaseStatus::Fenced {
-            return;
+        if kept.lease.status() == LeaseStatus::Fenced {
+            end(kept, id, Event::Fenced, events);
         }
-        kept.ended = true;
-        log::warn!(
-            "{}: fenced: no renewal landed in time (the renewal is still out)",
-            kept.lease.key()
-        );
-        let key = kept.lease.key().to_string();
-        events.push(PoolEvent {
-            id,
-            key,
-            event: Event::Fenced,
-        });
     }
 
     /// Queue lease `id`'s release if it is being removed and nothing of it
@@ -586,6 +568,17 @@ impl PoolSchedule {
         kept.busy = true;
         jobs.push(Job::Release(id, Arc::clone(&kept.lease)));
     }
+}
+
+/// End the keeping of lease `id` with `event` (fenced or lost): reported
+/// once, renewed no more.
+fn end(kept: &mut Kept, id: LeaseId, event: Event, events: &mut Vec<PoolEvent>) {
+    kept.ended = true;
+    if event == Event::Fenced {
+        log::warn!("{}: fenced: no renewal landed in time", kept.lease.key());
+    }
+    let key = kept.lease.key().to_string();
+    events.push(PoolEvent { id, key, event });
 }
 
 /// The scheduler thread: drives a [`PoolSchedule`] with channels and the
