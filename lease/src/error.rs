@@ -10,6 +10,11 @@ use std::fmt;
 /// [`LeaseOptions::from_env`](crate::LeaseOptions::from_env).
 pub const CONDITIONAL_ENV: &str = "BUCKET_LEASE_CONDITIONAL";
 
+/// The environment variable through which the HTTP stores are told the ETag
+/// form a service wants in `If-Match` (named in messages; read by the
+/// backends, not by this crate).
+const UNQUOTED_ENV: &str = "BUCKET_LEASE_UNQUOTED_ETAGS";
+
 /// Which condition a service was caught ignoring by the acquire probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -86,6 +91,18 @@ pub enum LeaseError {
         /// The lease object's key.
         key: String,
     },
+    /// The service refused a write of our record conditional on its own,
+    /// current ETag (`If-Match`), although the record still names this
+    /// holder at exactly that version: nobody else wrote it. A refused
+    /// renewal leaves the lease held until its write deadline (renew again
+    /// meanwhile); a refused release leaves the record in place until its
+    /// TTL runs out.
+    OwnWriteRefused {
+        /// The lease object's key.
+        key: String,
+        /// Which write was refused.
+        write: OwnWrite,
+    },
     /// No renewal landed within two thirds of the TTL (or the lease can no
     /// longer be renewed): the holder must stop writing. Returned by an
     /// acquire whose own requests outlasted the fence (the record was given
@@ -132,6 +149,17 @@ pub enum LeaseError {
     Store(StoreError),
 }
 
+/// Which write of a held lease's own record the service refused
+/// ([`LeaseError::OwnWriteRefused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OwnWrite {
+    /// A renewal.
+    Renewal,
+    /// A release (the record rewritten as released).
+    Release,
+}
+
 impl LeaseError {
     /// The store error behind this one, if a request failed.
     pub fn store_error(&self) -> Option<&StoreError> {
@@ -155,7 +183,10 @@ impl LeaseError {
             | LeaseError::EpochExhausted { .. }
             | LeaseError::KeyTooLong { .. }
             | LeaseError::Cancelled { .. } => true,
-            LeaseError::Held { .. } | LeaseError::Lost { .. } | LeaseError::Fenced { .. } => false,
+            LeaseError::Held { .. }
+            | LeaseError::Lost { .. }
+            | LeaseError::Fenced { .. }
+            | LeaseError::OwnWriteRefused { .. } => false,
         }
     }
 }
@@ -207,6 +238,29 @@ impl fmt::Display for LeaseError {
                  that wants bare ETags, as Ceph RGW 16.2 does); use a service that honours \
                  If-Match. The record may block the prefix until its TTL runs out, as the \
                  store refuses to let it be marked released"
+            ),
+            LeaseError::OwnWriteRefused {
+                key,
+                write: OwnWrite::Renewal,
+            } => write!(
+                f,
+                "lease {key} not renewed: the store refused a write conditional on the record's \
+                 own, current ETag (If-Match), although the record still names this holder at \
+                 that version, so nobody else has taken it; the lease stays held until its write \
+                 deadline and can be renewed again meanwhile. The store accepted such a write \
+                 when the lease was taken: look for a proxy or a service that changed, and for \
+                 {UNQUOTED_ENV} (unset, the store finds the ETag form the service wants)"
+            ),
+            LeaseError::OwnWriteRefused {
+                key,
+                write: OwnWrite::Release,
+            } => write!(
+                f,
+                "lease {key} not released: the store refused to mark our record released with a \
+                 write conditional on its own, current ETag (If-Match); the record still names \
+                 this holder and keeps the prefix taken until its TTL runs out. Look for a proxy \
+                 or a service that changed, and for {UNQUOTED_ENV} (unset, the store finds the \
+                 ETag form the service wants)"
             ),
             LeaseError::Fenced { key } => write!(
                 f,

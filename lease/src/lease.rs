@@ -46,9 +46,14 @@
 //!   has the process's nonce, so a write that landed although its answer
 //!   never arrived leaves a record the next attempt (even of a contender
 //!   built anew under the same id) recognises as its own. A refused
-//!   renewal reads the record: if it is still ours, its version is adopted
-//!   and the swap is tried once more; otherwise the lease is lost for good
-//!   ([`LeaseError::Lost`], naming the new holder).
+//!   renewal reads the record: if it is still ours at another version, that
+//!   version is adopted and the swap is tried again; if it is still ours at
+//!   the very version the swap was refused on, nobody else wrote and the
+//!   service refused our own ETag ([`LeaseError::OwnWriteRefused`]: still
+//!   held, until its write deadline); otherwise the lease is lost for good
+//!   ([`LeaseError::Lost`], naming the new holder). A release refused on
+//!   our record's own version says so too, rather than naming us as the
+//!   holder that kept it.
 //! - **A holder fences itself.** [`Lease::may_write`] and
 //!   [`Lease::write_deadline`] end two thirds of a TTL after the instant
 //!   taken just before the last successful write was sent, on the monotonic
@@ -105,7 +110,7 @@
 
 pub use crate::clock::jittered;
 use crate::clock::{system_clock, transient_backoff, Clock};
-use crate::error::{IgnoredCondition, LeaseError, CONDITIONAL_ENV};
+use crate::error::{IgnoredCondition, LeaseError, OwnWrite, CONDITIONAL_ENV};
 use crate::mutant::{self, Mutant};
 use crate::record::{
     format_stamp, lease_key, longest_key_bytes, new_instance_id, probe_key, process_nonce,
@@ -144,6 +149,11 @@ pub const DEFAULT_TTL_S: u64 = 30;
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An ETag no service issues, for the probe's conditional writes.
+/// How many times a refused renewal adopts the version of a record that
+/// still names us (a write of ours that landed unseen) and swaps again,
+/// before it reports the refusal.
+const RECONCILE_SWAPS: usize = 3;
+
 const PROBE_ETAG: &str = "\"bucket-lease-probe-etag-never-issued\"";
 
 /// How strongly a lease keeps a second writer out.
@@ -870,11 +880,11 @@ impl Lease {
         let body = self.record(format_stamp(confirmed_wall)).to_bytes();
         let written = match exclusion {
             Exclusion::Conditional => {
-                let mode = PutMode::Update(version);
+                let mode = PutMode::Update(version.clone());
                 match put_retrying(&*self.store, &*self.clock, &self.key, &body, mode, deadline) {
                     Ok(version) => Ok(version),
                     Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
-                        self.reconcile(&body, deadline)
+                        self.reconcile(&body, version, deadline)
                     }
                     Err(e) => Err(e.into()),
                 }
@@ -917,23 +927,52 @@ impl Lease {
         })
     }
 
-    /// A swap was refused. A record that still names us means a write of
-    /// ours landed unseen: adopt its version and swap once more. Anything
-    /// else means the lease is gone.
-    fn reconcile(&self, body: &[u8], deadline: Option<Instant>) -> Result<Version, LeaseError> {
-        match read_record(&*self.store, &self.key, deadline)? {
-            Some((Some(rec), version)) if self.is_ours(&rec) => {
-                let mode = PutMode::Update(self.known_version(version, "GET")?);
-                match put_retrying(&*self.store, &*self.clock, &self.key, body, mode, deadline) {
-                    Ok(version) => Ok(version),
-                    Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
-                        let read = read_record(&*self.store, &self.key, deadline);
-                        Err(self.lose(self.other_holder(read.ok().flatten())))
+    /// A swap on `refused_on` was refused. A record that still names us at
+    /// another version means a write of ours landed unseen: adopt its
+    /// version and swap once more (at most [`RECONCILE_SWAPS`] times). Our
+    /// record still at the version a swap was refused on means the service
+    /// refused our own ETag: nobody else wrote, so the lease is not lost
+    /// ([`LeaseError::OwnWriteRefused`]). Anything else means the lease is
+    /// gone.
+    fn reconcile(
+        &self,
+        body: &[u8],
+        mut refused_on: Version,
+        deadline: Option<Instant>,
+    ) -> Result<Version, LeaseError> {
+        for _ in 0..RECONCILE_SWAPS {
+            match read_record(&*self.store, &self.key, deadline)? {
+                Some((Some(rec), version)) if self.is_ours(&rec) => {
+                    if version == refused_on {
+                        return Err(self.own_write_refused(OwnWrite::Renewal));
                     }
-                    Err(e) => Err(e.into()),
+                    let mode = PutMode::Update(self.known_version(version.clone(), "GET")?);
+                    match put_retrying(&*self.store, &*self.clock, &self.key, body, mode, deadline)
+                    {
+                        Ok(version) => return Ok(version),
+                        Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
+                            refused_on = version;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
                 }
+                other => return Err(self.lose(self.other_holder(other))),
             }
-            other => Err(self.lose(self.other_holder(other))),
+        }
+        // Each swap was refused on a version our record had when read: the
+        // lease is still ours, and the next renewal starts from what it reads.
+        Err(self.own_write_refused(OwnWrite::Renewal))
+    }
+
+    /// [`LeaseError::OwnWriteRefused`] for this lease's `write`.
+    fn own_write_refused(&self, write: OwnWrite) -> LeaseError {
+        log::debug!(
+            "{}: a {write:?} on our record's own ETag was refused",
+            self.key
+        );
+        LeaseError::OwnWriteRefused {
+            key: self.key.clone(),
+            write,
         }
     }
 
@@ -1351,9 +1390,21 @@ impl ReleaseTarget<'_> {
         match put_retrying(self.store, self.clock, self.key, &body, mode, deadline) {
             Ok(_) => Ok(Released::Freed),
             Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
-                Ok(Released::LeftAlone {
-                    holder: read_holder(self.store, self.key, deadline),
-                })
+                match read_record(self.store, self.key, deadline) {
+                    // Refused on the version our record still has: the
+                    // service refused our own ETag; nobody else holds it.
+                    Ok(Some((Some(rec), now)))
+                        if now == version && rec.is_written_by(self.instance_id, self.nonce) =>
+                    {
+                        Err(LeaseError::OwnWriteRefused {
+                            key: self.key.to_string(),
+                            write: OwnWrite::Release,
+                        })
+                    }
+                    read => Ok(Released::LeftAlone {
+                        holder: read.ok().and_then(live_holder),
+                    }),
+                }
             }
             Err(e) => Err(e.into()),
         }

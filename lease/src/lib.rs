@@ -55,7 +55,7 @@ pub mod store;
 pub mod supervision;
 
 pub use clock::{Clock, SystemClock, TestClock};
-pub use error::{IgnoredCondition, LeaseError};
+pub use error::{IgnoredCondition, LeaseError, OwnWrite};
 pub use fence::{FencedWriter, WriteError};
 pub use keeper::{Event, Keeper, KeeperOptions};
 pub use lease::{Cancel, Contender, Exclusion, Lease, LeaseOptions, LeaseStatus, Released, Wait};

@@ -688,3 +688,54 @@ fn a_store_that_refuses_a_right_if_match_fails_the_acquire() {
     let lease = w.acquire(30).unwrap();
     lease.renew().unwrap();
 }
+
+/// A renewal refused while the record still names us at the version we
+/// wrote on is the service refusing our own ETag, not a loss: nobody else
+/// wrote. It is reported as such, the lease stays held until its write
+/// deadline (the keeper tries again meanwhile), and a renewal that lands
+/// later holds it as before.
+#[test]
+fn a_renewal_refused_on_our_own_etag_is_not_called_a_loss() {
+    let w = World::new();
+    let lease = w.acquire(30).unwrap();
+    w.store.set(Misbehaviour::RefuseOwnEtag);
+    match lease.renew() {
+        Err(e @ LeaseError::OwnWriteRefused { .. }) => {
+            let text = e.to_string();
+            assert!(!text.contains("replaced or deleted"), "{text}");
+            assert!(
+                text.contains("If-Match") && text.contains("still names this holder"),
+                "{text}"
+            );
+            assert!(!e.is_permanent(), "a later renewal may land: {text}");
+        }
+        other => panic!("expected OwnWriteRefused, got {other:?}"),
+    }
+    assert!(lease.may_write(), "nobody else may have the lease yet");
+    assert_eq!(w.holder().as_deref(), Some(lease.instance_id()));
+    w.store.clear(Misbehaviour::RefuseOwnEtag);
+    lease.renew().unwrap();
+    assert_eq!(lease.release().unwrap(), Released::Freed);
+}
+
+/// A release refused on our own record at its own version fails, saying
+/// the record was left holding the prefix until its TTL runs out, rather
+/// than reporting that someone else (our own name) holds it.
+#[test]
+fn a_release_refused_on_our_own_etag_says_the_record_was_left() {
+    let w = World::new();
+    let lease = w.acquire(30).unwrap();
+    w.store.set(Misbehaviour::RefuseOwnEtag);
+    match lease.release() {
+        Err(e @ LeaseError::OwnWriteRefused { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("not released") && text.contains("TTL"),
+                "{text}"
+            );
+        }
+        other => panic!("expected OwnWriteRefused, got {other:?}"),
+    }
+    assert!(!w.record().unwrap().is_released());
+    assert_eq!(w.holder().as_deref(), Some(lease.instance_id()));
+}
