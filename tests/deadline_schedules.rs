@@ -263,6 +263,54 @@ fn run_keeps_renewing_when_the_credential_process_leaves_a_child_on_its_output()
     assert!(took < Duration::from_secs(9), "run took {took:?}: {stderr}");
 }
 
+/// A refresh by a `credential_process` still running when the command
+/// ends is `run`'s own child, not one the command left: `run`'s sweep of
+/// the command's leftovers spares it (neither kills nor reaps it), says
+/// nothing about it, and `run` releases and exits 0.
+#[cfg(feature = "cli")]
+#[test]
+fn run_spares_a_credential_refresh_in_flight_when_the_command_ends() {
+    let Some(moto) = common::server(Server::Moto) else {
+        return;
+    };
+    let dir = TempDir::new("refresh-at-exit");
+    let ran = dir.path("ran");
+    let refreshed = dir.path("refreshed");
+    // The first run's credentials are inside the refresh window, so a
+    // refresh starts at once; each later run takes 4 s.
+    let script = format!(
+        "if [ -e {ran} ]; then touch {refreshed}; sleep 4; fi\ntouch {ran}\n{}",
+        print_credentials(120),
+        ran = ran.display(),
+        refreshed = refreshed.display()
+    );
+    let mut vars = process_profile(&dir, &script);
+    vars.push(("AWS_ENDPOINT_URL", moto));
+    vars.push(("AWS_REGION", "us-east-1".into()));
+    vars.push(("PATH", std::env::var("PATH").unwrap_or_default()));
+    let url = format!(
+        "minio://{}/{}",
+        common::bucket(),
+        common::unique_prefix("refresh-at-exit")
+    );
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_bucket-lease"))
+        .env_clear()
+        .envs(vars.iter().map(|(n, v)| (*n, v.as_str())))
+        .args(["-v", "run", "--ttl", "10", &url, "--", "sleep", "1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("run exited {:?}; it said:\n{stderr}", output.status.code());
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("left"), "{stderr}");
+    assert!(!stderr.contains("SIGKILL"), "{stderr}");
+    assert!(stderr.contains("released the lease"), "{stderr}");
+    assert!(refreshed.exists(), "a refresh ran while the command did");
+}
+
 /// Schedule 3. The credentials have expired and the refresh in flight (on
 /// another thread, with no deadline of its own) takes 8 s: a read with a
 /// 300 ms deadline ends by it, with nothing sent, and the slow caller gets

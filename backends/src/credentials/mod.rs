@@ -60,6 +60,7 @@
 mod container;
 mod imds;
 mod process;
+pub use process::with_running_groups;
 pub(crate) mod profile;
 mod remote;
 mod web_identity;

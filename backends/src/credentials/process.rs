@@ -19,6 +19,9 @@
 //!   output read so far is used if it is complete, the program's process
 //!   group is killed, and the profile is named in one warning (per
 //!   provider, not per run).
+//! - every run in flight is listed, by its process group, for
+//!   [`with_running_groups`]: a program that kills the processes left
+//!   under it (`bucket-lease run`, a subreaper) spares them with it.
 
 use super::{CredentialsProvider, Fetch, Fetched, Source};
 use crate::sign::Credentials;
@@ -36,6 +39,25 @@ const MAX_OUTPUT: usize = 64 * 1024;
 /// How long the output is read for after the shell has exited, waiting
 /// for its end.
 const GRACE: Duration = Duration::from_millis(100);
+
+/// The process groups (each its shell's pid) of every run in flight in
+/// this process. Held while a shell is spawned, so that a run is listed
+/// from its first instant.
+static RUNNING_GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Call `f` with the process groups (each led by the run's `sh`) of every
+/// `credential_process` run in flight in this process; none starts until
+/// `f` returns, and none of their shells is reaped by anyone else meanwhile
+/// unless `f` does it.
+///
+/// For a program that kills and reaps whatever is left under it (as
+/// `bucket-lease run` does with what its command leaves behind): a run of
+/// a credential helper is then a child of that program too, and must be
+/// spared, or the refresh it serves fails.
+pub fn with_running_groups<R>(f: impl FnOnce(&[u32]) -> R) -> R {
+    let groups = RUNNING_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+    f(&groups)
+}
 
 /// How often a running shell is checked for its exit while its output is
 /// quiet.
@@ -59,6 +81,17 @@ struct Process {
     /// The process group of the run in flight (its shell's pid), for
     /// [`Fetch::cancel`].
     running: Mutex<Option<u32>>,
+}
+
+/// A run's place in [`RUNNING_GROUPS`], given up when the fetch ends
+/// (whichever way), after its shell was reaped and its group killed.
+struct Listed(u32);
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        let mut listed = RUNNING_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+        listed.retain(|group| *group != self.0);
+    }
 }
 
 /// How one run of the program ended, before its output is parsed.
@@ -214,15 +247,21 @@ impl Fetch for Process {
     }
 
     fn fetch(&self, deadline: Instant) -> Result<Fetched, String> {
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(&self.command)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("cannot start `sh -c` for credential_process: {e}"))?;
+        let mut child = {
+            let mut listed = RUNNING_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+            let child = Command::new("sh")
+                .arg("-c")
+                .arg(&self.command)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .process_group(0)
+                .spawn()
+                .map_err(|e| format!("cannot start `sh -c` for credential_process: {e}"))?;
+            listed.push(child.id());
+            child
+        };
+        let _listed = Listed(child.id());
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut output = Vec::new();
         *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(child.id());

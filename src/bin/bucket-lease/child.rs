@@ -215,26 +215,56 @@ impl Job {
             return;
         }
         #[cfg(target_os = "linux")]
-        {
-            use rustix::process::{getpid, wait, WaitOptions};
+        spare_credential_helpers(|spared| {
+            use rustix::process::{getpid, waitpid, Pid, WaitOptions};
             let me = getpid();
-            let found = crate::procs::descendants(me);
-            if found.iter().any(crate::procs::Proc::alive) {
+            let spare = |p: &crate::procs::Proc| spared.contains(&p.pgid);
+            let left: Vec<_> = crate::procs::descendants(me)
+                .into_iter()
+                .filter(|p| p.alive() && !spare(p))
+                .collect();
+            if !left.is_empty() {
                 log::warn!(
                     "the command's supervisor left {} process(es): killing them",
-                    found.iter().filter(|p| p.alive()).count()
+                    left.len()
                 );
             }
-            // `run` has no other child: every one it can wait for now is
-            // an orphan the supervisor left.
-            let mut reap = || while let Ok(Some(_)) = wait(WaitOptions::NOHANG) {};
-            if let Err(left) = crate::procs::kill_all(me, None, SWEEP_BOUND, &mut reap) {
+            // Reap the orphans the supervisor left, one by one: a
+            // credential helper's shell is a child of `run` too, and is
+            // reaped by the fetch that started it.
+            let mut reap = || {
+                for p in crate::procs::descendants(me) {
+                    if p.ppid == me.as_raw_nonzero().get() && !p.alive() && !spare(&p) {
+                        let _ =
+                            Pid::from_raw(p.pid).map(|pid| waitpid(Some(pid), WaitOptions::NOHANG));
+                    }
+                }
+            };
+            if let Err(left) = crate::procs::kill_all(me, None, SWEEP_BOUND, &mut reap, &spare) {
                 log::error!(
                     "could not kill every process of the command within {} s: {}",
                     SWEEP_BOUND.as_secs(),
                     left.join("; ")
                 );
             }
-        }
+        });
     }
+}
+
+/// Call `f` with the process groups of the credential helpers
+/// (`credential_process`) running in this process now, none starting
+/// until it returns: `run`'s sweep spares them (they are `run`'s children,
+/// like the orphans it kills).
+#[cfg(target_os = "linux")]
+fn spare_credential_helpers(f: impl FnOnce(&[i32])) {
+    #[cfg(any(feature = "s3", feature = "r2", feature = "minio"))]
+    bucket_lease_backends::credentials::with_running_groups(|groups| {
+        let groups: Vec<i32> = groups
+            .iter()
+            .filter_map(|g| i32::try_from(*g).ok())
+            .collect();
+        f(&groups)
+    });
+    #[cfg(not(any(feature = "s3", feature = "r2", feature = "minio")))]
+    f(&[]);
 }

@@ -258,7 +258,20 @@ pub struct Sent {
 /// already be gone), then to each by pid. SIGTERM is followed by SIGCONT
 /// for a stopped process, so that it can act on it.
 pub fn signal_all(root: Pid, sig: Signal, leader: Option<Pid>, sent: &mut Sent) -> Round {
-    let all = tree(root.as_raw_nonzero().get());
+    signal_all_but(root, sig, leader, sent, &|_| false)
+}
+
+/// [`signal_all`], leaving out every process for which `spare` holds (and
+/// the groups they lead): they are neither signalled nor found.
+fn signal_all_but(
+    root: Pid,
+    sig: Signal,
+    leader: Option<Pid>,
+    sent: &mut Sent,
+    spare: &dyn Fn(&Proc) -> bool,
+) -> Round {
+    let mut all = tree(root.as_raw_nonzero().get());
+    all.retain(|p| !spare(p));
     let leader = leader.map(|p| p.as_raw_nonzero().get());
     for group in groups(&all, leader) {
         if sent.groups.insert(group) {
@@ -294,9 +307,9 @@ fn pause(elapsed: Duration) -> Duration {
 }
 
 /// SIGKILL every process under `root` (and the groups, as
-/// [`signal_all`]), again and again, calling `reap` between rounds (to
-/// collect the caller's dead children), until none is alive or `bound` has
-/// passed.
+/// [`signal_all`]) but those `spare` holds for, again and again, calling
+/// `reap` between rounds (to collect the caller's dead children), until
+/// none is alive or `bound` has passed.
 ///
 /// # Errors
 ///
@@ -307,11 +320,12 @@ pub fn kill_all(
     leader: Option<Pid>,
     bound: Duration,
     reap: &mut dyn FnMut(),
+    spare: &dyn Fn(&Proc) -> bool,
 ) -> Result<(), Vec<String>> {
     let start = Instant::now();
     loop {
         reap();
-        let round = signal_all(root, Signal::KILL, leader, &mut Sent::default());
+        let round = signal_all_but(root, Signal::KILL, leader, &mut Sent::default(), spare);
         if round.found.is_empty() {
             reap();
             return Ok(());

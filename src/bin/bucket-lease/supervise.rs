@@ -270,7 +270,9 @@ impl Supervisor {
                 }
             }
         };
-        if let Err(left) = procs::kill_all(getpid(), Some(command), KILL_BOUND, &mut reap) {
+        if let Err(left) =
+            procs::kill_all(getpid(), Some(command), KILL_BOUND, &mut reap, &|_| false)
+        {
             log::error!(
                 "could not kill every process of the command within {} s: {}",
                 KILL_BOUND.as_secs(),
