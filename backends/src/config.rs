@@ -1223,14 +1223,14 @@ pub(crate) mod tests {
                 .map_err(|e| e.to_string())
         };
         let plain = debug(&[]).unwrap();
-        assert!(plain.contains("conditional_delete: false"), "{plain}");
+        assert!(plain.contains("delete_conditions: Off"), "{plain}");
         assert!(plain.contains("unquoted_etags: false"), "{plain}");
         let set = debug(&[
             ("BUCKET_LEASE_CONDITIONAL_DELETE", "true"),
             ("BUCKET_LEASE_UNQUOTED_ETAGS", "on"),
         ])
         .unwrap();
-        assert!(set.contains("conditional_delete: true"), "{set}");
+        assert!(set.contains("delete_conditions: Unchecked"), "{set}");
         assert!(set.contains("unquoted_etags: true"), "{set}");
         assert_eq!(
             debug(&[("BUCKET_LEASE_UNQUOTED_ETAGS", "maybe")]).unwrap_err(),

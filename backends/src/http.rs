@@ -22,6 +22,7 @@
 
 use crate::config::{redact_user_info, ConfigError};
 use crate::credentials::{CredentialsProvider, Source};
+use crate::delete_check::{DeleteCheck, DeleteConditions};
 use crate::net::{not_sent_of, CachingResolver, Handshake, Stage, TcpConnector};
 use crate::sign::{sign_request, Credentials};
 use crate::spelling::{same_etag, Spelling};
@@ -516,7 +517,7 @@ impl HttpStoreBuilder {
             bucket,
             credentials,
             region,
-            conditional_delete: self.conditional_delete,
+            delete_conditions: DeleteCheck::new(self.conditional_delete),
             spelling: Spelling::new(self.unquoted_etags, self.etag_spelling_set),
             timeout: self.timeout,
             max_body: self.max_body,
@@ -539,7 +540,7 @@ impl HttpStoreBuilder {
 /// | 409 | [`StoreErrorKind::Conflict`] |
 /// | 401, 403 | [`StoreErrorKind::PermissionDenied`] |
 /// | 501 or code `NotImplemented` to a conditional request | [`StoreErrorKind::NotImplemented`] |
-/// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]) | [`StoreErrorKind::NotImplemented`], nothing sent |
+/// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]), or one the service was not seen to honour (checked once, before the first: see below) | [`StoreErrorKind::NotImplemented`], nothing sent |
 /// | 5xx, 408, 429 | [`StoreErrorKind::Transport`], [`Delivery::Answered`](bucket_lease_core::store::Delivery): it may have landed |
 /// | timeout, reset, closed after sending | [`StoreErrorKind::Transport`]: it may have landed |
 /// | (retries) | a request not sent, and a GET, HEAD or unconditional DELETE that got a 5xx, 408, 429 or no answer, is sent again, up to three times in all, after a jittered pause, within the deadline; a write that may have been sent is not |
@@ -563,6 +564,12 @@ impl HttpStoreBuilder {
 /// life, with one warning, and counted ([`Store::condition_spelling`]) so
 /// an acquire's probe checks its refusals again in it.
 ///
+/// A profile's conditional deletes are not trusted to the service either:
+/// before the first one is sent, the store checks once on a scratch object
+/// beside its key that a delete on a wrong ETag is refused and one on the
+/// right ETag accepted (five requests), and sends none if the service
+/// failed that check (Ceph RGW 16.2 deletes whatever the ETag).
+///
 /// An error body over the cap is not read; the status alone decides.
 /// Every error names the method, the key, the service's code (or the HTTP
 /// status when the body has none), its message and request id.
@@ -577,7 +584,8 @@ pub struct HttpStore {
     bucket: String,
     credentials: Arc<CredentialsProvider>,
     region: String,
-    conditional_delete: bool,
+    /// Whether conditional deletes are sent: checked on the service first.
+    delete_conditions: DeleteCheck,
     /// How `If-Match` spells ETags, learned from the service.
     spelling: Spelling,
     timeout: Duration,
@@ -591,7 +599,7 @@ impl fmt::Debug for HttpStore {
             .field("base_url", &self.base_url)
             .field("region", &self.region)
             .field("credentials", &self.credentials)
-            .field("conditional_delete", &self.conditional_delete)
+            .field("delete_conditions", &self.delete_conditions.state())
             .field("unquoted_etags", &self.spelling.bare())
             .field("timeout", &self.timeout)
             .field("max_body", &self.max_body)
@@ -1287,24 +1295,57 @@ impl Store for HttpStore {
         mode: &DeleteMode,
         deadline: Option<Instant>,
     ) -> Result<(), StoreError> {
-        let (op, condition) = match mode {
-            DeleteMode::Unconditional => (Op::Delete, None),
-            DeleteMode::IfVersion(_) if !self.conditional_delete => {
-                return Err(
-                    StoreError::new(StoreErrorKind::NotImplemented, "DELETE", key).with_message(
-                        format!(
-                            "the {} profile does not send conditional deletes \
-                             (turn them on with conditional_delete(true))",
-                            self.profile
-                        ),
-                    ),
-                );
+        let version = match mode {
+            DeleteMode::Unconditional => {
+                let request = self.request(Op::Delete, key, None, &[])?;
+                self.execute(Op::Delete, key, request, &[], deadline)?;
+                return Ok(());
             }
-            DeleteMode::IfVersion(version) => (Op::DeleteIfMatch, Some(version)),
+            DeleteMode::IfVersion(version) if version.etag.is_none() => {
+                // Refused without a request, whatever the service does.
+                return self.delete_if_match(key, version, deadline);
+            }
+            DeleteMode::IfVersion(version) => version,
         };
-        let request = self.request(op, key, condition, &[])?;
-        self.execute(op, key, request, &[], deadline)?;
+        // One bound for the check a first conditional delete costs, and
+        // for the delete.
+        let bound = deadline.unwrap_or_else(|| Instant::now() + self.timeout);
+        if !self.delete_conditions.allows(self, key, bound)? {
+            let why = match self.delete_conditions.state() {
+                DeleteConditions::Off => format!(
+                    "the {} profile does not send conditional deletes (turn them on with \
+                     conditional_delete(true))",
+                    self.profile
+                ),
+                _ => "the service was seen to ignore If-Match on DELETE, so conditional \
+                      deletes are not sent to it"
+                    .to_string(),
+            };
+            return Err(
+                StoreError::new(StoreErrorKind::NotImplemented, "DELETE", key).with_message(why),
+            );
+        }
+        self.delete_if_match(key, version, Some(bound))
+    }
+}
+
+impl HttpStore {
+    /// A DELETE conditional on `version`, sent whatever is known of the
+    /// service's conditional deletes (the caller checked).
+    pub(crate) fn delete_if_match(
+        &self,
+        key: &str,
+        version: &Version,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        let request = self.request(Op::DeleteIfMatch, key, Some(version), &[])?;
+        self.execute(Op::DeleteIfMatch, key, request, &[], deadline)?;
         Ok(())
+    }
+
+    /// `host:port` the requests go to, for messages.
+    pub(crate) fn target(&self) -> &str {
+        &self.target
     }
 }
 

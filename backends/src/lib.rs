@@ -41,6 +41,8 @@
 pub mod config;
 #[cfg(feature = "_http")]
 pub mod credentials;
+#[cfg(feature = "_http")]
+mod delete_check;
 #[cfg(feature = "fs")]
 pub mod fs;
 #[cfg(feature = "_http")]

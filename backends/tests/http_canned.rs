@@ -76,13 +76,26 @@ fn renewals_reuse_one_connection_and_carry_signed_conditions() {
     );
 }
 
+/// The answers of a service that passes the check made before a store's
+/// first conditional delete: the scratch object created, a delete on a
+/// wrong ETag refused (the object kept), one on its own ETag accepted (the
+/// object gone).
+fn delete_check_passes() -> Vec<Reply> {
+    vec![
+        Reply::status(200).header("ETag", "\"scratch\""),
+        Reply::error(412, "PreconditionFailed", "no", "RC412"),
+        Reply::status(200).header("ETag", "\"scratch\""),
+        Reply::status(204),
+        Reply::status(404),
+    ]
+}
+
 #[test]
 fn create_sends_if_none_match_and_delete_sends_if_match() {
-    let server = Canned::start(vec![
-        Reply::status(200).header("ETag", "\"a\""),
-        Reply::status(204),
-        Reply::status(204),
-    ]);
+    let mut replies = vec![Reply::status(200).header("ETag", "\"a\"")];
+    replies.extend(delete_check_passes());
+    replies.extend([Reply::status(204), Reply::status(204), Reply::status(204)]);
+    let server = Canned::start(replies);
     let store = store(&server);
     store
         .put("k", b"x", &PutOptions::new(PutMode::Create))
@@ -91,11 +104,79 @@ fn create_sends_if_none_match_and_delete_sends_if_match() {
         .delete("k", &DeleteMode::IfVersion(Version::etag("\"a\"")), None)
         .unwrap();
     store.delete("k", &DeleteMode::Unconditional, None).unwrap();
+    // Checked once: the next conditional delete is sent at once.
+    store
+        .delete("k", &DeleteMode::IfVersion(Version::etag("\"b\"")), None)
+        .unwrap();
     let seen = server.seen();
+    assert_eq!(seen.len(), 9);
     assert_eq!(seen[0].header("if-none-match"), Some("*"));
-    assert_eq!(seen[1].method, "DELETE");
-    assert_eq!(seen[1].header("if-match"), Some("\"a\""));
-    assert_eq!(seen[2].header("if-match"), None);
+    // The check, on a scratch key beside "k".
+    let scratch = &seen[1].path;
+    assert!(scratch.starts_with("/bkt/k.probe-"), "{scratch}");
+    assert_eq!(seen[1].header("if-none-match"), Some("*"));
+    assert_eq!(
+        (seen[2].method.as_str(), &seen[2].path),
+        ("DELETE", scratch)
+    );
+    assert_ne!(seen[2].header("if-match"), Some("\"scratch\""));
+    assert_eq!(seen[3].method, "HEAD");
+    assert_eq!(seen[4].header("if-match"), Some("\"scratch\""));
+    assert_eq!(seen[5].method, "HEAD");
+    assert_eq!(
+        (seen[6].method.as_str(), seen[6].path.as_str()),
+        ("DELETE", "/bkt/k")
+    );
+    assert_eq!(seen[6].header("if-match"), Some("\"a\""));
+    assert_eq!(seen[7].header("if-match"), None);
+    assert_eq!(seen[8].header("if-match"), Some("\"b\""));
+}
+
+/// A service that deletes on a wrong ETag (as Ceph RGW 16.2 does) fails
+/// the check: the conditional delete asked for is not sent, nor is any
+/// later one, and each answers NotImplemented saying why.
+#[test]
+fn a_service_that_ignores_if_match_on_delete_is_sent_no_conditional_delete() {
+    let server = Canned::start(vec![
+        Reply::status(200).header("ETag", "\"scratch\""),
+        // The delete on a wrong ETag: accepted, the object deleted.
+        Reply::status(204),
+        // The clean-up delete of the scratch object.
+        Reply::status(204),
+    ]);
+    let store = store(&server);
+    for _ in 0..2 {
+        let e = store
+            .delete("k", &DeleteMode::IfVersion(Version::etag("\"a\"")), None)
+            .unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::NotImplemented, "{e}");
+        assert!(e.to_string().contains("ignore If-Match on DELETE"), "{e}");
+    }
+    let seen = server.seen();
+    assert_eq!(seen.len(), 3, "nothing sent after the check");
+    assert!(
+        seen.iter().all(|s| s.path != "/bkt/k"),
+        "k was never touched"
+    );
+    assert_eq!(seen[2].header("if-match"), None, "the clean-up");
+}
+
+/// A check whose request fails decides nothing: the delete fails with that
+/// error, and the next conditional delete checks again.
+#[test]
+fn a_delete_check_that_could_not_finish_is_made_again() {
+    let mut replies = vec![Reply::error(403, "AccessDenied", "no writes here", "R403")];
+    replies.extend(delete_check_passes());
+    replies.push(Reply::status(204));
+    let server = Canned::start(replies);
+    let store = store(&server);
+    let delete = DeleteMode::IfVersion(Version::etag("\"a\""));
+    let e = store.delete("k", &delete, None).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::PermissionDenied, "{e}");
+    store.delete("k", &delete, None).unwrap();
+    let seen = server.seen();
+    assert_eq!(seen.len(), 7);
+    assert_eq!(seen[6].header("if-match"), Some("\"a\""));
 }
 
 #[test]
@@ -108,35 +189,42 @@ fn unquoted_etags_go_on_the_wire_without_quotes() {
 
 #[test]
 fn answers_are_mapped_by_meaning_and_name_the_request() {
-    let server = Canned::start(vec![
-        Reply::error(409, "ConditionalRequestConflict", "try again", "R409"),
-        Reply::error(
-            501,
-            "NotImplemented",
-            "A header you provided implies functionality that is not implemented",
-            "R501",
-        ),
-        Reply::error(500, "InternalError", "oops", "R500"),
-        // A GET is tried three times in all.
-        Reply::status(503).header("x-amz-request-id", "HDR503a"),
-        Reply::status(503).header("x-amz-request-id", "HDR503b"),
-        Reply::status(503).header("x-amz-request-id", "HDR503"),
-        Reply::error(
-            403,
-            "SignatureDoesNotMatch",
-            "The request signature we calculated does not match",
-            "R403",
-        ),
-        Reply::status(304),
-        Reply::error(404, "NoSuchKey", "gone", "R404"),
-        // The HEAD asking whether the refused ETag was the object's own
-        // (the spelling is not settled yet): the key is absent, so no.
-        Reply::status(404),
-        Reply::error(412, "PreconditionFailed", "no", "R412"),
-        Reply::error(404, "NoSuchKey", "gone", "R404b"),
-        Reply::status(418),
-        Reply::error(404, "NoSuchBucket", "no bucket", "RNB"),
-    ]);
+    let server = Canned::start(
+        vec![
+            Reply::error(409, "ConditionalRequestConflict", "try again", "R409"),
+            Reply::error(
+                501,
+                "NotImplemented",
+                "A header you provided implies functionality that is not implemented",
+                "R501",
+            ),
+            Reply::error(500, "InternalError", "oops", "R500"),
+            // A GET is tried three times in all.
+            Reply::status(503).header("x-amz-request-id", "HDR503a"),
+            Reply::status(503).header("x-amz-request-id", "HDR503b"),
+            Reply::status(503).header("x-amz-request-id", "HDR503"),
+            Reply::error(
+                403,
+                "SignatureDoesNotMatch",
+                "The request signature we calculated does not match",
+                "R403",
+            ),
+            Reply::status(304),
+            Reply::error(404, "NoSuchKey", "gone", "R404"),
+            // The HEAD asking whether the refused ETag was the object's own
+            // (the spelling is not settled yet): the key is absent, so no.
+            Reply::status(404),
+        ]
+        .into_iter()
+        .chain(delete_check_passes())
+        .chain([
+            Reply::error(412, "PreconditionFailed", "no", "R412"),
+            Reply::error(404, "NoSuchKey", "gone", "R404b"),
+            Reply::status(418),
+            Reply::error(404, "NoSuchBucket", "no bucket", "RNB"),
+        ])
+        .collect(),
+    );
     let store = store(&server);
     let create = PutOptions::new(PutMode::Create);
 

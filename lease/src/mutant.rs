@@ -140,14 +140,18 @@ pub enum StoreMutant {
     /// A caller with no valid credentials waits for another thread's
     /// refresh with no bound of its own.
     UnboundedRefreshWait,
+    /// The HTTP store sends a profile's conditional deletes without first
+    /// checking that the service honours them.
+    DeleteConditionsTrusted,
 }
 
 impl StoreMutant {
     /// Every store mutant, in the order the check script runs them.
-    pub const ALL: [StoreMutant; 3] = [
+    pub const ALL: [StoreMutant; 4] = [
         StoreMutant::TimeoutBeforeCredentials,
         StoreMutant::UnboundedProcessOutput,
         StoreMutant::UnboundedRefreshWait,
+        StoreMutant::DeleteConditionsTrusted,
     ];
 
     /// The mutant's name in `BUCKET_LEASE_MUTANT`.
@@ -156,6 +160,7 @@ impl StoreMutant {
             StoreMutant::TimeoutBeforeCredentials => "timeout-before-credentials",
             StoreMutant::UnboundedProcessOutput => "unbounded-process-output",
             StoreMutant::UnboundedRefreshWait => "unbounded-refresh-wait",
+            StoreMutant::DeleteConditionsTrusted => "delete-conditions-trusted",
         }
     }
 

@@ -1,0 +1,185 @@
+//! Whether a service honours `If-Match` on DELETE, found out before a
+//! conditional delete is trusted to it.
+//!
+//! Some services ignore the condition and delete whatever is there (Ceph
+//! RGW 16.2 answers 204 to a wrong ETag and removes the object), so a
+//! profile that sends conditional deletes (S3, MinIO) does not take the
+//! service's word for it. Before the first [`DeleteMode::IfVersion`] of a
+//! store is sent, the store checks once, on a scratch object of its own
+//! beside that key (the acquire probe's kind of key, with random digits):
+//!
+//! 1. the object is created;
+//! 2. a delete conditional on an ETag it never had must be refused, and
+//!    the object must still be there;
+//! 3. a delete conditional on its own ETag must be accepted, and the object
+//!    must be gone (what a caller of a conditional delete needs).
+//!
+//! What it promises:
+//!
+//! - **No conditional delete is sent to a service that was not seen to
+//!   honour one.** If the check fails, every conditional delete of the
+//!   store answers [`StoreErrorKind::NotImplemented`] from then on, with
+//!   nothing sent (as for a profile that does not send them), and one
+//!   warning names the service's answer.
+//! - **A check that cannot finish decides nothing**: a failed request or
+//!   the caller's deadline fails that delete with the check's error, and
+//!   the next conditional delete checks again.
+//! - **It costs five requests, once per store**, within the caller's
+//!   deadline (or the store's timeout), and leaves no object behind when
+//!   its requests are answered.
+
+use crate::HttpStore;
+use bucket_lease_core::mutant::StoreMutant;
+use bucket_lease_core::record::probe_key;
+use bucket_lease_core::store::{
+    DeleteMode, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// What a store knows of the service's conditional deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeleteConditions {
+    /// The profile does not send them.
+    Off,
+    /// The profile sends them once the service was seen to honour them.
+    Unchecked,
+    /// The check passed: they are sent.
+    Honoured,
+    /// The check failed: they are never sent.
+    Ignored,
+}
+
+/// One store's [`DeleteConditions`], shared by its threads. The lock is
+/// never held over a request: two threads may check at once, and either
+/// verdict stands.
+#[derive(Debug)]
+pub(crate) struct DeleteCheck(Mutex<DeleteConditions>);
+
+/// An ETag no object of the service has.
+const NEVER_ISSUED: &str = "\"bucket-lease-delete-check-never-issued\"";
+
+impl DeleteCheck {
+    /// Off, or unchecked when the profile sends conditional deletes.
+    pub(crate) fn new(send: bool) -> Self {
+        DeleteCheck(Mutex::new(if send {
+            DeleteConditions::Unchecked
+        } else {
+            DeleteConditions::Off
+        }))
+    }
+
+    /// What is known now.
+    pub(crate) fn state(&self) -> DeleteConditions {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a conditional delete may be sent for `key`: checks the
+    /// service first when that has not been done (see the [module
+    /// docs](self)), by `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// The error of a check request that failed; the check is then tried
+    /// again by the next conditional delete.
+    pub(crate) fn allows(
+        &self,
+        store: &HttpStore,
+        key: &str,
+        deadline: Instant,
+    ) -> Result<bool, StoreError> {
+        match self.state() {
+            DeleteConditions::Honoured => return Ok(true),
+            DeleteConditions::Off | DeleteConditions::Ignored => return Ok(false),
+            DeleteConditions::Unchecked if StoreMutant::DeleteConditionsTrusted.on() => {
+                return Ok(true)
+            }
+            DeleteConditions::Unchecked => {}
+        }
+        let verdict = check(store, key, deadline)?;
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if *state == DeleteConditions::Unchecked {
+            match &verdict {
+                Ok(()) => *state = DeleteConditions::Honoured,
+                Err(answer) => {
+                    *state = DeleteConditions::Ignored;
+                    log::warn!(
+                        "{}: the service does not honour If-Match on DELETE ({answer}): \
+                         conditional deletes are not sent to it (each answers NotImplemented; \
+                         the lease itself never needs one)",
+                        store.target()
+                    );
+                }
+            }
+        }
+        Ok(*state == DeleteConditions::Honoured)
+    }
+}
+
+/// The check itself, on a scratch object beside `key`: `Ok(Ok(()))` when
+/// the service honoured both conditions, `Ok(Err(what it did))` when it
+/// did not, `Err` when a request failed.
+fn check(
+    store: &HttpStore,
+    key: &str,
+    deadline: Instant,
+) -> Result<Result<(), String>, StoreError> {
+    let scratch = probe_key(key);
+    let put = PutOptions {
+        mode: PutMode::Create,
+        metadata: Vec::new(),
+        deadline: Some(deadline),
+    };
+    let version = store.put(&scratch, b"bucket-lease delete check", &put)?;
+    let verdict = judge(store, &scratch, &version, deadline);
+    if !matches!(verdict, Ok(Ok(()))) {
+        // Whatever is left of the scratch object goes.
+        if let Err(e) = store.delete(&scratch, &DeleteMode::Unconditional, Some(deadline)) {
+            log::error!("{scratch}: could not remove the delete check's object: {e}");
+        }
+    }
+    verdict
+}
+
+/// Steps 2 and 3 of the check on `scratch`, created at `version`.
+fn judge(
+    store: &HttpStore,
+    scratch: &str,
+    version: &Version,
+    deadline: Instant,
+) -> Result<Result<(), String>, StoreError> {
+    let wrong = Version::etag(NEVER_ISSUED);
+    match store.delete_if_match(scratch, &wrong, Some(deadline)) {
+        Err(e) if e.kind() == StoreErrorKind::Precondition => {}
+        Err(e) if e.kind() == StoreErrorKind::NotImplemented => {
+            return Ok(Err(format!("a delete on a wrong ETag answered: {e}")))
+        }
+        Err(e) => return Err(e),
+        Ok(()) => return Ok(Err("a delete on a wrong ETag was accepted".into())),
+    }
+    match store.head(scratch, Some(deadline)) {
+        Ok(_) => {}
+        Err(e) if e.kind() == StoreErrorKind::NotFound => {
+            return Ok(Err(
+                "a delete on a wrong ETag was refused, but the object was gone".into(),
+            ))
+        }
+        Err(e) => return Err(e),
+    }
+    match store.delete_if_match(scratch, version, Some(deadline)) {
+        Ok(()) => {}
+        Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotImplemented => {
+            return Ok(Err(format!(
+                "a delete on the object's own ETag answered: {e}"
+            )))
+        }
+        Err(e) => return Err(e),
+    }
+    match store.head(scratch, Some(deadline)) {
+        Err(e) if e.kind() == StoreErrorKind::NotFound => Ok(Ok(())),
+        Ok(_) => Ok(Err(
+            "a delete on the object's own ETag was accepted, but the object stayed".into(),
+        )),
+        Err(e) => Err(e),
+    }
+}
