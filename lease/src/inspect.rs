@@ -667,6 +667,8 @@ mod tests {
     struct RenewsMeanwhile {
         inner: Arc<MemoryStore>,
         renew: std::sync::Mutex<Option<crate::lease::Lease>>,
+        /// The lease once renewed, kept held (a dropped one is released).
+        renewed: std::sync::Mutex<Vec<crate::lease::Lease>>,
     }
 
     impl Store for RenewsMeanwhile {
@@ -681,6 +683,7 @@ mod tests {
         fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
             if let Some(lease) = self.renew.lock().unwrap().take() {
                 lease.renew().expect("the holder renews");
+                self.renewed.lock().unwrap().push(lease);
             }
             self.inner.put(key, body, options)
         }
@@ -703,6 +706,7 @@ mod tests {
         let store = RenewsMeanwhile {
             inner: w.store.clone(),
             renew: std::sync::Mutex::new(Some(lease)),
+            renewed: std::sync::Mutex::new(Vec::new()),
         };
         match break_lease(&store, "jobs/a", &id, &w.clock) {
             Err(e @ BreakError::Changed { .. }) => {

@@ -120,6 +120,7 @@ impl Default for KeeperOptions {
 }
 
 /// A held lease and the thread that renews it. See the [module docs](self).
+#[must_use = "a keeper dropped at once releases its lease at once"]
 #[derive(Debug)]
 pub struct Keeper {
     lease: Arc<Lease>,
@@ -168,12 +169,14 @@ impl Keeper {
     }
 
     /// Whether the application may start a write now.
+    #[must_use]
     pub fn may_write(&self) -> bool {
         self.lease.may_write()
     }
 
     /// When the application must have finished writing; `None` when it
     /// must not write at all.
+    #[must_use]
     pub fn write_deadline(&self) -> Option<Instant> {
         self.lease.write_deadline()
     }

@@ -148,6 +148,9 @@ pub const DEFAULT_TTL_S: u64 = 30;
 /// every request it sends.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The bound on the release a [`Lease`] dropped while held makes.
+pub const DROP_RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// An ETag no service issues, for the probe's conditional writes.
 /// How many times a refused renewal adopts the version of a record that
 /// still names us (a write of ours that landed unseen) and swaps again,
@@ -669,7 +672,14 @@ pub enum LeaseStatus {
 ///
 /// All methods take `&self`: one thread renews while others ask
 /// [`may_write`](Self::may_write).
+///
+/// Dropping a lease that is still held releases it, as
+/// [`release`](Self::release) would, within [`DROP_RELEASE_TIMEOUT`]; a
+/// failure is logged, and the record then expires after its TTL. (Not
+/// while the thread is panicking: the record is left to expire.) Call
+/// [`release`](Self::release) to learn how the release went.
 #[derive(Debug)]
+#[must_use = "a lease dropped at once is released at once"]
 pub struct Lease {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
@@ -787,6 +797,7 @@ impl Lease {
     /// both clocks (when the wall clock has stepped back past the renewal,
     /// the monotonic clock alone decides). At the deadline itself the lease
     /// is already [`LeaseStatus::Fenced`].
+    #[must_use]
     pub fn status(&self) -> LeaseStatus {
         let h = self.lock();
         match &h.state {
@@ -820,6 +831,7 @@ impl Lease {
     /// The instant, on the lease's monotonic clock, after which this holder
     /// must not write. `None` once that has passed, or the lease is fenced,
     /// lost or released. See [`status`](Self::status).
+    #[must_use]
     pub fn write_deadline(&self) -> Option<Instant> {
         match self.status() {
             LeaseStatus::Held { deadline } => Some(deadline),
@@ -828,6 +840,7 @@ impl Lease {
     }
 
     /// Whether this holder may start a write now.
+    #[must_use]
     pub fn may_write(&self) -> bool {
         self.write_deadline().is_some()
     }
@@ -1068,7 +1081,10 @@ impl Lease {
                         holder: Some(holder.clone()),
                     })
                 }
-                State::Lost { holder: None } => true,
+                State::Lost { holder: None } => {
+                    h.state = State::Released;
+                    true
+                }
                 State::Released => return Ok(Released::AlreadyFree),
                 State::Held | State::Fenced => {
                     h.state = State::Released;
@@ -1407,6 +1423,37 @@ impl ReleaseTarget<'_> {
                 }
             }
             Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let pending = matches!(
+            self.lock().state,
+            State::Held | State::Fenced | State::Lost { holder: None }
+        );
+        if !pending {
+            return;
+        }
+        if std::thread::panicking() {
+            log::warn!(
+                "{}: a held lease was dropped while its thread panicked: not released, its \
+                 record expires after its TTL ({} s)",
+                self.key,
+                self.ttl_s
+            );
+            return;
+        }
+        let deadline = self.clock.now().checked_add(DROP_RELEASE_TIMEOUT);
+        match self.release_before(deadline) {
+            Ok(released) => log::debug!("{}: released on drop: {released:?}", self.key),
+            Err(e) => log::warn!(
+                "{}: a held lease was dropped and releasing it failed (its record expires \
+                 after its TTL, {} s): {e}",
+                self.key,
+                self.ttl_s
+            ),
         }
     }
 }

@@ -161,11 +161,13 @@ impl PooledLease {
     }
 
     /// Whether a write may start now.
+    #[must_use]
     pub fn may_write(&self) -> bool {
         self.lease.may_write()
     }
 
     /// When writing must have finished; `None` when it must not start.
+    #[must_use]
     pub fn write_deadline(&self) -> Option<Instant> {
         self.lease.write_deadline()
     }

@@ -119,11 +119,16 @@ fn sixteen_threads_racing_for_one_prefix_get_exactly_one_holder() {
             std::thread::spawn(move || {
                 let mut contender = Contender::new(store, "db", options);
                 start.wait();
-                contender.try_acquire().map(|l| l.instance_id().to_string())
+                // The winner keeps its lease (a dropped one is released).
+                contender.try_acquire()
             })
         })
         .collect();
-    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let leases: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let results: Vec<_> = leases
+        .iter()
+        .map(|r| r.as_ref().map(|l| l.instance_id().to_string()))
+        .collect();
     let winners: Vec<&String> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
     assert_eq!(winners.len(), 1, "{results:?}");
     for r in &results {
@@ -391,7 +396,7 @@ fn the_holders_ttl_governs_not_the_contenders() {
     w.clock.advance(secs(45));
     assert_eq!(held_by(w.acquire(10)), a.instance_id());
     w.clock.advance(secs(15));
-    w.acquire(10).unwrap();
+    let _taken = w.acquire(10).unwrap();
 }
 
 #[test]
@@ -406,7 +411,7 @@ fn a_record_stamped_in_the_future_is_fresh_and_a_garbled_one_is_stale() {
     garbled.instance_id = "garbled".into();
     garbled.renewed_at = "yesterday".into();
     w.store.insert(KEY, &garbled.to_bytes());
-    w.acquire(30).expect("a stamp that does not parse is stale");
+    let _taken = w.acquire(30).expect("a stamp that does not parse is stale");
 
     let w = World::new();
     w.store.insert(KEY, b"<html>not a lease</html>");
@@ -446,7 +451,7 @@ fn a_suspect_record_that_changes_restarts_the_watch() {
     w.clock.advance(secs(20));
     assert_eq!(held_by(me.try_acquire()), "ahead", "only 20 s unchanged");
     w.clock.advance(secs(10));
-    me.try_acquire().unwrap();
+    let _taken = me.try_acquire().unwrap();
 }
 
 #[test]
@@ -458,7 +463,7 @@ fn an_absurd_ttl_is_suspect_and_judged_by_the_contenders_ttl() {
     w.clock.advance(secs(4));
     held_by(me.try_acquire());
     w.clock.advance(secs(1));
-    me.try_acquire().unwrap();
+    let _taken = me.try_acquire().unwrap();
 }
 
 #[test]
@@ -738,4 +743,39 @@ fn a_release_refused_on_our_own_etag_says_the_record_was_left() {
     }
     assert!(!w.record().unwrap().is_released());
     assert_eq!(w.holder().as_deref(), Some(lease.instance_id()));
+}
+
+/// A lease dropped while held is released, as a dropped `File` lock is
+/// unlocked: the next contender takes it at once, at the next epoch.
+#[test]
+fn a_dropped_lease_is_released() {
+    let w = World::new();
+    let first = w.acquire(30).unwrap();
+    let epoch = first.epoch();
+    drop(first);
+    assert!(w.record().unwrap().is_released());
+    let next = w.acquire(30).expect("free at once");
+    assert_eq!(next.epoch(), epoch + 1);
+    // A released lease dropped sends nothing more.
+    assert_eq!(next.release().unwrap(), Released::Freed);
+    let before = w.store.requests();
+    drop(next);
+    assert_eq!(w.store.requests(), before);
+}
+
+/// A lease dropped while its thread panics is left to expire: its release
+/// would be network I/O in the middle of unwinding.
+#[test]
+fn a_lease_dropped_in_a_panic_is_left_to_expire() {
+    let w = World::new();
+    let lease = w.acquire(30).unwrap();
+    let id = lease.instance_id().to_string();
+    let dropped = std::thread::spawn(move || {
+        let _lease = lease;
+        panic!("the job failed");
+    })
+    .join();
+    assert!(dropped.is_err());
+    assert!(!w.record().unwrap().is_released());
+    assert_eq!(held_by(w.acquire(30)), id);
 }

@@ -377,7 +377,7 @@ fn every_request_of_an_acquire_is_bounded_by_its_deadline() {
     let deadline = clock.now() + secs(5);
     let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
     let mut contender = Contender::new(store.clone(), "db", options);
-    contender.try_acquire_before(Some(deadline)).unwrap();
+    let _taken = contender.try_acquire_before(Some(deadline)).unwrap();
     let deadlines = store.deadlines.lock().unwrap().clone();
     assert!(deadlines.len() >= 5, "{deadlines:?}");
     assert!(
