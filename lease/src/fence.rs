@@ -7,6 +7,11 @@
 //! - **No write starts outside the lease.** Each write first asks the lease
 //!   for its write deadline; without one it fails with
 //!   [`WriteError::Fenced`] and sends nothing.
+//! - **No write lands outside the lease's prefix.** Keys must start with
+//!   the lease's prefix (`jobs/nightly/` for the lease on `jobs/nightly`),
+//!   or one allowed with [`FencedWriter::allow_prefix`], and no lease
+//!   record or probe key is ever written; any other key fails with
+//!   [`WriteError::OutsideLease`] and sends nothing.
 //! - **No write outlives the lease.** Every request's deadline is the
 //!   lease's write deadline, so an upload still in flight when the fence
 //!   falls is abandoned by the store client.
@@ -100,6 +105,16 @@ pub enum WriteError {
         /// The holder the existing object names, when it names one.
         holder: Option<String>,
     },
+    /// The key is outside what the writer may touch: not under the lease's
+    /// prefix (nor one allowed with [`FencedWriter::allow_prefix`]), or a
+    /// lease record or probe key (a last segment of `LEASE` or
+    /// `LEASE.probe-…`). Nothing was sent.
+    OutsideLease {
+        /// The object that was not written.
+        key: String,
+        /// The prefixes the writer may write under.
+        allowed: Vec<String>,
+    },
     /// The request failed; if it timed out at the write deadline it may have
     /// landed. Retrying the same write is safe: a landed write of ours is
     /// recognised.
@@ -130,6 +145,20 @@ impl fmt::Display for WriteError {
                      (name objects by epoch, for example)",
                 )
             }
+            WriteError::OutsideLease { key, allowed } if is_lease_key(key) => write!(
+                f,
+                "write of {key} refused: it is a lease record (or a lease's probe key), which a \
+                 fenced write never touches; write the lease's data under another name (allowed: \
+                 {})",
+                allowed_list(allowed)
+            ),
+            WriteError::OutsideLease { key, allowed } => write!(
+                f,
+                "write of {key} refused: it is outside the prefix of the lease that fences it \
+                 (allowed: {}); write under the lease's prefix, or allow another prefix with \
+                 FencedWriter::allow_prefix if this lease is what fences writes there",
+                allowed_list(allowed)
+            ),
             WriteError::Store(e) => write!(f, "fenced write failed: {e}"),
         }
     }
@@ -139,9 +168,32 @@ impl std::error::Error for WriteError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             WriteError::Superseded(error) | WriteError::Store(error) => Some(error),
-            WriteError::Fenced { .. } | WriteError::Exists { .. } => None,
+            WriteError::Fenced { .. }
+            | WriteError::Exists { .. }
+            | WriteError::OutsideLease { .. } => None,
         }
     }
+}
+
+/// Whether `key` is a lease record or a lease's probe key: its last path
+/// segment is `LEASE` or starts with `LEASE.probe-` (see
+/// [`crate::record::lease_key`], [`crate::record::probe_key`]).
+fn is_lease_key(key: &str) -> bool {
+    let last = key.rsplit('/').next().unwrap_or(key);
+    last == "LEASE" || last.starts_with("LEASE.probe-")
+}
+
+/// `allowed` for a message: each prefix quoted, the empty one as the whole
+/// bucket.
+fn allowed_list(allowed: &[String]) -> String {
+    let names: Vec<String> = allowed
+        .iter()
+        .map(|p| match p.as_str() {
+            "" => "the whole bucket".to_string(),
+            p => format!("{p:?}"),
+        })
+        .collect();
+    names.join(", ")
 }
 
 /// Who wrote an existing object, relative to a writer.
@@ -197,17 +249,46 @@ fn digest(bytes: &[u8]) -> String {
 #[derive(Debug)]
 pub struct FencedWriter {
     lease: Arc<Lease>,
+    /// The prefixes (each ending in `/`, or empty for the whole bucket)
+    /// keys must start with: the lease's own, and those allowed.
+    allowed: Vec<String>,
     /// The version this writer last wrote or read, per pointer key.
     pointers: Mutex<HashMap<String, Version>>,
 }
 
 impl FencedWriter {
-    /// A writer bound to `lease`.
+    /// A writer bound to `lease`, writing under the lease's prefix only:
+    /// for the lease on `jobs/nightly` (its record `jobs/nightly/LEASE`),
+    /// keys that start with `jobs/nightly/`; for the empty prefix, the
+    /// whole bucket. No lease record or probe key is ever written.
     pub fn new(lease: Arc<Lease>) -> Self {
+        let own = lease
+            .key()
+            .strip_suffix("LEASE")
+            .unwrap_or_default()
+            .to_string();
         FencedWriter {
             lease,
+            allowed: vec![own],
             pointers: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Also write under `prefix` (a trailing `/` is added when missing):
+    /// for data this lease fences although it lives elsewhere, such as a
+    /// table whose lease sits under a `locks/` prefix. Every writer of
+    /// that data must then be fenced by this same lease; lease records
+    /// stay out of reach.
+    #[must_use]
+    pub fn allow_prefix(mut self, prefix: &str) -> Self {
+        let prefix = match prefix.trim_end_matches('/') {
+            "" => String::new(),
+            p => format!("{p}/"),
+        };
+        if !self.allowed.contains(&prefix) {
+            self.allowed.push(prefix);
+        }
+        self
     }
 
     /// The lease the writer is bound to.
@@ -411,7 +492,16 @@ impl FencedWriter {
         WriteError::Superseded(refusal)
     }
 
+    /// The deadline of a request on `key`: the lease's write deadline, once
+    /// the key is known to be one this writer may touch.
     fn deadline(&self, key: &str) -> Result<Instant, WriteError> {
+        let inside = self.allowed.iter().any(|p| key.starts_with(p.as_str()));
+        if !inside || is_lease_key(key) {
+            return Err(WriteError::OutsideLease {
+                key: key.to_string(),
+                allowed: self.allowed.clone(),
+            });
+        }
         self.lease
             .write_deadline()
             .ok_or_else(|| WriteError::Fenced {

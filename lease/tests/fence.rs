@@ -298,3 +298,47 @@ fn reading_a_pointer_from_a_newer_holder_supersedes_the_stale_holder() {
     assert!(stale.put_pointer("db/LATEST", b"old").is_err());
     assert_eq!(store.inner.peek("db/LATEST").unwrap(), b"2");
 }
+
+/// A writer stays inside its lease: a key outside the lease's prefix, and
+/// any lease record or probe key (its own or a nested lease's), is refused
+/// with nothing sent, saying how to write elsewhere; another prefix can be
+/// allowed explicitly.
+#[test]
+fn writes_outside_the_lease_prefix_are_refused() {
+    let (store, _clock, writer) = setup();
+    let before = store.inner.requests();
+    for key in [
+        "somebody-else/data",
+        "dbx/data",
+        "db",
+        "db/LEASE",
+        "db/LEASE.probe-0123",
+        "db/tables/t1/LEASE",
+    ] {
+        for result in [
+            writer.put_new(key, b"x").map(|_| ()),
+            writer.put_pointer(key, b"x").map(|_| ()),
+            writer.read_pointer(key).map(|_| ()),
+        ] {
+            match result {
+                Err(e @ WriteError::OutsideLease { .. }) => {
+                    let text = e.to_string();
+                    assert!(text.contains(key), "{text}");
+                    assert!(
+                        text.contains("allow_prefix") || text.contains("lease record"),
+                        "{text}"
+                    );
+                }
+                other => panic!("{key}: expected OutsideLease, got {other:?}"),
+            }
+        }
+    }
+    assert_eq!(store.inner.requests(), before, "nothing was sent");
+    writer.put_new("db/parts/1", b"x").unwrap();
+    let writer = writer.allow_prefix("shared/");
+    writer.put_new("shared/parts/1", b"x").unwrap();
+    assert!(matches!(
+        writer.put_new("shared/LEASE", b"x"),
+        Err(WriteError::OutsideLease { .. })
+    ));
+}
