@@ -64,17 +64,39 @@ pub struct Inspection {
     pub suspect: bool,
 }
 
+/// When a record read by [`inspect`] stops being fresh, from the moment it
+/// was read ([`Inspection::expires_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Expiry {
+    /// It is fresh for this long yet.
+    In(std::time::Duration),
+    /// It expired this long ago.
+    Ago(std::time::Duration),
+}
+
 impl Inspection {
     /// The holder's instance id, when the record parses.
     pub fn holder(&self) -> Option<&str> {
         self.record.as_ref().map(|r| r.instance_id.as_str())
     }
 
-    /// How long after `read_at` the record stops being fresh: negative once
-    /// it has expired; `None` when there is no parsable stamp.
-    /// `None` too for a released record, and when the difference does not
-    /// fit (an absurd TTL with a stamp far in the future).
-    pub fn expires_in(&self) -> Option<time::Duration> {
+    /// When, from `read_at`, the record stops (or stopped) being fresh;
+    /// `None` when there is no parsable stamp, for a released record, and
+    /// when the difference does not fit (an absurd TTL with a stamp far in
+    /// the future).
+    pub fn expires_in(&self) -> Option<Expiry> {
+        let left = self.expires_in_signed()?;
+        let span = std::time::Duration::try_from(left.abs()).ok()?;
+        Some(if left.is_negative() {
+            Expiry::Ago(span)
+        } else {
+            Expiry::In(span)
+        })
+    }
+
+    /// [`expires_in`](Self::expires_in) as a signed span.
+    fn expires_in_signed(&self) -> Option<time::Duration> {
         let record = self.record.as_ref().filter(|r| !r.is_released())?;
         let ttl = time::Duration::seconds(i64::try_from(record.ttl_s).unwrap_or(i64::MAX));
         ttl.checked_sub(self.age?)
@@ -87,7 +109,7 @@ impl Inspection {
 
     /// [`expires_in`](Self::expires_in) in seconds.
     pub fn expires_in_s(&self) -> Option<f64> {
-        self.expires_in().map(|left| left.as_seconds_f64())
+        self.expires_in_signed().map(|left| left.as_seconds_f64())
     }
 
     /// Whether the holder released the lease: it is free, and the record
@@ -467,7 +489,7 @@ mod tests {
         assert_eq!(seen.version, lease.version());
         assert_eq!(seen.read_at, w.clock.wall());
         assert_eq!(seen.age, Some(time::Duration::seconds(10)));
-        assert_eq!(seen.expires_in(), Some(time::Duration::seconds(20)));
+        assert_eq!(seen.expires_in(), Some(Expiry::In(Duration::from_secs(20))));
         assert_eq!(
             (seen.age_s(), seen.expires_in_s()),
             (Some(10.0), Some(20.0))
@@ -477,7 +499,7 @@ mod tests {
         w.clock.advance(Duration::from_secs(25));
         let seen = w.inspect().unwrap();
         assert!(!seen.fresh, "35 s after a renewal with a TTL of 30 s");
-        assert_eq!(seen.expires_in(), Some(time::Duration::seconds(-5)));
+        assert_eq!(seen.expires_in(), Some(Expiry::Ago(Duration::from_secs(5))));
     }
 
     #[test]

@@ -54,6 +54,12 @@ pub mod sim;
 pub mod store;
 pub mod supervision;
 
+/// The channel crate whose [`Receiver`](channel::Receiver) carries a
+/// [`Keeper`]'s and a [`KeeperPool`]'s events (crossbeam-channel),
+/// re-exported so that its types and `select!` can be named without a
+/// dependency of your own (and so at the version this crate uses).
+pub use crossbeam_channel as channel;
+
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{IgnoredCondition, LeaseError, OwnWrite};
 pub use fence::{FencedWriter, WriteError};

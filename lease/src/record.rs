@@ -215,14 +215,19 @@ impl LeaseRecord {
     }
 
     /// `renewed_at` as an instant, when it parses.
-    pub fn renewed(&self) -> Option<OffsetDateTime> {
+    pub fn renewed(&self) -> Option<SystemTime> {
+        self.renewed_stamp().map(SystemTime::from)
+    }
+
+    /// `renewed_at` parsed.
+    fn renewed_stamp(&self) -> Option<OffsetDateTime> {
         OffsetDateTime::parse(&self.renewed_at, &Rfc3339).ok()
     }
 
     /// How long ago, by `now`, the record was renewed (negative when it is
     /// stamped in the future); `None` when the stamp does not parse.
-    pub fn age(&self, now: SystemTime) -> Option<time::Duration> {
-        self.renewed()
+    pub(crate) fn age(&self, now: SystemTime) -> Option<time::Duration> {
+        self.renewed_stamp()
             .map(|renewed| OffsetDateTime::from(now) - renewed)
     }
 
