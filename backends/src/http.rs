@@ -20,9 +20,9 @@
 //! (`user:password@`) is refused, and no error, `Debug` output or message
 //! shows what was before its `@`.
 
-use crate::config::{redact_user_info, ConfigError};
 use crate::credentials::{CredentialsProvider, Source};
 use crate::net::{not_sent_of, CachingResolver, Handshake, Stage, TcpConnector};
+use crate::settings::{redact_user_info, ConfigError};
 use crate::sign::{sign_request, Credentials};
 use crate::spelling::{same_etag, Spelling};
 use crate::xml::ErrorBody;
@@ -1232,7 +1232,7 @@ impl Store for HttpStore {
 
     /// S3's limit, which R2 and MinIO share.
     fn max_key_bytes(&self) -> Option<usize> {
-        Some(crate::config::S3_MAX_KEY_BYTES)
+        Some(crate::settings::S3_MAX_KEY_BYTES)
     }
 
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {

@@ -53,6 +53,7 @@ mod net;
 pub mod r2;
 #[cfg(feature = "s3")]
 pub mod s3;
+mod settings;
 #[cfg(feature = "_http")]
 mod sign;
 #[cfg(feature = "_http")]
