@@ -399,6 +399,22 @@ pub fn http_builder(
         }
         other => return Err(not_built(other)),
     };
+    // An on/off variable: `None` when unset.
+    let switch = |variable: &'static str| -> Result<Option<bool>, ConfigError> {
+        let Some(value) = var(variable) else {
+            return Ok(None);
+        };
+        match value.trim().to_ascii_lowercase().as_str() {
+            "on" | "true" => Ok(Some(true)),
+            "off" | "false" => Ok(Some(false)),
+            _ => Err(ConfigError::Invalid {
+                what: url_profile_name(url),
+                value,
+                why: format!("is not on or off ({variable})"),
+                fix: "set it to on or off (true or false)",
+            }),
+        }
+    };
     // Switches for services that differ (R2 by default sends no
     // conditional deletes): on or off, else the profile's default.
     let mut builder = builder;
@@ -412,21 +428,26 @@ pub fn http_builder(
             crate::HttpStoreBuilder::unquoted_etags,
         ),
     ] {
-        let Some(value) = var(variable) else { continue };
-        let on = match value.trim().to_ascii_lowercase().as_str() {
-            "on" | "true" => true,
-            "off" | "false" => false,
-            _ => {
-                return Err(ConfigError::Invalid {
-                    what: url_profile_name(url),
-                    value,
-                    why: format!("is not on or off ({variable})"),
-                    fix: "set it to on or off (true or false)",
-                })
-            }
-        };
-        builder = set(builder, on);
+        if let Some(on) = switch(variable)? {
+            builder = set(builder, on);
+        }
     }
+    // The roots trusted beside the built-in ones, as the AWS CLI reads
+    // them (the variable wins over the profile), and the system's store
+    // when asked for, found through SSL_CERT_FILE as OpenSSL finds it.
+    if let Some(path) = var("AWS_CA_BUNDLE") {
+        builder = builder.ca_bundle_named(path, "AWS_CA_BUNDLE");
+    } else if let Some(path) = profile.get("ca_bundle") {
+        builder = builder.ca_bundle_named(path, "ca_bundle in the profile");
+    }
+    if switch("BUCKET_LEASE_SYSTEM_TRUST")? == Some(true) {
+        builder = builder.system_trust_named(
+            Some("BUCKET_LEASE_SYSTEM_TRUST"),
+            var("SSL_CERT_FILE").map(PathBuf::from),
+        );
+    }
+    // HTTP_PROXY / HTTPS_PROXY by the endpoint's scheme, and NO_PROXY.
+    builder = builder.proxies(crate::Proxies::from_vars(env));
     let provider =
         credentials::chain_with_profile(env, &profile).map_err(ConfigError::Credentials)?;
     // Said here rather than by the builder, whose message names region().

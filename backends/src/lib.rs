@@ -67,4 +67,6 @@ pub use http::{
     DEFAULT_TIMEOUT,
 };
 #[cfg(feature = "_http")]
+pub use settings::Proxies;
+#[cfg(feature = "_http")]
 pub use sign::Credentials;
