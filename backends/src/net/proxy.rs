@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use ureq::http::Uri;
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::time::Duration;
+use ureq::unversioned::transport::time::{self, Duration};
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, Either, NextTimeout, Transport,
 };
@@ -116,8 +116,13 @@ impl<In: Transport> Connector<In> for ProxyConnector {
         let Some(proxy) = &self.0 else {
             return Ok(None);
         };
-        let deadline = (!details.timeout.after.is_not_happening())
-            .then(|| Instant::now() + *details.timeout.after);
+        // The end of the request's connect budget, counted from when ureq
+        // computed it; each step below takes what is left of it.
+        let deadline = match (details.timeout.after, details.now) {
+            (Duration::Exact(after), time::Instant::Exact(then)) => Some(then + after),
+            (Duration::Exact(after), _) => Some(Instant::now() + after),
+            (Duration::NotHappening, _) => None,
+        };
         // The resolver gave the proxy's addresses.
         let tcp = match Connector::<()>::connect(&TcpConnector, details, None) {
             Ok(Some(Either::B(tcp))) => tcp,
