@@ -14,6 +14,13 @@
 //! the endpoint variables are not set. The prefix is everything after the bucket (for
 //! `file://`, after the last `/`); it may be empty.
 //!
+//! TLS and proxies, as the AWS CLI takes them: `AWS_CA_BUNDLE`, else the
+//! profile's `ca_bundle`, names a PEM file of CA certificates trusted
+//! beside the built-in roots; `BUCKET_LEASE_SYSTEM_TRUST=on` trusts the
+//! system's store too (`SSL_CERT_FILE`, else the distribution's bundle);
+//! `HTTP_PROXY` / `HTTPS_PROXY` by the endpoint's scheme, and `NO_PROXY`
+//! (see `Proxies`, HTTP features).
+//!
 //! Reading the environment is injectable ([`open_with_env`]), so tests
 //! need not change the process's variables. Programs that configure in
 //! code use the builders (`s3::builder()`, …) instead.
