@@ -14,91 +14,25 @@
 //! the endpoint variables are not set. The prefix is everything after the bucket (for
 //! `file://`, after the last `/`); it may be empty.
 //!
+//! TLS and proxies, as the AWS CLI takes them: `AWS_CA_BUNDLE`, else the
+//! profile's `ca_bundle`, names a PEM file of CA certificates trusted
+//! beside the built-in roots; `BUCKET_LEASE_SYSTEM_TRUST=on` trusts the
+//! system's store too (`SSL_CERT_FILE`, else the distribution's bundle);
+//! `HTTP_PROXY` / `HTTPS_PROXY` by the endpoint's scheme, and `NO_PROXY`
+//! (see `Proxies`, HTTP features).
+//!
 //! Reading the environment is injectable ([`open_with_env`]), so tests
 //! need not change the process's variables. Programs that configure in
 //! code use the builders (`s3::builder()`, …) instead.
 
-use bucket_lease_core::store::{Store, StoreError};
-use std::fmt;
+use crate::settings::{percent_decode, redact_user_info};
+use bucket_lease_core::store::Store;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// A configuration that cannot make a store. `Display` reads "what failed:
-/// why; what to do", and never contains a secret.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A required setting is absent.
-    Missing {
-        /// What was being configured (`s3`, `store URL`, …).
-        what: &'static str,
-        /// The field or environment variable to set.
-        setting: &'static str,
-        /// How to set it.
-        fix: &'static str,
-    },
-    /// A setting has a value that cannot be used.
-    Invalid {
-        /// What was being configured.
-        what: &'static str,
-        /// The value given.
-        value: String,
-        /// What is wrong with it.
-        why: String,
-        /// What to give instead.
-        fix: &'static str,
-    },
-    /// The URL names a kind of store this build leaves out.
-    NotBuilt {
-        /// The URL's scheme.
-        scheme: &'static str,
-        /// The cargo feature that brings it in.
-        feature: &'static str,
-    },
-    /// Opening the store failed.
-    Open(StoreError),
-    /// No credentials were found, or their source failed.
-    #[cfg(feature = "_http")]
-    Credentials(crate::credentials::CredentialsError),
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::Missing { what, setting, fix } => {
-                write!(
-                    f,
-                    "configuring the {what} store: {setting} is not set; {fix}"
-                )
-            }
-            ConfigError::Invalid {
-                what,
-                value,
-                why,
-                fix,
-            } => write!(f, "configuring the {what} store: {value:?} {why}; {fix}"),
-            ConfigError::NotBuilt { scheme, feature } => write!(
-                f,
-                "opening a {scheme}:// store: this build has no `{feature}` feature; \
-                 rebuild with --features {feature}"
-            ),
-            ConfigError::Open(e) => write!(f, "opening the store: {e}"),
-            #[cfg(feature = "_http")]
-            ConfigError::Credentials(e) => write!(f, "opening the store: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConfigError::Open(e) => Some(e),
-            #[cfg(feature = "_http")]
-            ConfigError::Credentials(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+pub use crate::settings::ConfigError;
+#[cfg(feature = "_http")]
+pub use crate::settings::S3_MAX_KEY_BYTES;
 
 /// A store named by a URL. See the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,54 +190,6 @@ pub fn open_with_env(
     Ok((store, parsed.prefix().to_string()))
 }
 
-/// `text` with each `%XX` replaced by its byte, once.
-fn percent_decode(text: &str) -> Result<String, &'static str> {
-    let hex = |b: u8| char::from(b).to_digit(16);
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let (Some(high), Some(low)) = (
-                bytes.get(i + 1).copied().and_then(hex),
-                bytes.get(i + 2).copied().and_then(hex),
-            ) else {
-                return Err("has a % not followed by two hex digits; write a literal % as %25");
-            };
-            // Two hex digits: at most 255.
-            out.push(u8::try_from(high * 16 + low).unwrap_or(u8::MAX));
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "decodes to bytes that are not UTF-8")
-}
-
-/// `text` (a URL or an endpoint) fit to show: everything between a known
-/// scheme (or the start) and the last `@` replaced by `***`, since user
-/// information may hold a secret (`http://***@127.0.0.1:9000`). The last
-/// `@`, not the first one before a `/`, because a secret may itself hold
-/// `/` or `@`. Text without an `@` is returned as is.
-pub(crate) fn redact_user_info(text: &str) -> String {
-    let Some(at) = text.rfind('@') else {
-        return text.to_string();
-    };
-    // Keep a scheme this crate knows; anything else before `://` may be
-    // part of the user information.
-    let start = text
-        .split_once("://")
-        .filter(|(scheme, _)| {
-            ["http", "https", "s3", "r2", "minio", "file"]
-                .iter()
-                .any(|known| scheme.eq_ignore_ascii_case(known))
-        })
-        .map_or(0, |(scheme, _)| scheme.len() + "://".len())
-        .min(at);
-    format!("{}***{}", &text[..start], &text[at..])
-}
-
 #[cfg(feature = "fs")]
 fn open_dir(dir: &std::path::Path) -> Result<Arc<dyn Store>, ConfigError> {
     let store = crate::fs::DirStore::open(dir).map_err(ConfigError::Open)?;
@@ -333,10 +219,6 @@ fn open_http(
     );
     Ok(Arc::new(store))
 }
-
-/// The longest key S3, R2 and MinIO accept, in bytes.
-#[cfg(feature = "_http")]
-pub const S3_MAX_KEY_BYTES: usize = 1024;
 
 /// [`ConfigError::Invalid`] when the URL's prefix leaves no room in
 /// [`S3_MAX_KEY_BYTES`] for the lease key and the acquire probe's key
@@ -524,6 +406,22 @@ pub fn http_builder(
         }
         other => return Err(not_built(other)),
     };
+    // An on/off variable: `None` when unset.
+    let switch = |variable: &'static str| -> Result<Option<bool>, ConfigError> {
+        let Some(value) = var(variable) else {
+            return Ok(None);
+        };
+        match value.trim().to_ascii_lowercase().as_str() {
+            "on" | "true" => Ok(Some(true)),
+            "off" | "false" => Ok(Some(false)),
+            _ => Err(ConfigError::Invalid {
+                what: url_profile_name(url),
+                value,
+                why: format!("is not on or off ({variable})"),
+                fix: "set it to on or off (true or false)",
+            }),
+        }
+    };
     // Switches for services that differ (R2 by default sends no
     // conditional deletes): on or off, else the profile's default.
     let mut builder = builder;
@@ -537,21 +435,26 @@ pub fn http_builder(
             crate::HttpStoreBuilder::unquoted_etags,
         ),
     ] {
-        let Some(value) = var(variable) else { continue };
-        let on = match value.trim().to_ascii_lowercase().as_str() {
-            "on" | "true" => true,
-            "off" | "false" => false,
-            _ => {
-                return Err(ConfigError::Invalid {
-                    what: url_profile_name(url),
-                    value,
-                    why: format!("is not on or off ({variable})"),
-                    fix: "set it to on or off (true or false)",
-                })
-            }
-        };
-        builder = set(builder, on);
+        if let Some(on) = switch(variable)? {
+            builder = set(builder, on);
+        }
     }
+    // The roots trusted beside the built-in ones, as the AWS CLI reads
+    // them (the variable wins over the profile), and the system's store
+    // when asked for, found through SSL_CERT_FILE as OpenSSL finds it.
+    if let Some(path) = var("AWS_CA_BUNDLE") {
+        builder = builder.ca_bundle_named(path, "AWS_CA_BUNDLE");
+    } else if let Some(path) = profile.get("ca_bundle") {
+        builder = builder.ca_bundle_named(path, "ca_bundle in the profile");
+    }
+    if switch("BUCKET_LEASE_SYSTEM_TRUST")? == Some(true) {
+        builder = builder.system_trust_named(
+            Some("BUCKET_LEASE_SYSTEM_TRUST"),
+            var("SSL_CERT_FILE").map(PathBuf::from),
+        );
+    }
+    // HTTP_PROXY / HTTPS_PROXY by the endpoint's scheme, and NO_PROXY.
+    builder = builder.proxies(crate::Proxies::from_vars(env));
     let provider =
         credentials::chain_with_profile(env, &profile).map_err(ConfigError::Credentials)?;
     // Said here rather than by the builder, whose message names region().
@@ -682,25 +585,6 @@ pub(crate) mod tests {
         ] {
             let e = StoreUrl::parse(url).unwrap_err().to_string();
             assert!(e.starts_with(why), "{url}: {e}");
-        }
-    }
-
-    #[test]
-    fn user_information_is_redacted_up_to_the_last_at() {
-        for (text, shown) in [
-            (
-                "http://AKID:secret@127.0.0.1:9000",
-                "http://***@127.0.0.1:9000",
-            ),
-            ("AKID:secret@127.0.0.1:9000", "***@127.0.0.1:9000"),
-            ("http://AKID:se/cr@t@h/p", "http://***@h/p"),
-            ("AKID://secret@h", "***@h"),
-            ("ftp://AKID:secret@h", "***@h"),
-            ("HTTPS://AKID:secret@h", "HTTPS://***@h"),
-            ("s3://bucket/prefix", "s3://bucket/prefix"),
-            ("@", "***@"),
-        ] {
-            assert_eq!(redact_user_info(text), shown, "{text}");
         }
     }
 

@@ -18,12 +18,22 @@
 //!
 //! An endpoint never carries credentials: one with user information
 //! (`user:password@`) is refused, and no error, `Debug` output or message
-//! shows what was before its `@`.
+//! shows what was before its `@`. A proxy may carry them
+//! ([`crate::Proxies`]); they are sent only in `Proxy-Authorization` and
+//! shown as `***`.
+//!
+//! TLS trusts the built-in roots and, beside them, a CA bundle and the
+//! system's store when configured ([`HttpStoreBuilder::ca_bundle`],
+//! [`HttpStoreBuilder::system_trust`]); requests to an `http://` endpoint
+//! go through its proxy in absolute form, to an `https://` one through a
+//! `CONNECT` tunnel (`net::proxy`).
 
-use crate::config::{redact_user_info, ConfigError};
 use crate::credentials::{CredentialsProvider, Source};
 use crate::delete_check::{DeleteCheck, DeleteConditions};
-use crate::net::{not_sent_of, CachingResolver, Handshake, Stage, TcpConnector};
+use crate::net::proxy::{ProxyConnector, ProxyResolver};
+use crate::net::tls::TlsConnector;
+use crate::net::{not_sent_of, CachingResolver, Stage, TcpConnector};
+use crate::settings::{redact_user_info, ConfigError, Named, Proxies, Proxy, Trust};
 use crate::sign::{sign_request, Credentials};
 use crate::spelling::{same_etag, Spelling};
 use crate::xml::ErrorBody;
@@ -35,10 +45,11 @@ use bucket_lease_core::store::{
 use std::fmt;
 use std::io::Read;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use ureq::http::{self, HeaderMap, HeaderName, HeaderValue, Method};
-use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
+use ureq::unversioned::transport::Connector;
 
 /// How long one call may take, retries included, when the caller gives no
 /// earlier deadline.
@@ -173,8 +184,8 @@ pub type EndpointForRegion = fn(&str, EndpointVariant) -> Result<String, String>
 /// # }
 /// ```
 ///
-/// `Debug` shows the access key id but never the secret, the session token
-/// or an endpoint's user information.
+/// `Debug` shows the access key id but never the secret, the session token,
+/// an endpoint's user information or a proxy's.
 #[derive(Clone)]
 pub struct HttpStoreBuilder {
     profile: Profile,
@@ -194,6 +205,10 @@ pub struct HttpStoreBuilder {
     connect_to: Option<SocketAddr>,
     /// The host name lookup (tests inject one; never real DNS in tests).
     lookup: Option<crate::net::Lookup>,
+    /// The roots trusted beside the built-in ones.
+    trust: Trust,
+    /// `None`: the process environment's, read by `build`.
+    proxies: Option<Proxies>,
 }
 
 impl fmt::Debug for HttpStoreBuilder {
@@ -211,6 +226,8 @@ impl fmt::Debug for HttpStoreBuilder {
             .field("timeout", &self.timeout)
             .field("max_body", &self.max_body)
             .field("connect_to", &self.connect_to)
+            .field("trust", &self.trust)
+            .field("proxies", &self.proxies)
             .finish()
     }
 }
@@ -233,6 +250,8 @@ impl HttpStoreBuilder {
             max_body: DEFAULT_MAX_BODY,
             connect_to: None,
             lookup: None,
+            trust: Trust::default(),
+            proxies: None,
         }
     }
 
@@ -340,6 +359,62 @@ impl HttpStoreBuilder {
         self
     }
 
+    /// Trust the certificates of the PEM file at `path` as roots, beside
+    /// the built-in ones (Mozilla's, from webpki-roots), as `AWS_CA_BUNDLE`
+    /// does. [`build`](Self::build) reads it for an `https://` endpoint: a
+    /// file that cannot be read, holds no certificate or one that cannot be
+    /// a root fails the build, naming the file.
+    pub fn ca_bundle(self, path: impl Into<PathBuf>) -> Self {
+        self.ca_bundle_named(path, "ca_bundle()")
+    }
+
+    /// [`ca_bundle`](Self::ca_bundle), named in messages by `setting`.
+    pub(crate) fn ca_bundle_named(
+        mut self,
+        path: impl Into<PathBuf>,
+        setting: &'static str,
+    ) -> Self {
+        self.trust.bundle = Some(Named {
+            value: path.into(),
+            setting,
+        });
+        self
+    }
+
+    /// Trust the system's store too, beside the built-in roots (and a
+    /// [`ca_bundle`](Self::ca_bundle)): the PEM file `SSL_CERT_FILE` names
+    /// when it is set, else the first of the distributions' usual files
+    /// (`/etc/ssl/certs/ca-certificates.crt`,
+    /// `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, …). None found
+    /// fails [`build`](Self::build) for an `https://` endpoint.
+    pub fn system_trust(self, on: bool) -> Self {
+        let file = std::env::var_os("SSL_CERT_FILE")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        self.system_trust_named(on.then_some("system_trust()"), file)
+    }
+
+    /// The system's store trusted as `setting` asks (`None`: not), found
+    /// in `file` when given.
+    pub(crate) fn system_trust_named(
+        mut self,
+        setting: Option<&'static str>,
+        file: Option<PathBuf>,
+    ) -> Self {
+        self.trust.system = setting;
+        self.trust.system_file = file;
+        self
+    }
+
+    /// The proxies requests go through (see [`Proxies`]): by default
+    /// [`Proxies::from_env`], the process's `HTTP_PROXY`, `HTTPS_PROXY`
+    /// and `NO_PROXY`, read by [`build`](Self::build). A store with
+    /// [`connect_to`](Self::connect_to) uses no proxy.
+    pub fn proxies(mut self, proxies: Proxies) -> Self {
+        self.proxies = Some(proxies);
+        self
+    }
+
     /// Look host names up with `lookup` instead of the system's resolver.
     #[cfg(test)]
     pub(crate) fn lookup(mut self, lookup: crate::net::Lookup) -> Self {
@@ -355,7 +430,11 @@ impl HttpStoreBuilder {
     /// credentials, the region or the endpoint (where the profile has no
     /// default) is not set; [`ConfigError::Invalid`] when the endpoint or
     /// the bucket cannot be used, in particular when the endpoint carries
-    /// user information (shown redacted, as `http://***@host`).
+    /// user information (shown redacted, as `http://***@host`), or when
+    /// the proxy for the endpoint's scheme cannot be used; for an
+    /// `https://` endpoint, [`ConfigError::Invalid`] naming the file and
+    /// the setting when a [`ca_bundle`](Self::ca_bundle) (or the system's
+    /// store) cannot be read or holds no certificate.
     pub fn build(self) -> Result<HttpStore, ConfigError> {
         let what = self.profile.name;
         let bucket = self.bucket.ok_or(ConfigError::Missing {
@@ -478,7 +557,29 @@ impl HttpStoreBuilder {
             )
         };
 
+        // The proxy for the endpoint's scheme, unless NO_PROXY lists the
+        // host the requests name.
+        let host = if virtual_hosted {
+            format!("{bucket}.{}", endpoint.host())
+        } else {
+            endpoint.host().to_string()
+        };
+        let proxy = match (self.connect_to, self.proxies) {
+            (Some(_), _) => None,
+            (None, Some(proxies)) => proxies.for_host(what, endpoint.scheme, &host)?,
+            (None, None) => Proxies::from_env().for_host(what, endpoint.scheme, &host)?,
+        }
+        .map(Arc::new);
+        let tls = match endpoint.scheme {
+            "https" => Some(TlsConnector::new(&self.trust, what)?),
+            _ => None,
+        };
+
         let config = ureq::Agent::config_builder()
+            // Proxies are ours (`net::proxy`): ureq's would read the
+            // process environment, send CONNECT for http:// too, and pick
+            // one proxy for both schemes.
+            .proxy(None)
             // Statuses are answers to map, not errors.
             .http_status_as_error(false)
             // A redirect means the wrong region or endpoint: report it.
@@ -493,12 +594,9 @@ impl HttpStoreBuilder {
             .max_idle_connections(MAX_IDLE_CONNECTIONS)
             .max_idle_connections_per_host(MAX_IDLE_CONNECTIONS)
             .build();
-        // ureq's default chain (CONNECT proxies, TCP, rustls), with our TCP
-        // transport and resolver (see `net`).
-        let connector =
-            ().chain(ConnectProxyConnector::default())
-                .chain(TcpConnector)
-                .chain(Handshake(RustlsConnector::default()));
+        // A proxy's connection or tunnel (`net::proxy`), else our TCP
+        // transport; then TLS for https:// (`net::tls`).
+        let connector = ().chain(ProxyConnector(proxy.clone())).chain(TcpConnector);
         let mut resolver = match self.connect_to {
             Some(addr) => CachingResolver::fixed(addr),
             None => CachingResolver::default(),
@@ -506,11 +604,16 @@ impl HttpStoreBuilder {
         if let Some(lookup) = self.lookup {
             resolver.lookup = lookup;
         }
-        let agent = ureq::Agent::with_parts(config, connector, resolver);
+        let resolver = ProxyResolver::new(resolver, proxy.clone());
+        let agent = match tls {
+            Some(tls) => ureq::Agent::with_parts(config, connector.chain(tls), resolver),
+            None => ureq::Agent::with_parts(config, connector, resolver),
+        };
 
         Ok(HttpStore {
             agent,
             target,
+            proxy,
             custom_endpoint,
             profile: self.profile.name,
             base_url,
@@ -544,7 +647,9 @@ impl HttpStoreBuilder {
 /// | 5xx, 408, 429 | [`StoreErrorKind::Transport`], [`Delivery::Answered`](bucket_lease_core::store::Delivery): it may have landed |
 /// | timeout, reset, closed after sending | [`StoreErrorKind::Transport`]: it may have landed |
 /// | (retries) | a request not sent, and a GET, HEAD or unconditional DELETE that got a 5xx, 408, 429 or no answer, is sent again, up to three times in all, after a jittered pause, within the deadline; a write that may have been sent is not |
-/// | host name lookup, connection or TLS handshake failed | [`StoreErrorKind::Transport`], [`Delivery::NotSent`](bucket_lease_core::store::Delivery): nothing was sent, the message names `host:port` |
+/// | host name lookup, connection, proxy or TLS handshake failed | [`StoreErrorKind::Transport`], [`Delivery::NotSent`](bucket_lease_core::store::Delivery): nothing was sent, the message names `host:port` (and the proxy with its setting) |
+/// | the server's certificate fails verification (unknown issuer, expired, another name) | [`StoreErrorKind::Rejected`], code `InvalidCertificate`, not sent, [permanent](StoreError::is_permanent): never retried; the message names the problem and the setting that fixes it |
+/// | the proxy refuses the tunnel (4xx to `CONNECT`), or answers 407 to a request | [`StoreErrorKind::Rejected`], code `ProxyRefused` (or `HTTP 407`), permanent; the message names the proxy and its setting |
 /// | 301, 307, or `AuthorizationHeaderMalformed` naming a region: the bucket is elsewhere | [`StoreErrorKind::Rejected`], its message naming the bucket's region (`x-amz-bucket-region`, `<Region>`) or the endpoint the service names, and what to set |
 /// | code `NoSuchBucket`, 501 to an unconditional request, other 3xx and 4xx | [`StoreErrorKind::Rejected`] |
 /// | an `If-Match` write or delete whose version has no ETag | [`StoreErrorKind::Rejected`], nothing sent |
@@ -577,6 +682,8 @@ pub struct HttpStore {
     agent: ureq::Agent,
     /// `host:port` the requests go to, for messages.
     target: String,
+    /// The proxy requests go through.
+    proxy: Option<Arc<Proxy>>,
     /// The endpoint was given, not made from the region.
     custom_endpoint: bool,
     profile: &'static str,
@@ -597,6 +704,7 @@ impl fmt::Debug for HttpStore {
         f.debug_struct("HttpStore")
             .field("profile", &self.profile)
             .field("base_url", &self.base_url)
+            .field("proxy", &self.proxy)
             .field("region", &self.region)
             .field("credentials", &self.credentials)
             .field("delete_conditions", &self.delete_conditions.state())
@@ -868,7 +976,7 @@ impl HttpStore {
         let mut response = self
             .agent
             .run(request)
-            .map_err(|e| transport_error(op, key, &self.target, e))?;
+            .map_err(|e| transport_error(op, key, &self.target, self.proxy.as_deref(), e))?;
         let status = response.status().as_u16();
         let declared = response
             .headers()
@@ -891,7 +999,15 @@ impl HttpStore {
                 .as_reader()
                 .take(cap.saturating_add(1))
                 .read_to_end(&mut bytes)
-                .map_err(|e| transport_error(op, key, &self.target, ureq::Error::from(e)))?;
+                .map_err(|e| {
+                    transport_error(
+                        op,
+                        key,
+                        &self.target,
+                        self.proxy.as_deref(),
+                        ureq::Error::from(e),
+                    )
+                })?;
             if bytes.len() > self.max_body {
                 Err(self.max_body)
             } else {
@@ -924,6 +1040,23 @@ impl HttpStore {
                 .code
                 .unwrap_or_else(|| format!("HTTP {}", answer.status)),
         );
+        // A proxy in front of an http:// endpoint answers for itself.
+        if let (407, Some(proxy)) = (answer.status, &self.proxy) {
+            let fix = if proxy.authorization.is_some() {
+                format!("check the user and password in {}", proxy.setting)
+            } else {
+                format!(
+                    "give the proxy's user and password in {} (http://user:password@host:port)",
+                    proxy.setting
+                )
+            };
+            return Err(error
+                .with_message(format!(
+                    "{} refused the request (407 Proxy Authentication Required); {fix}",
+                    proxy.describe()
+                ))
+                .permanent());
+        }
         let region = header(&answer.headers, "x-amz-bucket-region").or(parsed.region);
         let message = match (&answer.body, parsed.message) {
             _ if is_wrong_region(answer.status, error.code())
@@ -1160,9 +1293,17 @@ fn object_of(key: &str, answer: Answer) -> Result<Object, StoreError> {
 }
 
 /// The error for a request that got no answer: not sent (the lookup, the
-/// connection or the TLS handshake to `target` failed), or sent and not
-/// answered.
-fn transport_error(op: Op, key: &str, target: &str, error: ureq::Error) -> StoreError {
+/// connection, the proxy or the TLS handshake to `target` failed), or
+/// sent (through `via`, a proxy) and not answered. A certificate the
+/// client does not trust, or a proxy that refuses the tunnel, is
+/// [`StoreErrorKind::Rejected`] and permanent: trying again cannot help.
+fn transport_error(
+    op: Op,
+    key: &str,
+    target: &str,
+    via: Option<&Proxy>,
+    error: ureq::Error,
+) -> StoreError {
     let timed_out = match &error {
         ureq::Error::Timeout(_) => true,
         ureq::Error::Io(e) => matches!(
@@ -1177,10 +1318,23 @@ fn transport_error(op: Op, key: &str, target: &str, error: ureq::Error) -> Store
         }
         _ => StoreErrorKind::Transport,
     };
-    let e = StoreError::new(kind, op.method(), key);
+    let (kind, code) = match not_sent_of(&error).map(|n| n.stage) {
+        Some(Stage::Certificate) => (StoreErrorKind::Rejected, Some("InvalidCertificate")),
+        Some(Stage::ProxyRefused) => (StoreErrorKind::Rejected, Some("ProxyRefused")),
+        _ => (kind, None),
+    };
+    let mut e = StoreError::new(kind, op.method(), key);
+    if let Some(code) = code {
+        e = e.with_code(code).permanent();
+    }
     let e = if let Some(not_sent) = not_sent_of(&error) {
         let detail = &not_sent.detail;
         let message = match not_sent.stage {
+            Stage::Certificate => format!("the TLS handshake with {target} failed: {detail}"),
+            Stage::Proxy | Stage::ProxyRefused if detail.contains(target) => detail.clone(),
+            Stage::Proxy | Stage::ProxyRefused => {
+                format!("{detail} (requests to {target} go through the proxy)")
+            }
             Stage::Lookup => {
                 let host = target.rsplit_once(':').map_or(target, |(host, _)| host);
                 format!(
@@ -1214,7 +1368,13 @@ fn transport_error(op: Op, key: &str, target: &str, error: ureq::Error) -> Store
             ureq::Error::Timeout(_) => "timed out".to_string(),
             other => other.to_string(),
         };
-        e.with_message(format!("sent to {target}, then: {detail}"))
+        match via {
+            Some(proxy) => e.with_message(format!(
+                "sent to {target} through {}, then: {detail}",
+                proxy.describe()
+            )),
+            None => e.with_message(format!("sent to {target}, then: {detail}")),
+        }
     } else {
         e.with_message(error.to_string())
     };
@@ -1240,7 +1400,7 @@ impl Store for HttpStore {
 
     /// S3's limit, which R2 and MinIO share.
     fn max_key_bytes(&self) -> Option<usize> {
-        Some(crate::config::S3_MAX_KEY_BYTES)
+        Some(crate::settings::S3_MAX_KEY_BYTES)
     }
 
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {

@@ -55,6 +55,7 @@ mod net;
 pub mod r2;
 #[cfg(feature = "s3")]
 pub mod s3;
+mod settings;
 #[cfg(feature = "_http")]
 mod sign;
 #[cfg(feature = "_http")]
@@ -67,5 +68,7 @@ pub use http::{
     Addressing, EndpointVariant, HttpStore, HttpStoreBuilder, Profile, DEFAULT_MAX_BODY,
     DEFAULT_TIMEOUT,
 };
+#[cfg(feature = "_http")]
+pub use settings::Proxies;
 #[cfg(feature = "_http")]
 pub use sign::Credentials;

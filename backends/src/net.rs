@@ -25,6 +25,11 @@
 //! - a pooled connection is checked once, when it is taken from the pool,
 //!   with one non-blocking `recv(MSG_PEEK)` (ureq checks it when it returns
 //!   to the pool too, each time with two `ioctl`s around a `read`).
+//!
+//! Above them, [`proxy`] sends requests through an HTTP proxy (absolute
+//! form for `http://` endpoints, a `CONNECT` tunnel for `https://` ones)
+//! and [`tls`] wraps connections in TLS with the roots the store trusts.
+//! Both take their settings from [`crate::settings`].
 
 use rustix::net::RecvFlags;
 use std::io::{self, Read, Write};
@@ -56,6 +61,13 @@ pub(crate) enum Stage {
     Lookup,
     Connect,
     Tls,
+    /// The server's certificate failed verification: no retry can pass.
+    Certificate,
+    /// The proxy could not be reached, or did not open a tunnel in time.
+    Proxy,
+    /// The proxy refused the tunnel (credentials, a port it does not
+    /// tunnel to): no retry can pass.
+    ProxyRefused,
 }
 
 impl fmt::Display for NotSent {
@@ -371,32 +383,6 @@ impl<In: Transport> Connector<In> for TcpConnector {
     }
 }
 
-/// Wraps the TLS connector: a handshake that fails is a request not sent
-/// (no byte of it leaves before the handshake completes).
-#[derive(Debug)]
-pub(crate) struct Handshake<C>(pub(crate) C);
-
-impl<In: Transport, C: Connector<In>> Connector<In> for Handshake<C> {
-    type Out = C::Out;
-
-    fn connect(
-        &self,
-        details: &ConnectionDetails,
-        chained: Option<In>,
-    ) -> Result<Option<Self::Out>, Error> {
-        self.0.connect(details, chained).map_err(|e| match e {
-            e if not_sent_of(&e).is_some() => e,
-            Error::Timeout(_) => not_sent(
-                Stage::Tls,
-                io::ErrorKind::TimedOut,
-                "the TLS handshake did not finish in time",
-            ),
-            Error::Io(e) => not_sent(Stage::Tls, e.kind(), e),
-            other => not_sent(Stage::Tls, io::ErrorKind::Other, other),
-        })
-    }
-}
-
 /// A TCP connection with its buffers (see the module).
 pub(crate) struct Tcp {
     stream: Arc<TcpStream>,
@@ -659,6 +645,9 @@ impl Buffers for Bufs {
         self.filled > self.consumed && self.progress
     }
 }
+
+pub(crate) mod proxy;
+pub(crate) mod tls;
 
 #[cfg(test)]
 mod tests;

@@ -302,6 +302,7 @@ pub struct StoreError {
     timed_out: bool,
     delivery: Delivery,
     version: Option<Box<Version>>,
+    permanent: bool,
 }
 
 impl StoreError {
@@ -317,6 +318,7 @@ impl StoreError {
             timed_out: false,
             delivery: Delivery::Unknown,
             version: None,
+            permanent: false,
         }
     }
 
@@ -350,6 +352,14 @@ impl StoreError {
     /// still a [`StoreErrorKind::Transport`] failure, retried as one).
     pub fn not_sent(mut self) -> Self {
         self.delivery = Delivery::NotSent;
+        self
+    }
+
+    /// The same error, marked as one that no retry can cure until someone
+    /// changes the configuration (a server certificate this client does
+    /// not trust, a proxy that refuses): [`StoreError::is_permanent`].
+    pub fn permanent(mut self) -> Self {
+        self.permanent = true;
         self
     }
 
@@ -426,10 +436,12 @@ impl StoreError {
     }
 
     /// Whether retrying the same request cannot help until someone changes
-    /// the configuration: refused credentials or permissions, or a bucket
-    /// that does not exist.
+    /// the configuration: refused credentials or permissions, a bucket
+    /// that does not exist, or an error the store marked so
+    /// ([`StoreError::permanent`]).
     pub fn is_permanent(&self) -> bool {
-        self.kind == StoreErrorKind::PermissionDenied
+        self.permanent
+            || self.kind == StoreErrorKind::PermissionDenied
             || self.code.as_deref() == Some("NoSuchBucket")
     }
 

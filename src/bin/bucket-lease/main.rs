@@ -19,7 +19,7 @@
 //! | 75 | `run`: the lease is held by another instance (after `--wait`, if given); `break`: the lease changed meanwhile |
 //! | 76 | `run`: the lease was lost or fenced while the command ran (the command was stopped), or before it could start (it was not started) |
 //! | 77 | the service refused the credentials or the permissions (`AccessDenied`, `InvalidAccessKeyId`, `SignatureDoesNotMatch`) |
-//! | 78 | configuration: the URL, the environment or the store's settings cannot be used, or the bucket does not exist |
+//! | 78 | configuration: the URL, the environment or the store's settings cannot be used, the bucket does not exist, the server's certificate is not trusted, or the proxy refuses |
 //! | 126, 127 | `run`: the command could not be executed, or was not found |
 //! | 130, 143, 129 | `run`: interrupted by SIGINT, SIGTERM or SIGHUP, the command stopped by a signal |
 //!
@@ -90,8 +90,8 @@ Exit codes:
   76       `run`: the lease was lost or fenced while the command ran (it was stopped),
            or before it could start (it was not started)
   77       the service refused the credentials or the permissions
-  78       configuration: the URL or the environment cannot make a store, or the bucket
-           does not exist
+  78       configuration: the URL or the environment cannot make a store, the bucket
+           does not exist, the server's certificate is not trusted, or the proxy refuses
   126/127  `run`: the command could not be executed / was not found
   130/143/129  `run`: interrupted by SIGINT / SIGTERM / SIGHUP (unless the command exited
            by itself)";
@@ -538,12 +538,14 @@ pub fn parse_seconds(
 }
 
 /// The exit code for a failed store request: [`exit::NO_PERMISSION`] for
-/// refused credentials or permissions, [`exit::CONFIG`] for a bucket that
-/// does not exist, else [`exit::STORE`].
+/// refused credentials or permissions, [`exit::CONFIG`] for another
+/// permanent failure (a bucket that does not exist, a server certificate
+/// not trusted, a proxy that refuses), else [`exit::STORE`].
 pub fn store_error_code(error: &StoreError) -> u8 {
     if error.kind() == StoreErrorKind::PermissionDenied {
         exit::NO_PERMISSION
-    } else if error.code() == Some("NoSuchBucket") {
+    } else if error.is_permanent() {
+        // A missing bucket, a certificate not trusted, a refusing proxy.
         exit::CONFIG
     } else {
         exit::STORE
@@ -559,7 +561,10 @@ pub fn store_error_summary(error: &StoreError) -> &'static str {
             "the service refused the credentials or their permissions (check the credentials \
              -v names the source of, and that they may read and write this prefix): "
         }
-        exit::CONFIG => "the bucket does not exist (check its name in the URL): ",
+        exit::CONFIG if error.code() == Some("NoSuchBucket") => {
+            "the bucket does not exist (check its name in the URL): "
+        }
+        exit::CONFIG => "no retry can succeed until a setting changes (the message names it): ",
         _ => "",
     }
 }
@@ -676,6 +681,24 @@ mod tests {
         assert_eq!(human_secs(-3.15576e10), "-1000 years");
         assert_eq!(human_secs(f64::NAN), "an unknown time");
         assert_eq!(human_secs(f64::INFINITY), "an unknown time");
+    }
+
+    /// A failure no retry can cure (an untrusted certificate, a refusing
+    /// proxy) is a configuration problem, as a missing bucket is.
+    #[test]
+    fn permanent_store_failures_exit_as_configuration() {
+        let certificate = StoreError::new(StoreErrorKind::Rejected, "GET", "k")
+            .with_code("InvalidCertificate")
+            .permanent();
+        assert_eq!(store_error_code(&certificate), exit::CONFIG);
+        assert!(store_error_summary(&certificate).contains("until a setting changes"));
+        let bucket =
+            StoreError::new(StoreErrorKind::Rejected, "GET", "k").with_code("NoSuchBucket");
+        assert_eq!(store_error_code(&bucket), exit::CONFIG);
+        assert!(store_error_summary(&bucket).contains("the bucket does not exist"));
+        let other = StoreError::new(StoreErrorKind::Rejected, "GET", "k");
+        assert_eq!(store_error_code(&other), exit::STORE);
+        assert_eq!(store_error_summary(&other), "");
     }
 
     #[test]
