@@ -29,6 +29,10 @@ pub enum Server {
     LocalBucket,
     /// nanio: verifies SigV4 signatures.
     Nanio,
+    /// Ceph RGW 16.2: a real S3 service; refuses a quoted `If-Match`
+    /// (right or wrong) and accepts the bare one, ignores `If-Match` on
+    /// DELETE.
+    Rgw,
 }
 
 impl Server {
@@ -39,6 +43,7 @@ impl Server {
             Server::S3rver => "BUCKET_LEASE_TEST_S3RVER_URL",
             Server::LocalBucket => "BUCKET_LEASE_TEST_LOCALBUCKET_URL",
             Server::Nanio => "BUCKET_LEASE_TEST_NANIO_URL",
+            Server::Rgw => "BUCKET_LEASE_TEST_RGW_URL",
         }
     }
 
@@ -50,6 +55,10 @@ impl Server {
             Server::Nanio => Credentials::new(
                 required_var("BUCKET_LEASE_TEST_NANIO_ACCESS_KEY"),
                 required_var("BUCKET_LEASE_TEST_NANIO_SECRET_KEY"),
+            ),
+            Server::Rgw => Credentials::new(
+                required_var("BUCKET_LEASE_TEST_RGW_ACCESS_KEY"),
+                required_var("BUCKET_LEASE_TEST_RGW_SECRET_KEY"),
             ),
         }
     }
