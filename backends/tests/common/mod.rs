@@ -132,16 +132,24 @@ pub fn store(server_kind: Server) -> Option<HttpStore> {
 /// against moto: S3 virtual-hosted (`bucket.s3.localhost`, connected to
 /// moto's address), R2 path-style signing for region `auto`, MinIO
 /// path-style. `None` when moto is not running.
+pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
+    profile_stores_on(Server::Moto)
+}
+
+/// Every profile built into this crate against `server_kind` (moto, or
+/// RGW, which serves `*.s3.localhost` virtual-hosted), configured as
+/// [`profile_stores_on_moto`] says, each with the profile's own defaults
+/// (conditional deletes, ETag spelling). `None` when it is not running.
 // The pushes are each behind a profile's feature.
 #[allow(clippy::vec_init_then_push)]
-pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
-    let url = server(Server::Moto)?;
+pub fn profile_stores_on(server_kind: Server) -> Option<Vec<(&'static str, HttpStore)>> {
+    let url = server(server_kind)?;
     let mut stores = Vec::new();
     #[cfg(feature = "s3")]
     let addr: std::net::SocketAddr = url
         .trim_start_matches("http://")
         .parse()
-        .expect("moto's URL is http://127.0.0.1:PORT");
+        .expect("the server's URL is http://127.0.0.1:PORT");
     #[cfg(feature = "s3")]
     stores.push((
         "s3",
@@ -152,7 +160,7 @@ pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
             .addressing(Addressing::VirtualHosted)
             .connect_to(addr)
             .bucket(bucket())
-            .credentials(Server::Moto.credentials())
+            .credentials(server_kind.credentials())
             .build()
             .unwrap(),
     ));
@@ -162,7 +170,7 @@ pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
         bucket_lease_backends::r2::builder()
             .endpoint(url.clone())
             .bucket(bucket())
-            .credentials(Server::Moto.credentials())
+            .credentials(server_kind.credentials())
             .build()
             .unwrap(),
     ));
@@ -172,7 +180,7 @@ pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
         bucket_lease_backends::minio::builder()
             .endpoint(url.clone())
             .bucket(bucket())
-            .credentials(Server::Moto.credentials())
+            .credentials(server_kind.credentials())
             .build()
             .unwrap(),
     ));
