@@ -256,8 +256,9 @@ osd crush chooseleaf type = 0
 osd mon shutdown timeout = 1
 [client.rgw]
 rgw frontends = beast endpoint=127.0.0.1:$rgw_port
-# Virtual-hosted requests too: bucket-lease-test.s3.localhost.
-rgw dns name = s3.localhost
+# Virtual-hosted requests too, on bucket-lease-test.localhost (with
+# s3.localhost here, a request with Host localhost is refused NoSuchBucket).
+rgw dns name = localhost
 rgw thread pool size = 32
 rgw data = $dir/rgw
 CONF

@@ -136,10 +136,11 @@ pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
     profile_stores_on(Server::Moto)
 }
 
-/// Every profile built into this crate against `server_kind` (moto, or
-/// RGW, which serves `*.s3.localhost` virtual-hosted), configured as
-/// [`profile_stores_on_moto`] says, each with the profile's own defaults
-/// (conditional deletes, ETag spelling). `None` when it is not running.
+/// Every profile built into this crate against `server_kind`, configured
+/// as [`profile_stores_on_moto`] says (but the S3 profile on RGW, whose
+/// `rgw dns name` is `localhost`, at `bucket.localhost`), each with the
+/// profile's own defaults (conditional deletes, ETag spelling). `None`
+/// when it is not running.
 // The pushes are each behind a profile's feature.
 #[allow(clippy::vec_init_then_push)]
 pub fn profile_stores_on(server_kind: Server) -> Option<Vec<(&'static str, HttpStore)>> {
@@ -151,11 +152,16 @@ pub fn profile_stores_on(server_kind: Server) -> Option<Vec<(&'static str, HttpS
         .parse()
         .expect("the server's URL is http://127.0.0.1:PORT");
     #[cfg(feature = "s3")]
+    let domain = match server_kind {
+        Server::Rgw => "localhost",
+        _ => "s3.localhost",
+    };
+    #[cfg(feature = "s3")]
     stores.push((
         "s3",
         bucket_lease_backends::s3::builder()
             .region("us-east-1")
-            .endpoint(format!("http://s3.localhost:{}", addr.port()))
+            .endpoint(format!("http://{domain}:{}", addr.port()))
             // A custom endpoint is path-style unless asked otherwise.
             .addressing(Addressing::VirtualHosted)
             .connect_to(addr)
