@@ -500,3 +500,60 @@ fn the_keeper_reports_the_fence_when_the_network_black_holes_a_renewal() {
     );
     drop(keeper);
 }
+
+/// Contenders that start together on RGW, each a fresh store (so each
+/// learns the spelling in its own probe): exactly one takes the lease and
+/// every other is told it is held, whatever RGW answered to the writes
+/// that lost (RGW answers a conditional PUT that lost a race inside the
+/// service `500`, which the acquire decides by reading). Five rounds, each
+/// on a prefix of its own: a race to create the record, then, once it is
+/// released, a race to take it over (updates on one ETag).
+#[test]
+fn contenders_that_start_together_on_rgw_get_one_holder() {
+    if common::server(Server::Rgw).is_none() {
+        return;
+    }
+    for round in 0..5 {
+        let prefix = common::unique_prefix("together");
+        for (race, epoch) in [("create", 1), ("takeover", 2)] {
+            let winner = one_winner_of_four(&prefix, &format!("round {round}, {race}"));
+            assert_eq!(winner.epoch(), epoch, "round {round}, {race}");
+            assert_eq!(winner.release().unwrap(), Released::Freed);
+        }
+    }
+}
+
+/// Four contenders on RGW, each with a fresh store, acquire `prefix` at
+/// once: the one that won (every other told it is held by it).
+fn one_winner_of_four(prefix: &str, context: &str) -> Lease {
+    let barrier = std::sync::Barrier::new(4);
+    let outcomes: Vec<Result<Lease, LeaseError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let store: Arc<dyn Store> = Arc::new(common::store(Server::Rgw).unwrap());
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    Lease::acquire(store, prefix, LeaseOptions::new(30))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut winners = Vec::new();
+    let mut held = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            Ok(lease) => winners.push(lease),
+            Err(LeaseError::Held { holder, .. }) => held.push(holder),
+            Err(e) => panic!("{context}: a contender failed: {e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{context}: held by {held:?}");
+    let winner = winners.pop().unwrap();
+    assert!(
+        held.iter().all(|h| h == winner.instance_id()),
+        "{context}: {held:?}"
+    );
+    winner
+}
