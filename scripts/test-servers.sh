@@ -10,7 +10,8 @@
 #   Ceph RGW 16.2 (Debian bookworm's radosgw, a one-node cluster: one
 #     monitor, one memstore OSD, no manager): a real S3 service that refuses
 #     a quoted `If-Match` even when the ETag is right and accepts the bare
-#     one, and ignores `If-Match` on DELETE.
+#     one, ignores `If-Match` on DELETE, and answers a conditional PUT that
+#     lost a race inside it `500 UnknownError` rather than 412.
 #
 # usage: scripts/test-servers.sh start|stop
 #
