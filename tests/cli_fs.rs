@@ -54,6 +54,16 @@ fn renewals_that_hang_stop_the_command_by_the_write_deadline() {
 }
 
 #[test]
+fn runs_twice_in_a_row_with_renewals() {
+    cli_common::runs_twice_in_a_row_with_renewals(&Target::fs("twice"));
+}
+
+#[test]
+fn a_command_shorter_than_a_renewal_then_another_run() {
+    cli_common::a_command_shorter_than_a_renewal_then_another_run(&Target::fs("short"));
+}
+
+#[test]
 fn inspect_shows_who_released_the_lease() {
     cli_common::inspect_shows_who_released_the_lease(&Target::fs("released"));
 }

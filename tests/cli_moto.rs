@@ -34,6 +34,8 @@ on_moto!(
     every_process_of_the_command_is_stopped_when_the_lease_is_lost,
     a_signal_to_run_stops_every_process_of_the_command,
     every_process_of_the_command_dies_with_a_killed_run,
+    runs_twice_in_a_row_with_renewals,
+    a_command_shorter_than_a_renewal_then_another_run,
 );
 
 /// moto behind a [`Proxy`] the test controls.

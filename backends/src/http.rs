@@ -10,8 +10,9 @@
 //!
 //! What a request costs: no thread (a host name is looked up on a helper
 //! thread only the first time and, in the background, once a minute; see
-//! `net`), and on a kept connection three system calls: a non-blocking
-//! peek that checks the connection, one write, one read. Each connection
+//! `net`), and on a kept connection four system calls: a non-blocking
+//! peek that checks the connection, one write, one `setsockopt` (quick
+//! ACKs, on Linux), one read. Each connection
 //! holds 16 KiB of buffers and is kept idle up to `MAX_IDLE_AGE` (over
 //! the longest renewal interval), at most four of them (an acquire's
 //! probe sends its four writes at once, each on its own connection).

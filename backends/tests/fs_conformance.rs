@@ -31,6 +31,7 @@ fn the_directory_store_passes_every_check() {
     let store = DirStore::open(&dir.0).unwrap();
     let capabilities = conformance::run_all(&store, "conformance/run");
     assert!(capabilities.conditional_delete);
+    assert!(!capabilities.ignores_delete_conditions);
 }
 
 /// The deadline rule with the bucket's lock held by another process (a

@@ -20,6 +20,7 @@ fn every_profile_passes_the_conformance_suite_on_moto() {
         let capabilities = conformance::run_all(store, &prefix);
         // R2's profile does not send conditional deletes; moto honours them.
         assert_eq!(capabilities.conditional_delete, *name != "r2", "{name}");
+        assert!(!capabilities.ignores_delete_conditions, "{name}");
     }
 }
 

@@ -26,8 +26,12 @@
 //!   repeated ETag is a failure.
 //! - A conditional delete ([`DeleteMode::IfVersion`]) may be answered
 //!   [`StoreErrorKind::NotImplemented`], provided nothing is deleted; the
-//!   report says so. Deleting an absent key, with or without a condition,
-//!   must succeed.
+//!   report says so. A store on a service that ignores `If-Match` on DELETE
+//!   (Ceph RGW 16.2) deletes on a stale version: [`run_all`] reports that
+//!   too ([`Capabilities::ignores_delete_conditions`]) rather than failing,
+//!   because a lease never deletes conditionally; [`delete_if_version`] on
+//!   its own fails it. Deleting an absent key, with or without a
+//!   condition, must succeed.
 //! - Every request carries a deadline [`REQUEST_TIMEOUT`] away, so a
 //!   service that never answers fails the run rather than hanging it.
 
@@ -50,12 +54,20 @@ const MAX_ATTEMPTS: usize = 1000;
 #[non_exhaustive]
 pub struct Capabilities {
     /// Whether the store honours [`DeleteMode::IfVersion`]; `false` when it
-    /// answers [`StoreErrorKind::NotImplemented`] (and deletes nothing).
+    /// answers [`StoreErrorKind::NotImplemented`] (and deletes nothing), or
+    /// when it ignores the condition.
     pub conditional_delete: bool,
+    /// Whether a [`DeleteMode::IfVersion`] with a stale version deleted the
+    /// object: the store sends the condition and the service ignores it.
+    /// Nothing in a lease deletes conditionally (a release rewrites the
+    /// record); code of your own that does must not run on such a store.
+    pub ignores_delete_conditions: bool,
 }
 
 /// Run every check, each under its own key below `prefix`, and report what
-/// the store can do. The race runs 5 workers × 10 increments.
+/// the store can do. The race runs 5 workers × 10 increments. Conditional
+/// deletes are checked by [`delete_condition`]: a store whose service
+/// ignores their condition is reported, not failed.
 ///
 /// # Panics
 ///
@@ -69,9 +81,12 @@ pub fn run_all(store: &dyn Store, prefix: &str) -> Capabilities {
     versions_round_trip(store, prefix);
     metadata_round_trip(store, prefix);
     delete_unconditional(store, prefix);
-    let conditional_delete = delete_if_version(store, prefix);
+    let delete = delete_condition(store, prefix);
     compare_and_swap_race(store, prefix, 5, 10);
-    Capabilities { conditional_delete }
+    Capabilities {
+        conditional_delete: delete == DeleteCondition::Honoured,
+        ignores_delete_conditions: delete == DeleteCondition::Ignored,
+    }
 }
 
 /// A read of a key never written answers [`StoreErrorKind::NotFound`]; an
@@ -277,6 +292,43 @@ pub fn delete_unconditional(store: &dyn Store, prefix: &str) {
 ///
 /// When the store ignores the condition, or answers otherwise.
 pub fn delete_if_version(store: &dyn Store, prefix: &str) -> bool {
+    match delete_condition(store, prefix) {
+        DeleteCondition::Honoured => true,
+        DeleteCondition::NotImplemented => false,
+        DeleteCondition::Ignored => Check::new("delete_if_version", store, prefix, "delete-if")
+            .fail(format_args!(
+                "a conditional delete with a stale version answered Ok(()) and deleted the \
+                 object; expected a Precondition refusal (or NotImplemented, deleting nothing)"
+            )),
+    }
+}
+
+/// What a store does with a [`DeleteMode::IfVersion`], as
+/// [`delete_condition`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteCondition {
+    /// A stale version is refused with [`StoreErrorKind::Precondition`],
+    /// the current one deletes.
+    Honoured,
+    /// Both are answered [`StoreErrorKind::NotImplemented`], and nothing is
+    /// deleted.
+    NotImplemented,
+    /// A stale version deletes the object: the condition is ignored.
+    Ignored,
+}
+
+/// The checks of [`delete_if_version`], telling a store that ignores the
+/// condition ([`DeleteCondition::Ignored`]: a delete with a stale version
+/// answered success and the object is gone) from one that breaks the
+/// contract otherwise.
+///
+/// # Panics
+///
+/// When the store answers otherwise than one of the three
+/// [`DeleteCondition`]s: a stale conditional delete that succeeds and
+/// leaves the object, a `NotImplemented` that deleted, a refusal that is
+/// not `Precondition`, a current version refused.
+pub fn delete_condition(store: &dyn Store, prefix: &str) -> DeleteCondition {
     let c = Check::new("delete_if_version", store, prefix, "delete-if");
     let v1 = c.expect_put(b"one", PutMode::Create, "a create");
     let v2 = c.expect_put(b"two", PutMode::Update(v1.clone()), "an update");
@@ -304,9 +356,22 @@ pub fn delete_if_version(store: &dyn Store, prefix: &str) -> bool {
                 "after a conditional delete answered NotImplemented",
             );
             c.clean_up();
-            return false;
+            return DeleteCondition::NotImplemented;
         }
         Err(e) if e.kind() == StoreErrorKind::Precondition => {}
+        Ok(()) => match c.store.get(&c.key, deadline()) {
+            Err(e) if e.kind() == StoreErrorKind::NotFound => {
+                c.expect_delete(&current, "a conditional delete of an absent key");
+                c.expect_absent("after the conditional delete of an absent key");
+                return DeleteCondition::Ignored;
+            }
+            other => c.fail(format_args!(
+                "a conditional delete with a stale version answered Ok(()), and a read after it \
+                 answered {}; expected a Precondition refusal (or NotImplemented, deleting \
+                 nothing)",
+                answered(&other)
+            )),
+        },
         other => c.fail(format_args!(
             "a conditional delete with a stale version answered {}; expected a Precondition \
              refusal (or NotImplemented, deleting nothing)",
@@ -318,15 +383,20 @@ pub fn delete_if_version(store: &dyn Store, prefix: &str) -> bool {
     c.expect_absent("after the conditional delete");
     c.expect_delete(&current, "a conditional delete of an absent key");
     c.expect_absent("after the conditional delete of an absent key");
-    true
+    DeleteCondition::Honoured
 }
 
 /// `workers` threads each add 1 to one counter object `increments` times,
 /// each increment a read then an update with the version read: re-read on a
 /// [`StoreErrorKind::Precondition`] refusal, retry after a short jittered
-/// pause on [`StoreErrorKind::Conflict`]. The counter must end at exactly
-/// `workers × increments`, and every accepted write must have returned a
-/// version no other write returned.
+/// pause on [`StoreErrorKind::Conflict`], and decide by reading after a
+/// [`StoreErrorKind::Transport`] answer (a 5xx, or no answer: the write may
+/// have landed), as a lease does. Each increment adds a token of its own
+/// to the counter, so a read tells whether a write whose answer was an
+/// error landed: counted once if it did, tried again if not. The counter
+/// must end at exactly `workers × increments`, and every write known to
+/// have landed by its answer must have returned a version no other write
+/// returned.
 ///
 /// # Panics
 ///
@@ -335,9 +405,16 @@ pub fn delete_if_version(store: &dyn Store, prefix: &str) -> bool {
 pub fn compare_and_swap_race(store: &dyn Store, prefix: &str, workers: usize, increments: usize) {
     let c = Check::new("compare_and_swap_race", store, prefix, "counter");
     let start = c.expect_put(b"0", PutMode::Overwrite, "the counter's first write");
-    let accepted: Vec<Version> = std::thread::scope(|scope| {
+    let accepted: Vec<Option<Version>> = std::thread::scope(|scope| {
+        let c = &c;
         let handles: Vec<_> = (0..workers)
-            .map(|_| scope.spawn(|| (0..increments).map(|_| c.increment()).collect::<Vec<_>>()))
+            .map(|w| {
+                scope.spawn(move || {
+                    (0..increments)
+                        .map(|i| c.increment(&format!("w{w}.{i}")))
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -349,20 +426,20 @@ pub fn compare_and_swap_race(store: &dyn Store, prefix: &str, workers: usize, in
     });
     let total = workers * increments;
     let end = c.read("the final read");
-    let count = parse_counter(&end.body);
-    if count != Some(total as u64) {
+    let count = c.counter(&end).0;
+    if count != total {
         c.fail(format_args!(
-            "{workers} workers × {increments} increments ended at {:?}, not {total}: the store \
-             lost or duplicated compare-and-swap writes",
-            String::from_utf8_lossy(&end.body)
+            "{workers} workers × {increments} increments ended at {count}, not {total}: the \
+             store lost or duplicated compare-and-swap writes"
         ));
     }
-    let mut distinct: HashSet<&Version> = accepted.iter().collect();
+    let known: Vec<&Version> = accepted.iter().flatten().collect();
+    let mut distinct: HashSet<&Version> = known.iter().copied().collect();
     distinct.insert(&start);
-    if distinct.len() != total + 1 {
+    if distinct.len() != known.len() + 1 {
         c.fail(format_args!(
             "{} accepted writes returned only {} distinct versions",
-            total + 1,
+            known.len() + 1,
             distinct.len()
         ));
     }
@@ -487,8 +564,13 @@ fn mode_name(mode: &PutMode) -> &'static str {
     }
 }
 
-fn parse_counter(body: &[u8]) -> Option<u64> {
-    std::str::from_utf8(body).ok()?.parse().ok()
+/// The race's counter, `COUNT TOKEN…` (`0` at first): its count and its
+/// tokens, one per increment, when the count is theirs.
+fn parse_counter(body: &[u8]) -> Option<(usize, Vec<&str>)> {
+    let mut words = std::str::from_utf8(body).ok()?.split(' ');
+    let count: usize = words.next()?.parse().ok()?;
+    let tokens: Vec<&str> = words.collect();
+    (tokens.len() == count).then_some((count, tokens))
 }
 
 /// How a request was answered, for a failure message.
@@ -631,30 +713,48 @@ impl<'a> Check<'a> {
         self.expect_delete(&DeleteMode::Unconditional, "the clean-up delete");
     }
 
-    /// One increment of the race: the version of the write that landed.
-    fn increment(&self) -> Version {
+    /// The count and tokens of the race's counter as read in `object`.
+    fn counter<'o>(&self, object: &'o Object) -> (usize, Vec<&'o str>) {
+        parse_counter(&object.body).unwrap_or_else(|| {
+            self.fail(format_args!(
+                "the counter holds {:?}, not a count and as many tokens",
+                String::from_utf8_lossy(&object.body)
+            ))
+        })
+    }
+
+    /// One increment of the race, adding `token`: the version of the write
+    /// that landed, when its answer or a read after it tells.
+    fn increment(&self, token: &str) -> Option<Version> {
+        // A write of ours was answered with an error and may have landed.
+        let mut unknown = false;
         for _ in 0..MAX_ATTEMPTS {
             let current = self.read("in the race");
-            let Some(count) = parse_counter(&current.body) else {
-                self.fail(format_args!(
-                    "the counter holds {:?}, not a number",
-                    String::from_utf8_lossy(&current.body)
-                ));
-            };
-            let next = (count + 1).to_string();
+            let (count, tokens) = self.counter(&current);
+            if unknown && tokens.contains(&token) {
+                // It landed: the version read is its own if nobody wrote
+                // since.
+                return (tokens.last() == Some(&token)).then_some(current.version);
+            }
+            let mut next = (count + 1).to_string();
+            for t in tokens.iter().chain([&token]) {
+                next.push(' ');
+                next.push_str(t);
+            }
             match self.put(
                 next.as_bytes(),
                 &PutOptions::new(PutMode::Update(current.version)),
             ) {
-                Ok(version) => return version,
+                Ok(version) => return Some(version),
                 Err(e) if e.kind() == StoreErrorKind::Precondition => {}
                 Err(e) if e.kind() == StoreErrorKind::Conflict => {
                     let jitter = getrandom::u32().unwrap_or(0) % 10;
                     std::thread::sleep(Duration::from_millis(1 + u64::from(jitter)));
                 }
+                Err(e) if e.kind() == StoreErrorKind::Transport => unknown = true,
                 Err(e) => self.fail(format_args!(
                     "an update in the race answered {:?} ({e}); expected success, a \
-                     Precondition refusal or a Conflict",
+                     Precondition refusal, a Conflict or a transient error",
                     e.kind()
                 )),
             }

@@ -16,6 +16,7 @@ fn the_strict_memory_store_passes_every_check() {
     let started = Instant::now();
     let capabilities: Capabilities = conformance::run_all(&store, "conformance/memory");
     assert!(capabilities.conditional_delete);
+    assert!(!capabilities.ignores_delete_conditions);
     assert_eq!(
         store.keys(),
         Vec::<String>::new(),
@@ -34,7 +35,21 @@ fn a_store_without_conditional_delete_passes_and_is_reported() {
     store.set(Misbehaviour::NoConditionalDelete);
     let capabilities = conformance::run_all(&store, "p/");
     assert!(!capabilities.conditional_delete);
+    assert!(!capabilities.ignores_delete_conditions);
     assert_eq!(store.keys(), Vec::<String>::new());
+}
+
+/// A service that honours conditional PUTs but deletes whatever is there
+/// when a DELETE carries `If-Match` (Ceph RGW 16.2): the suite passes it
+/// and says so, for a caller that deletes conditionally to check; the
+/// check on its own still fails it (below).
+#[test]
+fn a_store_that_ignores_delete_conditions_passes_and_is_reported() {
+    let store = Flawed::new(Flaw::DeleteIgnoresVersion);
+    let capabilities = conformance::run_all(&store, "p/");
+    assert!(!capabilities.conditional_delete);
+    assert!(capabilities.ignores_delete_conditions);
+    assert_eq!(store.inner.keys(), Vec::<String>::new());
 }
 
 #[test]
@@ -114,6 +129,8 @@ enum Flaw {
     DeleteIgnoresVersion,
     /// A conditional delete answers NotImplemented, but deletes anyway.
     DeletesDespiteNotImplemented,
+    /// A conditional delete answers success and deletes nothing.
+    DeleteSucceedsDoingNothing,
     /// A read of an absent key answers an empty object.
     EmptyForAbsent,
     /// Every fifth accepted update answers success but is not stored.
@@ -185,6 +202,7 @@ impl Store for Flawed {
             (Flaw::DeleteIgnoresVersion, DeleteMode::IfVersion(_)) => {
                 self.inner.delete(key, &DeleteMode::Unconditional, deadline)
             }
+            (Flaw::DeleteSucceedsDoingNothing, DeleteMode::IfVersion(_)) => Ok(()),
             (Flaw::DeletesDespiteNotImplemented, DeleteMode::IfVersion(_)) => {
                 self.inner
                     .delete(key, &DeleteMode::Unconditional, deadline)?;
@@ -230,6 +248,18 @@ fn stores_broken_in_other_ways_fail_their_checks() {
         "a conditional delete with a stale version answered Ok(())",
     );
 
+    // Nor does the suite, which reports a store that ignores the
+    // condition, pass one whose success deleted nothing.
+    let store = Flawed::new(Flaw::DeleteSucceedsDoingNothing);
+    assert_caught(
+        || {
+            conformance::run_all(&store, "p");
+        },
+        "delete_if_version",
+        "a conditional delete with a stale version answered Ok(()), and a read after it \
+         answered Ok(",
+    );
+
     let store = Flawed::new(Flaw::DeletesDespiteNotImplemented);
     assert_caught(
         || {
@@ -250,6 +280,57 @@ fn stores_broken_in_other_ways_fail_their_checks() {
     assert_caught(
         || conformance::compare_and_swap_race(&store, "p", 1, 10),
         "compare_and_swap_race",
-        "1 workers × 10 increments ended at \"8\", not 10",
+        "1 workers × 10 increments ended at 8, not 10",
     );
+}
+
+/// A service that answers some conditional writes with a 5xx under
+/// contention (Ceph RGW 16.2 answers a write that lost a race inside the
+/// service `500 UnknownError`): of every three updates, one lands but its
+/// answer is an error, one is an error and does not land.
+#[derive(Debug, Default)]
+struct TransientUpdates {
+    inner: MemoryStore,
+    updates: AtomicU64,
+}
+
+impl Store for TransientUpdates {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.get(key, deadline)
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        let transient = || {
+            StoreError::new(
+                bucket_lease_core::store::StoreErrorKind::Transport,
+                "PUT",
+                key,
+            )
+        };
+        if !matches!(options.mode, PutMode::Update(_)) {
+            return self.inner.put(key, body, options);
+        }
+        match self.updates.fetch_add(1, Ordering::Relaxed) % 3 {
+            1 => self.inner.put(key, body, options).and(Err(transient())),
+            2 => Err(transient()),
+            _ => self.inner.put(key, body, options),
+        }
+    }
+
+    fn delete(&self, key: &str, mode: &DeleteMode, d: Option<Instant>) -> Result<(), StoreError> {
+        self.inner.delete(key, mode, d)
+    }
+}
+
+/// The race decides an update answered with a transient error by reading,
+/// as a lease does: one that landed is counted once, one that did not is
+/// tried again; the total is still exact, alone and with rivals.
+#[test]
+fn the_race_reads_to_decide_an_update_answered_with_a_transient_error() {
+    for workers in [1, 4] {
+        let store = TransientUpdates::default();
+        conformance::compare_and_swap_race(&store, "race", workers, 9);
+        assert!(store.updates.load(Ordering::Relaxed) >= 9 * workers as u64);
+        assert_eq!(store.inner.keys(), Vec::<String>::new());
+    }
 }

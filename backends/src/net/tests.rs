@@ -217,3 +217,48 @@ fn localhost_names_are_localhost_and_its_subdomains_only() {
         assert!(!is_localhost(host), "{host}");
     }
 }
+
+/// Waiting for an answer puts the socket in quick-ack mode each time, so
+/// that a service that writes an answer's head and body in two segments
+/// (Ceph RGW does, on a refusal) is not held back by our delayed ACK
+/// (Nagle on its side waits for it: 40 ms). Read back with `getsockopt`:
+/// the socket is first put in delayed-ACK mode, as the kernel does after
+/// our request goes out, and the peer answers only once it sees quick-ack
+/// mode set by the wait, so this fails (after 5 s) when the wait never
+/// sets it.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[test]
+fn each_wait_for_an_answer_sets_quick_ack_mode() {
+    use rustix::net::sockopt::{set_tcp_quickack, tcp_quickack};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    let probe = stream.try_clone().unwrap();
+    let mut tcp = Tcp::new(stream, &config());
+    for round in 1..=3 {
+        set_tcp_quickack(&probe, false).unwrap();
+        assert!(
+            !tcp_quickack(&probe).unwrap(),
+            "round {round}: delayed ACKs"
+        );
+        let waiting = thread::spawn(move || {
+            let answered = tcp.await_input(within(Duration::from_secs(10)));
+            (tcp, answered)
+        });
+        let wait = Instant::now() + Duration::from_secs(5);
+        while !tcp_quickack(&probe).unwrap() {
+            if Instant::now() >= wait {
+                peer.write_all(b"x").unwrap();
+                waiting.join().unwrap().1.unwrap();
+                panic!("round {round}: waiting for an answer left delayed ACKs on");
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        peer.write_all(b"answer").unwrap();
+        let (back, answered) = waiting.join().unwrap();
+        assert!(answered.unwrap(), "round {round}");
+        tcp = back;
+        let n = tcp.buffers().input().len();
+        tcp.buffers().input_consume(n);
+    }
+}

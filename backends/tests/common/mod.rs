@@ -29,6 +29,10 @@ pub enum Server {
     LocalBucket,
     /// nanio: verifies SigV4 signatures.
     Nanio,
+    /// Ceph RGW 16.2: a real S3 service; refuses a quoted `If-Match`
+    /// (right or wrong) and accepts the bare one, ignores `If-Match` on
+    /// DELETE.
+    Rgw,
 }
 
 impl Server {
@@ -39,6 +43,7 @@ impl Server {
             Server::S3rver => "BUCKET_LEASE_TEST_S3RVER_URL",
             Server::LocalBucket => "BUCKET_LEASE_TEST_LOCALBUCKET_URL",
             Server::Nanio => "BUCKET_LEASE_TEST_NANIO_URL",
+            Server::Rgw => "BUCKET_LEASE_TEST_RGW_URL",
         }
     }
 
@@ -50,6 +55,10 @@ impl Server {
             Server::Nanio => Credentials::new(
                 required_var("BUCKET_LEASE_TEST_NANIO_ACCESS_KEY"),
                 required_var("BUCKET_LEASE_TEST_NANIO_SECRET_KEY"),
+            ),
+            Server::Rgw => Credentials::new(
+                required_var("BUCKET_LEASE_TEST_RGW_ACCESS_KEY"),
+                required_var("BUCKET_LEASE_TEST_RGW_SECRET_KEY"),
             ),
         }
     }
@@ -123,27 +132,41 @@ pub fn store(server_kind: Server) -> Option<HttpStore> {
 /// against moto: S3 virtual-hosted (`bucket.s3.localhost`, connected to
 /// moto's address), R2 path-style signing for region `auto`, MinIO
 /// path-style. `None` when moto is not running.
+pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
+    profile_stores_on(Server::Moto)
+}
+
+/// Every profile built into this crate against `server_kind`, configured
+/// as [`profile_stores_on_moto`] says (but the S3 profile on RGW, whose
+/// `rgw dns name` is `localhost`, at `bucket.localhost`), each with the
+/// profile's own defaults (conditional deletes, ETag spelling). `None`
+/// when it is not running.
 // The pushes are each behind a profile's feature.
 #[allow(clippy::vec_init_then_push)]
-pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
-    let url = server(Server::Moto)?;
+pub fn profile_stores_on(server_kind: Server) -> Option<Vec<(&'static str, HttpStore)>> {
+    let url = server(server_kind)?;
     let mut stores = Vec::new();
     #[cfg(feature = "s3")]
     let addr: std::net::SocketAddr = url
         .trim_start_matches("http://")
         .parse()
-        .expect("moto's URL is http://127.0.0.1:PORT");
+        .expect("the server's URL is http://127.0.0.1:PORT");
+    #[cfg(feature = "s3")]
+    let domain = match server_kind {
+        Server::Rgw => "localhost",
+        _ => "s3.localhost",
+    };
     #[cfg(feature = "s3")]
     stores.push((
         "s3",
         bucket_lease_backends::s3::builder()
             .region("us-east-1")
-            .endpoint(format!("http://s3.localhost:{}", addr.port()))
+            .endpoint(format!("http://{domain}:{}", addr.port()))
             // A custom endpoint is path-style unless asked otherwise.
             .addressing(Addressing::VirtualHosted)
             .connect_to(addr)
             .bucket(bucket())
-            .credentials(Server::Moto.credentials())
+            .credentials(server_kind.credentials())
             .build()
             .unwrap(),
     ));
@@ -153,7 +176,7 @@ pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
         bucket_lease_backends::r2::builder()
             .endpoint(url.clone())
             .bucket(bucket())
-            .credentials(Server::Moto.credentials())
+            .credentials(server_kind.credentials())
             .build()
             .unwrap(),
     ));
@@ -163,7 +186,7 @@ pub fn profile_stores_on_moto() -> Option<Vec<(&'static str, HttpStore)>> {
         bucket_lease_backends::minio::builder()
             .endpoint(url.clone())
             .bucket(bucket())
-            .credentials(Server::Moto.credentials())
+            .credentials(server_kind.credentials())
             .build()
             .unwrap(),
     ));
