@@ -37,6 +37,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// How long one command of these tests may take: every one is bounded
+/// far below this by its own deadlines.
+const RUN_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// A server of `scripts/test-servers.sh` and the keys it accepts.
 struct Server {
     name: &'static str,
@@ -180,9 +184,53 @@ impl Env {
         command
     }
 
-    /// `bucket-lease ARGS` to the end.
+    /// `bucket-lease ARGS` to the end, which must come within
+    /// [`RUN_BOUND`]: a command that hangs fails the test, showing what it
+    /// had said, rather than holding the suite.
     fn run(&self, args: &[&str]) -> Done {
-        Done::from(self.command(args).output().expect("the binary runs"))
+        let mut child = self
+            .command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary runs");
+        let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+            let (sent, received) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                let _ = pipe.read_to_end(&mut bytes);
+                let _ = sent.send(bytes);
+            });
+            received
+        };
+        // The output ends soon after the command does, unless a process it
+        // left holds the pipe: a failure too.
+        let ended = |pipe: std::sync::mpsc::Receiver<Vec<u8>>, what: &str| {
+            pipe.recv_timeout(std::time::Duration::from_secs(10))
+                .unwrap_or_else(|_| {
+                    panic!("bucket-lease {args:?} exited, but its {what} stayed open")
+                })
+        };
+        let stdout = drain(Box::new(child.stdout.take().expect("piped")));
+        let stderr = drain(Box::new(child.stderr.take().expect("piped")));
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("waiting for the binary") {
+                break status;
+            }
+            if start.elapsed() > RUN_BOUND {
+                let _ = child.kill();
+                let _ = child.wait();
+                let said = String::from_utf8_lossy(&ended(stderr, "stderr")).into_owned();
+                panic!("bucket-lease {args:?} did not end within {RUN_BOUND:?}; it said:\n{said}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        Done::from(std::process::Output {
+            status,
+            stdout: ended(stdout, "stdout"),
+            stderr: ended(stderr, "stderr"),
+        })
     }
 
     /// The store `url` names, opened by the library with these settings,
