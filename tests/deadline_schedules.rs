@@ -211,6 +211,41 @@ fn no_request_of_a_fenced_holder_leaves_after_its_deadline() {
     lease_b.release().unwrap();
 }
 
+/// `bucket-lease BEFORE URL -- COMMAND` with a fresh lease URL on `moto`,
+/// signing with what the `credential_process` `script` in `dir` prints,
+/// and nothing else of the machine's environment but `PATH`: its exit
+/// status and standard error (its output goes nowhere).
+#[cfg(feature = "cli")]
+fn run_signing_with(
+    moto: &str,
+    dir: &TempDir,
+    script: &str,
+    before: &[&str],
+    command: &[&str],
+) -> std::process::Output {
+    let mut vars = process_profile(dir, script);
+    vars.push(("AWS_ENDPOINT_URL", moto.to_string()));
+    vars.push(("AWS_REGION", "us-east-1".into()));
+    vars.push(("PATH", std::env::var("PATH").unwrap_or_default()));
+    let url = format!(
+        "minio://{}/{}",
+        common::bucket(),
+        common::unique_prefix("process-credentials")
+    );
+    std::process::Command::new(env!("CARGO_BIN_EXE_bucket-lease"))
+        .env_clear()
+        .envs(vars.iter().map(|(n, v)| (*n, v.as_str())))
+        .args(before)
+        .arg(&url)
+        .arg("--")
+        .args(command)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
 /// Schedule 2. A `credential_process` whose later runs print credentials
 /// and leave a child holding the pipe for 20 s (a cache agent): `run`
 /// keeps renewing its 3 s lease while the command sleeps 5 s, and exits 0
@@ -230,25 +265,14 @@ fn run_keeps_renewing_when_the_credential_process_leaves_a_child_on_its_output()
         ran = ran.display(),
         pids = pids.display()
     );
-    let mut vars = process_profile(&dir, &script);
-    vars.push(("AWS_ENDPOINT_URL", moto));
-    vars.push(("AWS_REGION", "us-east-1".into()));
-    vars.push(("PATH", std::env::var("PATH").unwrap_or_default()));
-    let url = format!(
-        "minio://{}/{}",
-        common::bucket(),
-        common::unique_prefix("schedule-2")
-    );
     let t0 = Instant::now();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_bucket-lease"))
-        .env_clear()
-        .envs(vars.iter().map(|(n, v)| (*n, v.as_str())))
-        .args(["run", "--ttl", "3", &url, "--", "sleep", "5"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
+    let output = run_signing_with(
+        &moto,
+        &dir,
+        &script,
+        &["run", "--ttl", "3"],
+        &["sleep", "5"],
+    );
     let took = t0.elapsed();
     let stderr = String::from_utf8_lossy(&output.stderr);
     eprintln!(
@@ -284,24 +308,13 @@ fn run_spares_a_credential_refresh_in_flight_when_the_command_ends() {
         ran = ran.display(),
         refreshed = refreshed.display()
     );
-    let mut vars = process_profile(&dir, &script);
-    vars.push(("AWS_ENDPOINT_URL", moto));
-    vars.push(("AWS_REGION", "us-east-1".into()));
-    vars.push(("PATH", std::env::var("PATH").unwrap_or_default()));
-    let url = format!(
-        "minio://{}/{}",
-        common::bucket(),
-        common::unique_prefix("refresh-at-exit")
+    let output = run_signing_with(
+        &moto,
+        &dir,
+        &script,
+        &["-v", "run", "--ttl", "10"],
+        &["sleep", "1"],
     );
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_bucket-lease"))
-        .env_clear()
-        .envs(vars.iter().map(|(n, v)| (*n, v.as_str())))
-        .args(["-v", "run", "--ttl", "10", &url, "--", "sleep", "1"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     eprintln!("run exited {:?}; it said:\n{stderr}", output.status.code());
     assert_eq!(output.status.code(), Some(0), "{stderr}");

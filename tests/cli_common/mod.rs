@@ -633,47 +633,29 @@ pub fn second_run_is_held_then_waits(t: &Target) {
 /// second run right after it does too, one epoch up, each releasing the
 /// lease.
 pub fn runs_twice_in_a_row_with_renewals(t: &Target) {
-    let url = t.url("twice");
-    for round in 1..=2 {
-        let done = t.run([
-            "run",
-            "--ttl",
-            "3",
-            url.as_str(),
-            "--",
-            "sh",
-            "-c",
-            "sleep 2.5; echo $BUCKET_LEASE_EPOCH",
-        ]);
-        assert_eq!(done.code, Some(0), "run {round}: {done:?}");
-        assert_eq!(done.stdout.trim(), round.to_string(), "run {round}");
-        assert!(!done.stderr.contains("error"), "run {round}: {done:?}");
-        let json = t.inspect(&url);
-        assert_eq!(json["state"], "free", "run {round}: {json}");
-        assert_eq!(json["epoch"], round, "run {round}: {json}");
-    }
+    runs_twice(t, "twice", "sleep 2.5; echo $BUCKET_LEASE_EPOCH");
 }
 
 /// A command that ends before the first renewal is due (`true`, TTL 3 s:
 /// renewals every second) leaves the lease released, and the next run
 /// takes it at once, one epoch up.
 pub fn a_command_shorter_than_a_renewal_then_another_run(t: &Target) {
-    let url = t.url("short");
+    runs_twice(t, "short", "echo $BUCKET_LEASE_EPOCH");
+}
+
+/// `run --ttl 3 URL -- sh -c SCRIPT` twice on the lease `name`: each exits
+/// 0 with nothing said of an error, prints its epoch (1, then 2), and
+/// leaves the lease released.
+fn runs_twice(t: &Target, name: &str, script: &str) {
+    let url = t.url(name);
     for round in 1..=2 {
-        let done = t.run([
-            "run",
-            "--ttl",
-            "3",
-            url.as_str(),
-            "--",
-            "sh",
-            "-c",
-            "echo $BUCKET_LEASE_EPOCH",
-        ]);
+        let done = t.run(["run", "--ttl", "3", url.as_str(), "--", "sh", "-c", script]);
         assert_eq!(done.code, Some(0), "run {round}: {done:?}");
         assert_eq!(done.stdout.trim(), round.to_string(), "run {round}");
+        assert!(!done.stderr.contains("error"), "run {round}: {done:?}");
         let json = t.inspect(&url);
         assert_eq!(json["state"], "free", "run {round}: {json}");
+        assert_eq!(json["epoch"], round, "run {round}: {json}");
         assert_eq!(json["released"], true, "run {round}: {json}");
     }
 }
