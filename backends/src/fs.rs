@@ -636,6 +636,7 @@ impl Store for DirStore {
                 }
                 Some(_) => {}
             },
+            _ => return Err(unknown_mode("PUT", key)),
         }
         temp.rename_to(&request, &at.object)?;
         drop(lock);
@@ -655,14 +656,16 @@ impl Store for DirStore {
         let at = self.locate(&request)?;
 
         let lock = self.lock(&request, deadline)?;
-        if let DeleteMode::IfVersion(wanted) = mode {
-            match request.open_header(&at.object)? {
+        match mode {
+            DeleteMode::Unconditional => {}
+            DeleteMode::IfVersion(wanted) => match request.open_header(&at.object)? {
                 None => return Ok(()),
                 Some(opened) if !is_version(&opened.header.etag, wanted) => {
                     return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
                 }
                 Some(_) => {}
-            }
+            },
+            _ => return Err(unknown_mode("DELETE", key)),
         }
         match fs::remove_file(&at.object) {
             Ok(()) => {}
@@ -682,6 +685,13 @@ struct Opened {
     /// How many bytes of the file the header takes.
     header_length: usize,
     reader: BufReader<File>,
+}
+
+/// The answer to a write or delete mode newer than this store: not
+/// implemented, nothing done.
+fn unknown_mode(method: &'static str, key: &str) -> StoreError {
+    StoreError::new(StoreErrorKind::NotImplemented, method, key)
+        .with_message("the directory store does not know this mode; update bucket-lease-backends")
 }
 
 #[cfg(test)]

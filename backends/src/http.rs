@@ -97,6 +97,7 @@ const MAX_IDLE_CONNECTIONS: usize = 4;
 /// MinIO, Ceph, …) is addressed path-style, as botocore and object_store
 /// do, since `bucket.localhost` or `bucket.minio` seldom resolves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Addressing {
     /// `https://endpoint/bucket/key`.
     Path,
@@ -1422,6 +1423,7 @@ impl Store for HttpStore {
             PutMode::Create => (Op::Create, None),
             PutMode::Update(version) => (Op::Update, Some(version)),
             PutMode::Overwrite => (Op::Overwrite, None),
+            _ => return Err(unknown_mode("PUT", key)),
         };
         // One bound for the write, and for the HEAD and second write a
         // refusal of a right ETag may cost.
@@ -1467,6 +1469,7 @@ impl Store for HttpStore {
                 return self.delete_if_match(key, version, deadline);
             }
             DeleteMode::IfVersion(version) => version,
+            _ => return Err(unknown_mode("DELETE", key)),
         };
         // One bound for the check a first conditional delete costs, and
         // for the delete.
@@ -1667,6 +1670,13 @@ fn encode_key(key: &str) -> String {
         }
     }
     out
+}
+
+/// The answer to a write or delete mode newer than this client: not
+/// implemented, nothing sent.
+fn unknown_mode(method: &'static str, key: &str) -> StoreError {
+    StoreError::new(StoreErrorKind::NotImplemented, method, key)
+        .with_message("the HTTP store does not know this mode; update bucket-lease-backends")
 }
 
 #[cfg(test)]

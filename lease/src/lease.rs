@@ -161,6 +161,7 @@ const PROBE_ETAG: &str = "\"bucket-lease-probe-etag-never-issued\"";
 
 /// How strongly a lease keeps a second writer out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Exclusion {
     /// Every acquire and renewal is one compare-and-swap on the service, and
     /// the service was seen refusing false conditions.
@@ -168,6 +169,16 @@ pub enum Exclusion {
     /// Each step reads, then writes unconditionally: two writers that start
     /// together can both believe they hold the lease until the next renewal.
     BestEffort,
+}
+
+impl Exclusion {
+    /// Its name in messages and JSON: `conditional` or `best-effort`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exclusion::Conditional => "conditional",
+            Exclusion::BestEffort => "best-effort",
+        }
+    }
 }
 
 /// How a lease is taken: its TTL, whether to run best-effort, and the clock.
@@ -232,6 +243,7 @@ impl Default for LeaseOptions {
 
 /// What a release did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Released {
     /// Our record now says it was released: anyone may take the lease.
     Freed,
@@ -649,6 +661,7 @@ enum State {
 /// Where a lease stands now: exactly one of four states, on the lease's
 /// clocks at the moment of the call.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LeaseStatus {
     /// The holder may write until `deadline` on the lease's monotonic clock.
     Held {

@@ -70,6 +70,7 @@ impl Version {
 
 /// How a write treats an object that is already there.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PutMode {
     /// Write only if the key is absent (`If-None-Match: *`).
     Create,
@@ -117,6 +118,7 @@ impl PutOptions {
 
 /// Which objects a delete may remove.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeleteMode {
     /// Remove whatever is there.
     Unconditional,

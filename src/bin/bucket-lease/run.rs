@@ -289,7 +289,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         lease.key(),
         lease.instance_id(),
         lease.epoch(),
-        exclusion_name(lease.exclusion()),
+        Exclusion::name(lease.exclusion()),
         lease.ttl_s()
     );
     let mut start =
@@ -302,7 +302,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         .env("BUCKET_LEASE_EPOCH", lease.epoch().to_string())
         .env("BUCKET_LEASE_TTL_S", lease.ttl_s().to_string())
         .env("BUCKET_LEASE_ACQUIRED_AT", lease.acquired_at())
-        .env("BUCKET_LEASE_EXCLUSION", exclusion_name(lease.exclusion()));
+        .env("BUCKET_LEASE_EXCLUSION", Exclusion::name(lease.exclusion()));
     let keeper_options = KeeperOptions::new()
         .thread_name("lease-keeper")
         .release_timeout(release_timeout(o.ttl_s));
@@ -639,6 +639,7 @@ fn release(keeper: Keeper) {
         Ok(Released::LeftAlone { holder: None }) => {
             log::warn!("not releasing: the lease record is not ours any more")
         }
+        Ok(other) => log::info!("released: {other:?}"),
         Err(e) => log::warn!("releasing the lease failed (it expires after its TTL): {e}"),
     }
 }
@@ -671,13 +672,6 @@ fn signal_name(sig: i32) -> String {
         SIGHUP => "SIGHUP".into(),
         9 => "SIGKILL".into(),
         other => format!("signal {other}"),
-    }
-}
-
-fn exclusion_name(exclusion: Exclusion) -> &'static str {
-    match exclusion {
-        Exclusion::Conditional => "conditional",
-        Exclusion::BestEffort => "best-effort",
     }
 }
 
