@@ -153,13 +153,19 @@ impl Supervisor {
                 return self.status;
             }
             let now = Instant::now();
+            // A signal taken here (a SIGCHLD that came after the reap above,
+            // say) is not in the pipe any more: the loop must go round
+            // again rather than sleep, or that child's exit is never seen.
+            let mut took_signals = false;
             for sig in signals.pending() {
+                took_signals = true;
                 self.on_signal(sig, now);
             }
             if self.phase == Phase::Running && self.status.is_some() {
                 self.drain(now);
             }
             match self.phase {
+                Phase::Running if took_signals => {}
                 Phase::Running => {
                     // Nothing is timed: sleep until a signal (SIGCHLD too).
                     for sig in signals.wait() {
