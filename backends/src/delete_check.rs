@@ -125,11 +125,7 @@ fn check(
     deadline: Instant,
 ) -> Result<Result<(), String>, StoreError> {
     let scratch = probe_key(key);
-    let put = PutOptions {
-        mode: PutMode::Create,
-        metadata: Vec::new(),
-        deadline: Some(deadline),
-    };
+    let put = PutOptions::new(PutMode::Create).with_deadline(Some(deadline));
     let version = store.put(&scratch, b"bucket-lease delete check", &put)?;
     let verdict = judge(store, &scratch, &version, deadline);
     if !matches!(verdict, Ok(Ok(()))) {

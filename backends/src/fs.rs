@@ -584,11 +584,9 @@ impl Store for DirStore {
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
         match request.read(&at.object, MAX_BODY)? {
-            Some((header, body)) => Ok(Object {
-                body,
-                version: Version::etag(header.etag),
-                metadata: header.metadata,
-            }),
+            Some((header, body)) => {
+                Ok(Object::new(body, Version::etag(header.etag)).with_metadata(header.metadata))
+            }
             None => Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey")),
         }
     }
@@ -600,11 +598,10 @@ impl Store for DirStore {
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
         match request.open_header(&at.object)? {
-            Some(Opened { header, .. }) => Ok(Object {
-                body: Vec::new(),
-                version: Version::etag(header.etag),
-                metadata: header.metadata,
-            }),
+            Some(Opened { header, .. }) => {
+                Ok(Object::new(Vec::new(), Version::etag(header.etag))
+                    .with_metadata(header.metadata))
+            }
             None => Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey")),
         }
     }

@@ -1287,11 +1287,7 @@ fn object_of(key: &str, answer: Answer) -> Result<Object, StoreError> {
             Some((name.to_string(), value))
         })
         .collect();
-    Ok(Object {
-        body,
-        version,
-        metadata,
-    })
+    Ok(Object::new(body, version).with_metadata(metadata))
 }
 
 /// The error for a request that got no answer: not sent (the lookup, the

@@ -37,11 +37,9 @@ fn renewals_reuse_one_connection_and_carry_signed_conditions() {
     let store = store(&server);
     let mut version = Version::etag("\"v0\"");
     for _ in 0..3 {
-        let options = PutOptions {
-            mode: PutMode::Update(version.clone()),
-            metadata: vec![("owner".into(), "host-7".into())],
-            deadline: Some(Instant::now() + Duration::from_secs(5)),
-        };
+        let options = PutOptions::new(PutMode::Update(version.clone()))
+            .with_metadata("owner", "host-7")
+            .with_deadline(Some(Instant::now() + Duration::from_secs(5)));
         version = store.put("jobs/LEASE", b"{\"n\":1}", &options).unwrap();
     }
     assert_eq!(version.etag.as_deref(), Some("\"v3\""));

@@ -128,6 +128,7 @@ pub fn format_stamp(at: SystemTime) -> String {
 
 /// The contents of `{prefix}/LEASE`. See the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LeaseRecord {
     /// The holder's instance id.
     pub instance_id: String,
@@ -153,6 +154,35 @@ pub struct LeaseRecord {
 }
 
 impl LeaseRecord {
+    /// A held record of `instance_id` at `epoch`, taken at `acquired_at`
+    /// and renewed at `renewed_at` (RFC 3339, see [`format_stamp`]) with a
+    /// TTL of `ttl_s`; no nonce (nobody's own) until
+    /// [`with_nonce`](Self::with_nonce).
+    pub fn new(
+        instance_id: impl Into<String>,
+        acquired_at: impl Into<String>,
+        renewed_at: impl Into<String>,
+        ttl_s: u64,
+        epoch: u64,
+    ) -> Self {
+        LeaseRecord {
+            instance_id: instance_id.into(),
+            acquired_at: acquired_at.into(),
+            renewed_at: renewed_at.into(),
+            ttl_s,
+            epoch,
+            released_at: None,
+            instance_nonce: None,
+        }
+    }
+
+    /// This record written by the process whose nonce is `nonce`.
+    #[must_use]
+    pub fn with_nonce(mut self, nonce: impl Into<String>) -> Self {
+        self.instance_nonce = Some(nonce.into());
+        self
+    }
+
     /// Parse a record; `None` when the bytes are not a lease record.
     pub fn parse(bytes: &[u8]) -> Option<LeaseRecord> {
         serde_json::from_slice(bytes).ok()

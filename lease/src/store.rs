@@ -84,6 +84,7 @@ pub enum PutMode {
 /// One write: its mode, the user metadata to store with the object, and the
 /// moment by which the request must have been answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PutOptions {
     /// What the write may replace.
     pub mode: PutMode,
@@ -130,6 +131,7 @@ pub enum DeleteMode {
 
 /// An object as read: its bytes, its version and its user metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Object {
     /// The object's contents.
     pub body: Vec<u8>,
@@ -137,6 +139,24 @@ pub struct Object {
     pub version: Version,
     /// User metadata, names in lower case without the `x-amz-meta-` prefix.
     pub metadata: Vec<(String, String)>,
+}
+
+impl Object {
+    /// `body` at `version`, without user metadata.
+    pub fn new(body: Vec<u8>, version: Version) -> Self {
+        Object {
+            body,
+            version,
+            metadata: Vec::new(),
+        }
+    }
+
+    /// This object with `metadata` (names in lower case).
+    #[must_use]
+    pub fn with_metadata(mut self, metadata: Vec<(String, String)>) -> Self {
+        self.metadata = metadata;
+        self
+    }
 }
 
 /// A blocking object store with conditional writes. See the [module

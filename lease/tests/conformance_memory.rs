@@ -157,15 +157,13 @@ impl Flawed {
 impl Store for Flawed {
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         match self.inner.get(key, deadline) {
-            Err(_) if self.flaw == Flaw::EmptyForAbsent => Ok(Object {
-                body: Vec::new(),
-                version: Version::etag("\"empty\""),
-                metadata: Vec::new(),
-            }),
-            Ok(object) if self.flaw == Flaw::SameVersion => Ok(Object {
-                version: Version::etag("\"same\""),
-                ..object
-            }),
+            Err(_) if self.flaw == Flaw::EmptyForAbsent => {
+                Ok(Object::new(Vec::new(), Version::etag("\"empty\"")))
+            }
+            Ok(object) if self.flaw == Flaw::SameVersion => {
+                Ok(Object::new(object.body, Version::etag("\"same\""))
+                    .with_metadata(object.metadata))
+            }
             other => other,
         }
     }

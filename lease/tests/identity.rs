@@ -56,14 +56,10 @@ impl World {
     /// given nonce, or none (the reference, an older version).
     fn plant(&self, nonce: Option<&str>, epoch: u64) {
         let now = format_stamp(self.clock.wall());
-        let record = LeaseRecord {
-            instance_id: NAME.into(),
-            acquired_at: now.clone(),
-            renewed_at: now,
-            ttl_s: TTL_S,
-            epoch,
-            released_at: None,
-            instance_nonce: nonce.map(str::to_string),
+        let record = LeaseRecord::new(NAME, now.clone(), now, TTL_S, epoch);
+        let record = match nonce {
+            Some(nonce) => record.with_nonce(nonce),
+            None => record,
         };
         self.store.insert(KEY, &record.to_bytes());
     }

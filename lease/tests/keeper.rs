@@ -135,15 +135,8 @@ fn renewals_that_keep_failing_end_in_the_fence_and_then_stop() {
 fn a_takeover_is_reported_as_lost_naming_the_new_holder() {
     let (store, clock, keeper) = start(30);
     let events = keeper.events().clone();
-    let usurper = LeaseRecord {
-        instance_id: "usurper".into(),
-        acquired_at: format_stamp(clock.wall()),
-        renewed_at: format_stamp(clock.wall()),
-        ttl_s: 30,
-        epoch: 2,
-        released_at: None,
-        instance_nonce: None,
-    };
+    let now = format_stamp(clock.wall());
+    let usurper = LeaseRecord::new("usurper", now.clone(), now, 30, 2);
     store.inner.insert(KEY, &usurper.to_bytes());
     clock.advance(secs(10));
     match next(&events) {

@@ -59,15 +59,8 @@ impl World {
         } else {
             now - secs(renewed_ahead_s.unsigned_abs())
         };
-        let record = LeaseRecord {
-            instance_id: id.into(),
-            acquired_at: format_stamp(renewed),
-            renewed_at: format_stamp(renewed),
-            ttl_s,
-            epoch: 4,
-            released_at: None,
-            instance_nonce: None,
-        };
+        let stamp = format_stamp(renewed);
+        let record = LeaseRecord::new(id, stamp.clone(), stamp, ttl_s, 4);
         self.store.insert(KEY, &record.to_bytes());
     }
 }

@@ -28,15 +28,8 @@ fn record_at(store: &MemoryStore) -> LeaseRecord {
 }
 
 fn plant(store: &MemoryStore, id: &str, renewed: SystemTime, ttl_s: u64, epoch: u64) {
-    let record = LeaseRecord {
-        instance_id: id.into(),
-        acquired_at: format_stamp(renewed),
-        renewed_at: format_stamp(renewed),
-        ttl_s,
-        epoch,
-        released_at: None,
-        instance_nonce: None,
-    };
+    let stamp = format_stamp(renewed);
+    let record = LeaseRecord::new(id, stamp.clone(), stamp, ttl_s, epoch);
     store.insert(KEY, &record.to_bytes());
 }
 

@@ -205,15 +205,7 @@ fn a_suspect_record_is_taken_when_its_watch_ends() {
     let clock = TestClock::new();
     // A dead holder's record stamped a day ahead.
     let stamp = bucket_lease_core::record::format_stamp(clock.wall() + Duration::from_secs(86_400));
-    let ghost = LeaseRecord {
-        instance_id: "ghost".to_string(),
-        acquired_at: stamp.clone(),
-        renewed_at: stamp,
-        ttl_s: TTL_S,
-        epoch: 9,
-        released_at: None,
-        instance_nonce: None,
-    };
+    let ghost = LeaseRecord::new("ghost", stamp.clone(), stamp, TTL_S, 9);
     store
         .put(
             "job/LEASE",
