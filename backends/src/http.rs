@@ -1563,8 +1563,12 @@ impl HttpStore {
                 Ok(answer)
             }
             Err(e) if e.kind() == StoreErrorKind::Precondition => {
-                // Neither spelling: keep the first, and its refusal.
-                if switched {
+                // Neither spelling, if the object still has that ETag: keep
+                // the first, and its refusal. If it changed meanwhile, the
+                // second write lost a race, which says nothing against the
+                // new spelling (switching back then could leave a busy key
+                // refused in the wrong spelling for good).
+                if switched && self.refused_a_right_etag(key, version, deadline) {
                     self.spelling.switch_from(!bare);
                 }
                 Err(refused)

@@ -23,7 +23,9 @@
 //!   or the builder's `unquoted_etags`), and neither is one a right ETag
 //!   was accepted in: a conformant service costs no extra request once one
 //!   conditional write has landed.
-//! - **The question costs one HEAD**, within the write's own deadline, and
+//! - **The question costs one HEAD** (two when the second spelling is
+//!   refused too: a changed ETag then means a lost race, and the new
+//!   spelling stays), within the write's own deadline, and
 //!   only for an `If-Match` write refused while the spelling is unsettled.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
