@@ -226,6 +226,7 @@ struct Renewer {
     release_timeout: Duration,
 }
 
+internal! {
 /// How one renewal attempt ended, as [`RenewalSchedule::record`] takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
@@ -241,7 +242,9 @@ pub enum Attempt {
         reason: String,
     },
 }
+}
 
+internal! {
 /// What the renewal loop does next, as [`RenewalSchedule::step`] decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -260,7 +263,9 @@ pub enum Step {
     /// ([`Event::Fenced`] or [`Event::Lost`]) and renew no more.
     End(Event),
 }
+}
 
+internal! {
 /// The renewal loop's decisions, without I/O or threads: when to renew,
 /// when to retry, and when the lease is over.
 ///
@@ -277,6 +282,7 @@ pub struct RenewalSchedule {
     next: Instant,
     failures: u32,
     lost_reason: Option<String>,
+}
 }
 
 impl RenewalSchedule {
