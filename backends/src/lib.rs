@@ -57,9 +57,17 @@
     doc = "\n[`HttpStore`]: self#features\n[`Profile`]: self#features"
 )]
 #![forbid(unsafe_code)]
+// docs.rs (nightly, `--cfg docsrs`) marks each item with the features it
+// needs; `http` is build.rs's name for "any of s3, r2, minio".
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(docsrs, doc(auto_cfg(hide(http))))]
 
 pub mod config;
 #[cfg(http)]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "s3", feature = "r2", feature = "minio")))
+)]
 pub mod credentials;
 #[cfg(http)]
 mod delete_check;
@@ -84,11 +92,23 @@ mod spelling;
 mod xml;
 
 #[cfg(http)]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "s3", feature = "r2", feature = "minio")))
+)]
 pub use http::{
     Addressing, EndpointVariant, HttpStore, HttpStoreBuilder, Profile, DEFAULT_MAX_BODY,
     DEFAULT_TIMEOUT,
 };
 #[cfg(http)]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "s3", feature = "r2", feature = "minio")))
+)]
 pub use settings::Proxies;
 #[cfg(http)]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "s3", feature = "r2", feature = "minio")))
+)]
 pub use sign::Credentials;

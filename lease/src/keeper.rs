@@ -2,8 +2,8 @@
 //!
 //! A [`Keeper`] owns a [`Lease`] and renews it every third of its TTL until
 //! it is stopped, dropped, lost or fenced. Its decisions are a machine
-//! without I/O, [`RenewalSchedule`], which the thread drives with real waits
-//! and a simulation can drive on simulated time. What it promises:
+//! without I/O, `RenewalSchedule` (internal), which the thread drives with
+//! real waits and the simulation drives on simulated time. What it promises:
 //!
 //! - **The application never waits on I/O to ask.** [`Keeper::may_write`]
 //!   and [`Keeper::write_deadline`] read the lease's state under a mutex held

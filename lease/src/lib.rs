@@ -38,6 +38,8 @@
 //! # Ok::<(), LeaseError>(())
 //! ```
 #![forbid(unsafe_code)]
+// docs.rs (nightly, `--cfg docsrs`) marks `conformance` with its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// Declares an internal item: `pub(crate)`, or with the feature
 /// `internals` `pub` and hidden from the docs, for this workspace's own
@@ -101,8 +103,6 @@ pub mod mutant;
 pub mod pool;
 pub mod record;
 pub mod store;
-/// When a command under the lease gets SIGTERM and SIGKILL: `bucket-lease
-/// run`'s plan, for the command and the simulation (feature `internals`).
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod supervision;

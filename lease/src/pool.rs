@@ -1,7 +1,7 @@
 //! Many leases kept by a few threads: a program that owns many prefixes
 //! (shards, tables, databases) renews them all from one [`KeeperPool`].
 //!
-//! One scheduler thread drives a [`RenewalSchedule`] per lease (the same
+//! One scheduler thread drives a `RenewalSchedule` per lease (the same
 //! machine a [`Keeper`](crate::Keeper) drives) and hands each renewal that
 //! falls due to one of a few renewal threads. What it promises:
 //!
