@@ -1,5 +1,7 @@
 //! Deterministic simulation of several contenders on one lease, under
 //! faults, on simulated true time; and the checker of its invariants.
+//! A crate of the workspace for tests and CI (`scripts/simulate.sh`), never
+//! published: it drives the core's internals (feature `internals`).
 //!
 //! One seed fixes a whole run: 3 to 5 contenders on one key, each with its
 //! own wall-clock skew (within a sixth of the TTL either way, so any two
