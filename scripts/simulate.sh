@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The deterministic simulation of the lease (lease/src/sim/), built in
-# release mode.
+# The deterministic simulation of the lease (the crate bucket-lease-sim in
+# sim/, not published), built in release mode.
 #
 # usage: bash scripts/simulate.sh RUNS [MUTANT]     RUNS seeded runs (seeds 1..RUNS;
 #                                                   SIM_FIRST_SEED=N starts at N)
@@ -10,8 +10,8 @@
 #
 # The last line of a batch is "simulation: R runs, V violations"; the exit
 # status is non-zero when V > 0. Each failing seed is printed with the
-# command that replays it. The unmutated code is built without the
-# `mutants` feature; a mutant (and --mutants, --check-mutants) with it,
+# command that replays it. The unmutated code is built without the sim
+# crate's `mutants` feature; a mutant (and --mutants, --check-mutants) with it,
 # in a target directory of its own so the two builds do not evict each other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,12 +25,12 @@ case "${1:-}" in
 esac
 
 if [ "$needs_mutants" = 1 ]; then
-  features=mutants
+  features=(--features mutants)
   target="${CARGO_TARGET_DIR:-target}/sim-mutants"
 else
-  features=simulation
+  features=()
   target="${CARGO_TARGET_DIR:-target}/sim"
 fi
-CARGO_TARGET_DIR="$target" cargo build --quiet --release -p bucket-lease-core \
-  --features "$features" --bin bucket-lease-sim
+CARGO_TARGET_DIR="$target" cargo build --quiet --release -p bucket-lease-sim \
+  ${features[@]+"${features[@]}"} --bin bucket-lease-sim
 exec "$target/release/bucket-lease-sim" "$@"

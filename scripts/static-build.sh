@@ -14,7 +14,7 @@ target=x86_64-unknown-linux-gnu
 # --target keeps RUSTFLAGS off build scripts and proc macros (they stay
 # dynamic host binaries); the static flag applies to the command alone.
 RUSTFLAGS="-C target-feature=+crt-static" \
-  cargo build --release --features cli,s3,r2,minio --target "$target"
+  cargo build --release --features cli --target "$target"
 bin="${CARGO_TARGET_DIR:-target}/$target/release/bucket-lease"
 
 linked=$(ldd "$bin" 2>&1 || true)

@@ -16,6 +16,8 @@ set +a
 export BUCKET_LEASE_REQUIRE_SERVERS=1
 
 cargo test --workspace --all-features
+echo "== the core's internals cannot be named without its feature internals (compile-fail doctests)"
+cargo test -p bucket-lease-core --doc
 for feature in s3 r2 minio fs; do
   echo "== bucket-lease-backends with only the $feature feature"
   cargo test -p bucket-lease-backends --no-default-features --features "$feature"

@@ -8,7 +8,7 @@
 //! | `file:///dir/prefix` | the directory `/dir` as a bucket (`fs` feature) | nothing |
 //!
 //! The HTTP stores take their credentials from the chain of
-//! [`credentials`](crate::credentials) (the environment, then the shared
+//! [`credentials`] (the environment, then the shared
 //! files' profile `AWS_PROFILE` or `default`, …). The profile's `region`
 //! and `endpoint_url` apply when `AWS_REGION` / `AWS_DEFAULT_REGION` and
 //! the endpoint variables are not set. The prefix is everything after the bucket (for
@@ -24,6 +24,9 @@
 //! Reading the environment is injectable ([`open_with_env`]), so tests
 //! need not change the process's variables. Programs that configure in
 //! code use the builders (`s3::builder()`, …) instead.
+//!
+#![cfg_attr(http, doc = "[`credentials`]: crate::credentials")]
+#![cfg_attr(not(http), doc = "[`credentials`]: crate#features")]
 
 use crate::settings::{percent_decode, redact_user_info};
 use bucket_lease_core::store::Store;
@@ -31,7 +34,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use crate::settings::ConfigError;
-#[cfg(feature = "_http")]
+#[cfg(http)]
 pub use crate::settings::S3_MAX_KEY_BYTES;
 
 /// A store named by a URL. See the [module docs](self).
@@ -204,7 +207,7 @@ fn open_dir(_dir: &std::path::Path) -> Result<Arc<dyn Store>, ConfigError> {
     })
 }
 
-#[cfg(feature = "_http")]
+#[cfg(http)]
 fn open_http(
     url: &StoreUrl,
     env: &dyn Fn(&str) -> Option<String>,
@@ -223,7 +226,7 @@ fn open_http(
 /// [`ConfigError::Invalid`] when the URL's prefix leaves no room in
 /// [`S3_MAX_KEY_BYTES`] for the lease key and the acquire probe's key
 /// beside it.
-#[cfg(feature = "_http")]
+#[cfg(http)]
 fn check_prefix_room(url: &StoreUrl) -> Result<(), ConfigError> {
     use bucket_lease_core::record::{max_prefix_bytes, PROBE_KEY_EXTRA_BYTES};
     let prefix = url.prefix();
@@ -245,7 +248,7 @@ fn check_prefix_room(url: &StoreUrl) -> Result<(), ConfigError> {
     })
 }
 
-#[cfg(not(feature = "_http"))]
+#[cfg(not(http))]
 fn open_http(
     url: &StoreUrl,
     _env: &dyn Fn(&str) -> Option<String>,
@@ -254,7 +257,7 @@ fn open_http(
 }
 
 /// The profile's short name, for messages (`s3`, `r2`, `minio`, `file`).
-#[cfg(feature = "_http")]
+#[cfg(http)]
 fn url_profile_name(url: &StoreUrl) -> &'static str {
     match url {
         StoreUrl::S3 { .. } => "s3",
@@ -283,7 +286,7 @@ fn not_built(url: &StoreUrl) -> ConfigError {
 /// [`ConfigError::Missing`] naming the variable to set;
 /// [`ConfigError::NotBuilt`] for a store this build leaves out or a
 /// `file://` URL.
-#[cfg(feature = "_http")]
+#[cfg(http)]
 pub fn http_builder(
     url: &StoreUrl,
     env: &dyn Fn(&str) -> Option<String>,
@@ -638,7 +641,7 @@ pub(crate) mod tests {
         let _ = std::fs::remove_file(&file);
     }
 
-    #[cfg(feature = "_http")]
+    #[cfg(http)]
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |name| {
             pairs
@@ -963,7 +966,7 @@ pub(crate) mod tests {
     /// Endpoints carrying `user:password@` in each form a configuration
     /// can meet: with and without a scheme, a secret holding a `/` (as AWS
     /// secrets do), and alongside each other reason to refuse the endpoint.
-    #[cfg(feature = "_http")]
+    #[cfg(http)]
     pub(crate) const ENDPOINTS_WITH_USER_INFO: [&str; 7] = [
         "http://AKID:secret@127.0.0.1:9000",
         "AKID:secret@127.0.0.1:9000",
@@ -976,7 +979,7 @@ pub(crate) mod tests {
 
     /// Panics when `text` shows any part of the user information above
     /// (the `secret_access_key` field name of `Credentials`' `Debug` aside).
-    #[cfg(feature = "_http")]
+    #[cfg(http)]
     pub(crate) fn assert_no_user_information(text: &str) {
         let scrubbed = text.replace("secret_access_key", "");
         assert!(
@@ -985,7 +988,7 @@ pub(crate) mod tests {
         );
     }
 
-    #[cfg(feature = "_http")]
+    #[cfg(http)]
     #[test]
     // The pushes are each behind a profile's feature.
     #[allow(clippy::vec_init_then_push)]

@@ -1,12 +1,28 @@
 //! Stores for bucket-lease: a local directory used as a bucket, and (under
 //! the `s3`, `r2` and `minio` features) one signed-HTTP client for
-//! S3-compatible services.
+//! S3-compatible services. Most programs depend on the crate
+//! `bucket-lease`, which re-exports this one as `bucket_lease::backends`.
 //!
 //! Every store implements [`bucket_lease_core::store::Store`]. The HTTP
 //! stores share one client, [`HttpStore`]: SigV4-signed requests over one
 //! keep-alive `ureq` agent, no async runtime. The profiles differ only in
 //! their defaults ([`Profile`]): addressing, region, endpoint, whether
 //! DELETE honours `If-Match`.
+//!
+//! # Features
+//!
+//! None is on by default; turn on the stores you use:
+//!
+//! | feature | store | modules |
+//! |---|---|---|
+//! | `fs` | a directory on the local disk used as a bucket | `fs` |
+//! | `s3` | AWS S3 | `s3`, with the HTTP client |
+//! | `r2` | Cloudflare R2 | `r2`, with the HTTP client |
+//! | `minio` | MinIO | `minio`, with the HTTP client |
+//!
+//! Any of `s3`, `r2` and `minio` builds the one HTTP client ([`HttpStore`],
+//! [`Profile`], `credentials`, `Credentials`); [`config`] opens whichever
+//! stores were built and names the feature of one that was not.
 //!
 //! Name a store with a URL and let the environment fill in the rest:
 //!
@@ -36,39 +52,63 @@
 //! assert_eq!(store.base_url(), "https://0123abcd.eu.r2.cloudflarestorage.com/leases");
 //! # }
 //! ```
+#![cfg_attr(
+    not(http),
+    doc = "\n[`HttpStore`]: self#features\n[`Profile`]: self#features"
+)]
 #![forbid(unsafe_code)]
+// docs.rs (nightly, `--cfg docsrs`) marks each item with the features it
+// needs; `http` is build.rs's name for "any of s3, r2, minio".
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(docsrs, doc(auto_cfg(hide(http))))]
 
 pub mod config;
-#[cfg(feature = "_http")]
+#[cfg(http)]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "s3", feature = "r2", feature = "minio")))
+)]
 pub mod credentials;
-#[cfg(feature = "_http")]
+#[cfg(http)]
 mod delete_check;
 #[cfg(feature = "fs")]
 pub mod fs;
-#[cfg(feature = "_http")]
+#[cfg(http)]
 mod http;
 #[cfg(feature = "minio")]
 pub mod minio;
-#[cfg(feature = "_http")]
+#[cfg(http)]
 mod net;
 #[cfg(feature = "r2")]
 pub mod r2;
 #[cfg(feature = "s3")]
 pub mod s3;
 mod settings;
-#[cfg(feature = "_http")]
+#[cfg(http)]
 mod sign;
-#[cfg(feature = "_http")]
+#[cfg(http)]
 mod spelling;
-#[cfg(feature = "_http")]
+#[cfg(http)]
 mod xml;
 
-#[cfg(feature = "_http")]
+#[cfg(http)]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "s3", feature = "r2", feature = "minio")))
+)]
 pub use http::{
     Addressing, EndpointVariant, HttpStore, HttpStoreBuilder, Profile, DEFAULT_MAX_BODY,
     DEFAULT_TIMEOUT,
 };
-#[cfg(feature = "_http")]
+#[cfg(http)]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "s3", feature = "r2", feature = "minio")))
+)]
 pub use settings::Proxies;
-#[cfg(feature = "_http")]
+#[cfg(http)]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "s3", feature = "r2", feature = "minio")))
+)]
 pub use sign::Credentials;

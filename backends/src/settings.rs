@@ -8,7 +8,7 @@
 
 use bucket_lease_core::store::StoreError;
 use std::fmt;
-#[cfg(feature = "_http")]
+#[cfg(http)]
 use std::path::PathBuf;
 
 /// A configuration that cannot make a store. `Display` reads "what failed:
@@ -46,7 +46,7 @@ pub enum ConfigError {
     /// Opening the store failed.
     Open(StoreError),
     /// No credentials were found, or their source failed.
-    #[cfg(feature = "_http")]
+    #[cfg(http)]
     Credentials(crate::credentials::CredentialsError),
 }
 
@@ -71,7 +71,7 @@ impl fmt::Display for ConfigError {
                  rebuild with --features {feature}"
             ),
             ConfigError::Open(e) => write!(f, "opening the store: {e}"),
-            #[cfg(feature = "_http")]
+            #[cfg(http)]
             ConfigError::Credentials(e) => write!(f, "opening the store: {e}"),
         }
     }
@@ -81,7 +81,7 @@ impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ConfigError::Open(e) => Some(e),
-            #[cfg(feature = "_http")]
+            #[cfg(http)]
             ConfigError::Credentials(e) => Some(e),
             _ => None,
         }
@@ -89,7 +89,7 @@ impl std::error::Error for ConfigError {
 }
 
 /// The longest key S3, R2 and MinIO accept, in bytes.
-#[cfg(feature = "_http")]
+#[cfg(http)]
 pub const S3_MAX_KEY_BYTES: usize = 1024;
 
 /// `text` with each `%XX` replaced by its byte, once.
@@ -142,7 +142,7 @@ pub(crate) fn redact_user_info(text: &str) -> String {
 
 /// A setting's value and the setting that gave it, for messages (the
 /// variable, the profile's key, or the builder's method).
-#[cfg(feature = "_http")]
+#[cfg(http)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Named<T> {
     pub(crate) value: T,
@@ -154,7 +154,7 @@ pub(crate) struct Named<T> {
 /// bundle and, when asked for, the system's store. Read when the store is
 /// built (`net::tls`), so a file that cannot be used fails the
 /// configuration, not a request.
-#[cfg(feature = "_http")]
+#[cfg(http)]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Trust {
     /// A PEM file of extra roots (`AWS_CA_BUNDLE`, a profile's
@@ -194,7 +194,7 @@ pub(crate) struct Trust {
 ///     .unwrap();
 /// # }
 /// ```
-#[cfg(feature = "_http")]
+#[cfg(http)]
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Proxies {
     http: Option<Named<String>>,
@@ -202,7 +202,7 @@ pub struct Proxies {
     no_proxy: Option<Named<String>>,
 }
 
-#[cfg(feature = "_http")]
+#[cfg(http)]
 impl fmt::Debug for Proxies {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shown = |named: &Option<Named<String>>| {
@@ -218,7 +218,7 @@ impl fmt::Debug for Proxies {
     }
 }
 
-#[cfg(feature = "_http")]
+#[cfg(http)]
 impl Proxies {
     /// No proxy at all.
     pub fn none() -> Self {
@@ -307,7 +307,7 @@ impl Proxies {
 /// Whether `host` is one of the hosts `list` (the form of `NO_PROXY`)
 /// names: `*`, the host itself, a suffix (`.example.com`, `*.example.com`)
 /// or a prefix (`10.1.`, `10.1.*`), compared without case.
-#[cfg(feature = "_http")]
+#[cfg(http)]
 fn no_proxy_lists(list: &str, host: &str) -> bool {
     let host = host.to_ascii_lowercase();
     list.split(',')
@@ -333,7 +333,7 @@ fn no_proxy_lists(list: &str, host: &str) -> bool {
 /// One HTTP proxy, parsed from its setting. `Debug` and
 /// [`Proxy::describe`] show its URL with the user information as `***`;
 /// the `Proxy-Authorization` value is never shown.
-#[cfg(feature = "_http")]
+#[cfg(http)]
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Proxy {
     /// The host, as given (`[…]` around an IPv6 address).
@@ -345,14 +345,14 @@ pub(crate) struct Proxy {
     pub(crate) setting: &'static str,
 }
 
-#[cfg(feature = "_http")]
+#[cfg(http)]
 impl fmt::Debug for Proxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.describe())
     }
 }
 
-#[cfg(feature = "_http")]
+#[cfg(http)]
 impl Proxy {
     /// The proxy `named` gives.
     fn parse(what: &'static str, named: &Named<String>) -> Result<Proxy, ConfigError> {
@@ -445,7 +445,7 @@ impl Proxy {
 }
 
 /// `bytes` in base64 (RFC 4648, with padding), for `Proxy-Authorization`.
-#[cfg(feature = "_http")]
+#[cfg(http)]
 fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
@@ -490,7 +490,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "_http")]
+    #[cfg(http)]
     #[test]
     fn base64_of_rfc_4648s_examples() {
         for (text, encoded) in [
@@ -506,7 +506,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "_http")]
+    #[cfg(http)]
     fn proxy(value: &str) -> Result<Proxy, String> {
         let named = Named {
             value: value.to_string(),
@@ -515,7 +515,7 @@ mod tests {
         Proxy::parse("s3", &named).map_err(|e| e.to_string())
     }
 
-    #[cfg(feature = "_http")]
+    #[cfg(http)]
     #[test]
     fn proxy_urls_as_the_aws_cli_takes_them() {
         let p = proxy("http://proxy.internal:3128").unwrap();
@@ -576,7 +576,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "_http")]
+    #[cfg(http)]
     #[test]
     fn no_proxy_entries_match_as_before() {
         for (list, host, listed) in [
@@ -597,7 +597,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "_http")]
+    #[cfg(http)]
     #[test]
     fn proxies_are_chosen_by_scheme_upper_case_first_and_shown_redacted() {
         let vars = |name: &str| match name {

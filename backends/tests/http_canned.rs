@@ -1,7 +1,7 @@
 //! The HTTP client against a scripted loopback server: what goes on the
 //! wire, keep-alive, answers real test servers never give, body caps and
 //! timeouts.
-#![cfg(feature = "_http")]
+#![cfg(http)]
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! Every HTTP profile against moto (behind one global lock), each with its
 //! own addressing and region: the conformance suite, its compare-and-swap
 //! race, and the round trips that depend on a real server.
-#![cfg(feature = "_http")]
+#![cfg(http)]
 
 mod common;
 

@@ -4,7 +4,7 @@
 //! configured. RGW refuses a quoted `If-Match` even when the ETag is right,
 //! accepts the bare one, and ignores `If-Match` on DELETE (which the store
 //! finds out before it sends one: it then sends none).
-#![cfg(feature = "_http")]
+#![cfg(http)]
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! The HTTP client against servers that deviate from S3, as observed: the
 //! client reports what each server does; the lease's probe must catch them.
-#![cfg(feature = "_http")]
+#![cfg(http)]
 
 mod common;
 

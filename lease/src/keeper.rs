@@ -2,8 +2,8 @@
 //!
 //! A [`Keeper`] owns a [`Lease`] and renews it every third of its TTL until
 //! it is stopped, dropped, lost or fenced. Its decisions are a machine
-//! without I/O, [`RenewalSchedule`], which the thread drives with real waits
-//! and a simulation can drive on simulated time. What it promises:
+//! without I/O, `RenewalSchedule` (internal), which the thread drives with
+//! real waits and the simulation drives on simulated time. What it promises:
 //!
 //! - **The application never waits on I/O to ask.** [`Keeper::may_write`]
 //!   and [`Keeper::write_deadline`] read the lease's state under a mutex held
@@ -226,6 +226,7 @@ struct Renewer {
     release_timeout: Duration,
 }
 
+internal! {
 /// How one renewal attempt ended, as [`RenewalSchedule::record`] takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
@@ -241,7 +242,9 @@ pub enum Attempt {
         reason: String,
     },
 }
+}
 
+internal! {
 /// What the renewal loop does next, as [`RenewalSchedule::step`] decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -260,7 +263,9 @@ pub enum Step {
     /// ([`Event::Fenced`] or [`Event::Lost`]) and renew no more.
     End(Event),
 }
+}
 
+internal! {
 /// The renewal loop's decisions, without I/O or threads: when to renew,
 /// when to retry, and when the lease is over.
 ///
@@ -277,6 +282,7 @@ pub struct RenewalSchedule {
     next: Instant,
     failures: u32,
     lost_reason: Option<String>,
+}
 }
 
 impl RenewalSchedule {

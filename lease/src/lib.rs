@@ -9,12 +9,15 @@
 //! - [`pool`]: many leases renewed by a scheduler and a few renewal threads.
 //! - [`fence`]: writes bound to a held lease, stamped with its epoch.
 //! - [`inspect`]: reading a lease from outside, and breaking a dead holder's.
-//! - [`supervision`]: when a command under the lease gets SIGTERM and SIGKILL.
 //! - [`clock`]: the monotonic and wall clocks, real and for tests.
 //! - [`error`]: why a lease operation failed.
 //! - `conformance` (feature `conformance`): the suite every store passes.
-//! - `sim` (feature `simulation`): the deterministic simulation of many
-//!   contenders under faults, and its checker.
+//!
+//! The feature `internals` is not for users: it makes public, hidden and
+//! with no stability promise, what this workspace's own crates drive (the
+//! renewal and pool machines, `run`'s kill plan in `supervision`, the
+//! mutant switches). The simulation that drives them is the crate
+//! `bucket-lease-sim`, which is not published.
 //!
 //! ```
 //! use bucket_lease_core::{memory::MemoryStore, Lease, LeaseError, LeaseOptions};
@@ -35,6 +38,56 @@
 //! # Ok::<(), LeaseError>(())
 //! ```
 #![forbid(unsafe_code)]
+// docs.rs (nightly, `--cfg docsrs`) marks `conformance` with its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+/// Declares an internal item: `pub(crate)`, or with the feature
+/// `internals` `pub` and hidden from the docs, for this workspace's own
+/// simulation and command. Not part of the API either way.
+///
+/// Without `internals` no program outside this crate can name the engine's
+/// machines (the module `supervision` does not exist then); each of these
+/// fails to compile:
+#[cfg_attr(
+    not(feature = "internals"),
+    doc = "```compile_fail,E0603\nuse bucket_lease_core::keeper::Attempt;\n```"
+)]
+#[cfg_attr(
+    not(feature = "internals"),
+    doc = "```compile_fail,E0603\nuse bucket_lease_core::keeper::Step;\n```"
+)]
+#[cfg_attr(
+    not(feature = "internals"),
+    doc = "```compile_fail,E0603\nuse bucket_lease_core::keeper::RenewalSchedule;\n```"
+)]
+#[cfg_attr(
+    not(feature = "internals"),
+    doc = "```compile_fail,E0603\nuse bucket_lease_core::pool::Job;\n```"
+)]
+#[cfg_attr(
+    not(feature = "internals"),
+    doc = "```compile_fail,E0603\nuse bucket_lease_core::pool::Done;\n```"
+)]
+#[cfg_attr(
+    not(feature = "internals"),
+    doc = "```compile_fail,E0432\nuse bucket_lease_core::supervision::Stop;\n```"
+)]
+#[cfg_attr(
+    not(feature = "internals"),
+    doc = "```compile_fail,E0432\nuse bucket_lease_core::supervision::Seen;\n```"
+)]
+macro_rules! internal {
+    ($(#[$attr:meta])* pub $($item:tt)+) => {
+        $(#[$attr])*
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub $($item)+
+
+        $(#[$attr])*
+        #[cfg(not(feature = "internals"))]
+        pub(crate) $($item)+
+    };
+}
 
 pub mod clock;
 #[cfg(feature = "conformance")]
@@ -49,9 +102,9 @@ pub mod memory;
 pub mod mutant;
 pub mod pool;
 pub mod record;
-#[cfg(feature = "simulation")]
-pub mod sim;
 pub mod store;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
 pub mod supervision;
 
 /// The channel crate whose [`Receiver`](channel::Receiver) carries a

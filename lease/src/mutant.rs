@@ -2,8 +2,9 @@
 //! each one (feature `mutants`; without it every switch is off and the
 //! checks compile away).
 //!
-//! One process runs at most one mutant, chosen at run time by
-//! [`crate::sim`] from its name.
+//! Internal, not for users (feature `internals`): the switches below are
+//! the engine's hooks; the simulation (`bucket-lease-sim`) names the
+//! mutants and turns one on for a whole process with `select`.
 //!
 //! [`StoreMutant`]s are defects below the `Store` trait, where the
 //! simulation does not reach: the stores' own tests find them. The
@@ -13,9 +14,12 @@
 //! chosen for a whole test process by the variable `BUCKET_LEASE_MUTANT`
 //! (with the feature `mutants`; `scripts/check-store-mutants.sh` runs each).
 
-/// A defect the lease once had, reintroduced on request.
+internal! {
+/// A defect the lease once had, reintroduced on request. Some are switched
+/// on only by the simulation's own code (its store, its `run`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mutant {
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
+pub enum Mutant {
     /// After a renewal fails at the deadline the schedule waits for ever
     /// instead of ending with `Fenced` (and `run` heeds only the events).
     KeeperNeverFences,
@@ -55,47 +59,6 @@ pub(crate) enum Mutant {
     /// `If-Match` (a right one too) hands out a lease no renewal can keep.
     OwnEtagRefusalTrusted,
 }
-
-impl Mutant {
-    /// Every mutant, in the order `--mutants` lists them.
-    #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
-    pub(crate) const ALL: [Mutant; 14] = [
-        Mutant::KeeperNeverFences,
-        Mutant::KillAtFullTtl,
-        Mutant::ReleaseByDelete,
-        Mutant::TtlAboveMax,
-        Mutant::MissingEtagDowngrade,
-        Mutant::FenceAtFullTtl,
-        Mutant::SuspectWatchedForever,
-        Mutant::PointerOverwrites,
-        Mutant::PoolSerialRenewals,
-        Mutant::TransientOverwrites,
-        Mutant::SameNameIsOurs,
-        Mutant::PoolFencedWhenTaken,
-        Mutant::StoreSendsLate,
-        Mutant::OwnEtagRefusalTrusted,
-    ];
-
-    /// The mutant's name on the command line.
-    #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Mutant::KeeperNeverFences => "keeper-never-fences",
-            Mutant::KillAtFullTtl => "kill-at-full-ttl",
-            Mutant::ReleaseByDelete => "release-by-delete",
-            Mutant::TtlAboveMax => "ttl-above-max",
-            Mutant::MissingEtagDowngrade => "missing-etag-downgrade",
-            Mutant::FenceAtFullTtl => "fence-at-full-ttl",
-            Mutant::SuspectWatchedForever => "suspect-watched-forever",
-            Mutant::PointerOverwrites => "pointer-overwrites",
-            Mutant::PoolSerialRenewals => "pool-serial-renewals",
-            Mutant::TransientOverwrites => "transient-overwrites",
-            Mutant::SameNameIsOurs => "same-name-is-ours",
-            Mutant::PoolFencedWhenTaken => "pool-fenced-when-taken",
-            Mutant::StoreSendsLate => "store-sends-late",
-            Mutant::OwnEtagRefusalTrusted => "own-etag-refusal-trusted",
-        }
-    }
 }
 
 #[cfg(feature = "mutants")]
@@ -103,25 +66,26 @@ static ACTIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::
 
 /// Turn `mutant` on for the whole process (`None`: the real code).
 #[cfg(feature = "mutants")]
-pub(crate) fn select(mutant: Option<Mutant>) {
-    let index = mutant
-        .and_then(|m| Mutant::ALL.iter().position(|a| *a == m))
-        .unwrap_or(usize::MAX);
+pub fn select(mutant: Option<Mutant>) {
+    let index = mutant.map_or(usize::MAX, |m| m as usize);
     ACTIVE.store(index, std::sync::atomic::Ordering::SeqCst);
 }
 
+internal! {
 /// Whether `mutant` is on.
 #[cfg(feature = "mutants")]
-pub(crate) fn on(mutant: Mutant) -> bool {
-    let index = ACTIVE.load(std::sync::atomic::Ordering::Relaxed);
-    Mutant::ALL.get(index) == Some(&mutant)
+pub fn on(mutant: Mutant) -> bool {
+    ACTIVE.load(std::sync::atomic::Ordering::Relaxed) == mutant as usize
+}
 }
 
+internal! {
 /// Whether `mutant` is on: never, without the feature `mutants`.
 #[cfg(not(feature = "mutants"))]
 #[inline(always)]
-pub(crate) fn on(_mutant: Mutant) -> bool {
+pub fn on(_mutant: Mutant) -> bool {
     false
+}
 }
 
 /// A defect a store once had, below the `Store` trait, reintroduced for a

@@ -1,7 +1,7 @@
 //! Many leases kept by a few threads: a program that owns many prefixes
 //! (shards, tables, databases) renews them all from one [`KeeperPool`].
 //!
-//! One scheduler thread drives a [`RenewalSchedule`] per lease (the same
+//! One scheduler thread drives a `RenewalSchedule` per lease (the same
 //! machine a [`Keeper`](crate::Keeper) drives) and hands each renewal that
 //! falls due to one of a few renewal threads. What it promises:
 //!
@@ -117,9 +117,10 @@ impl Default for PoolOptions {
 pub struct LeaseId(u64);
 
 impl LeaseId {
-    /// The `i`th id, for a driver of its own (the simulation).
-    #[cfg_attr(not(feature = "simulation"), allow(dead_code))]
-    pub(crate) fn from_index(i: usize) -> Self {
+    /// The `i`th id, for a driver of its own (the simulation, the tests).
+    #[cfg(any(test, feature = "internals"))]
+    #[doc(hidden)]
+    pub fn from_index(i: usize) -> Self {
         LeaseId(i as u64)
     }
 }
@@ -321,14 +322,17 @@ impl Drop for KeeperPool {
     }
 }
 
+internal! {
 /// Do one job on a renewal thread.
-pub(crate) fn work(job: Job, release_timeout: Duration) -> Done {
+pub fn work(job: Job, release_timeout: Duration) -> Done {
     match job {
         Job::Renew(id, lease, deadline) => Done::Renewed(id, renew_guarded(&lease, deadline)),
         Job::Release(id, lease) => Done::Released(id, release_guarded(&lease, release_timeout)),
     }
 }
+}
 
+internal! {
 /// What the pool's machine asks its driver to do.
 #[derive(Debug)]
 pub enum Job {
@@ -339,7 +343,9 @@ pub enum Job {
     /// [`PoolSchedule::finish`].
     Release(LeaseId, Arc<Lease>),
 }
+}
 
+internal! {
 /// A job's outcome, for the pool's machine.
 #[derive(Debug)]
 pub enum Done {
@@ -347,6 +353,7 @@ pub enum Done {
     Renewed(LeaseId, Attempt),
     /// How a release ended.
     Released(LeaseId, Result<Released, LeaseError>),
+}
 }
 
 /// The answer owed to whoever removes a lease: `None` inside for a lease
@@ -374,6 +381,7 @@ struct Kept {
     generation: u64,
 }
 
+internal! {
 /// The pool's decisions, without threads or I/O: which lease to renew
 /// when, what to report, when to release. [`KeeperPool`] drives it with a
 /// scheduler thread and renewal threads; a simulation drives the same
@@ -383,6 +391,7 @@ struct Kept {
 pub struct PoolSchedule {
     leases: HashMap<LeaseId, Kept>,
     due: BinaryHeap<Reverse<(Instant, LeaseId, u64)>>,
+}
 }
 
 impl PoolSchedule {
@@ -426,7 +435,8 @@ impl PoolSchedule {
         true
     }
 
-    /// The lease held as `id`.
+    /// The lease held as `id` (for the simulation and the tests).
+    #[cfg(any(test, feature = "internals"))]
     pub fn lease(&self, id: LeaseId) -> Option<&Arc<Lease>> {
         self.leases.get(&id).map(|k| &k.lease)
     }

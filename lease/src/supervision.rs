@@ -23,6 +23,9 @@
 //! With the defaults (TTL 30 s, grace 10 s) a renewal is due 10 s after the
 //! last; without one SIGTERM goes at 15 s and SIGKILL at 19.95 s, and no
 //! contender may take over before 30 s.
+//!
+//! Internal (feature `internals`, not for users): compiled for the command
+//! and the simulation only.
 
 use crate::lease::{Lease, LeaseStatus};
 use crate::mutant::{self, Mutant};

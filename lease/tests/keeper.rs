@@ -215,6 +215,9 @@ fn a_lease_marked_lost_by_a_writer_ends_the_renewals() {
     assert_eq!(store.inner.puts(), puts);
 }
 
+// The schedule is internal: public only with the feature `internals`
+// (`cargo test --all-features`).
+#[cfg(feature = "internals")]
 #[test]
 fn the_schedule_never_waits_for_nothing() {
     use bucket_lease_core::keeper::{Attempt, RenewalSchedule, Step};

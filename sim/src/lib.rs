@@ -1,5 +1,7 @@
 //! Deterministic simulation of several contenders on one lease, under
 //! faults, on simulated true time; and the checker of its invariants.
+//! A crate of the workspace for tests and CI (`scripts/simulate.sh`), never
+//! published: it drives the core's internals (feature `internals`).
 //!
 //! One seed fixes a whole run: 3 to 5 contenders on one key, each with its
 //! own wall-clock skew (within a sixth of the TTL either way, so any two
@@ -10,12 +12,12 @@
 //! the store or paused for up to two TTLs, the holder crashing without
 //! releasing, (some runs) a dead holder's suspect record on the key at
 //! the start, and (some runs) two contenders configured with one instance
-//! id, each a process of its own with its own nonce. Each contender runs the real [`crate::Contender`], drives
-//! the real [`crate::keeper::RenewalSchedule`] as the keeper thread does,
-//! writes through the real [`crate::FencedWriter`] while `may_write()`
+//! id, each a process of its own with its own nonce. Each contender runs the real [`bucket_lease_core::Contender`], drives
+//! the real [`bucket_lease_core::keeper::RenewalSchedule`] as the keeper thread does,
+//! writes through the real [`bucket_lease_core::FencedWriter`] while `may_write()`
 //! (a create-only data object, then the pointer moved to it), and runs a
 //! command whose death `bucket-lease run`'s real
-//! [`crate::supervision::Plan`] decides. Blocking calls take simulated time:
+//! [`bucket_lease_core::supervision::Plan`] decides. Blocking calls take simulated time:
 //! see `env.rs` and `sched.rs`.
 //!
 //! Checked on every run, on true time: **safety** (no two leases inside a
@@ -38,6 +40,7 @@
 mod actor;
 mod check;
 mod env;
+mod mutants;
 mod pooled;
 mod rng;
 mod sched;
@@ -46,10 +49,9 @@ mod world;
 use self::rng::Rng;
 use self::sched::{Ev, Shared, SEC};
 use self::world::{Contender, Injected, Rates, World};
-use crate::memory::{MemoryStore, Misbehaviour};
-use crate::mutant::Mutant;
-use crate::record::{format_stamp, LeaseRecord, MAX_SANE_TTL_S};
-use crate::store::{PutMode, PutOptions, Store};
+use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
+use bucket_lease_core::record::{format_stamp, LeaseRecord, MAX_SANE_TTL_S};
+use bucket_lease_core::store::{PutMode, PutOptions, Store};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -73,7 +75,7 @@ pub struct Outcome {
 
 /// The names of the defects that can be reintroduced (feature `mutants`).
 pub fn mutant_names() -> Vec<&'static str> {
-    Mutant::ALL.iter().map(|m| m.name()).collect()
+    mutants::ALL.iter().map(|(_, name)| *name).collect()
 }
 
 /// Run the simulation of `seed`, on the mutant named `mutant` if any, with
@@ -86,15 +88,12 @@ pub fn mutant_names() -> Vec<&'static str> {
 pub fn run(seed: u64, mutant: Option<&str>, trace: bool) -> Result<Outcome, String> {
     let chosen = match mutant {
         None => None,
-        Some(name) => Some(
-            Mutant::ALL
-                .into_iter()
-                .find(|m| m.name() == name)
-                .ok_or_else(|| format!("no mutant named {name:?}"))?,
-        ),
+        Some(name) => {
+            Some(mutants::named(name).ok_or_else(|| format!("no mutant named {name:?}"))?)
+        }
     };
     #[cfg(feature = "mutants")]
-    crate::mutant::select(chosen);
+    bucket_lease_core::mutant::select(chosen);
     #[cfg(not(feature = "mutants"))]
     if chosen.is_some() {
         return Err("this build has no mutants: build with the feature `mutants`".to_string());
@@ -433,15 +432,13 @@ fn suspect_record(rng: &mut Rng, ttl_s: u64, wall0: SystemTime) -> LeaseRecord {
         ttl_s
     };
     let stamp = format_stamp(wall0 + Duration::from_secs(ahead));
-    LeaseRecord {
-        instance_id: world::GHOST.to_string(),
-        acquired_at: stamp.clone(),
-        renewed_at: stamp,
-        ttl_s: record_ttl,
-        epoch: rng.range(1, 1000),
-        released_at: None,
-        instance_nonce: None,
-    }
+    LeaseRecord::new(
+        world::GHOST,
+        stamp.clone(),
+        stamp,
+        record_ttl,
+        rng.range(1, 1000),
+    )
 }
 
 fn spans(s: &[(u64, u64)]) -> Vec<String> {

@@ -8,7 +8,7 @@
 //! ```
 //! Prefer `bash scripts/simulate.sh`, which builds the right features.
 
-use bucket_lease_core::sim;
+use bucket_lease_sim as sim;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};

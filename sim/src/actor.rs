@@ -6,16 +6,21 @@
 //! (acquire, then supervise the command), the keeper, and the command's
 //! writer.
 
+// The writer's closures return the core's own `WriteError`, whatever its
+// size, as `FencedWriter`'s methods do (from outside the core clippy
+// measures it there).
+#![allow(clippy::result_large_err)]
+
 use super::env::{SimClock, SimStore};
 use super::sched::{current, Nanos, Shared, SEC};
 use super::world::{nonce_of, POINTER};
-use crate::clock::Clock;
-use crate::keeper::{Attempt, Event, RenewalSchedule, Step};
-use crate::lease::{Contender, Lease, LeaseOptions, Wait};
-use crate::mutant::{self, Mutant};
-use crate::store::Store;
-use crate::supervision::{Plan, Seen};
-use crate::{FencedWriter, LeaseError, WriteError};
+use bucket_lease_core::clock::Clock;
+use bucket_lease_core::keeper::{Attempt, Event, RenewalSchedule, Step};
+use bucket_lease_core::lease::{Contender, Lease, LeaseOptions, Wait};
+use bucket_lease_core::mutant::{self, Mutant};
+use bucket_lease_core::store::Store;
+use bucket_lease_core::supervision::{Plan, Seen};
+use bucket_lease_core::{FencedWriter, LeaseError, WriteError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -205,7 +210,7 @@ fn hold(sh: &Arc<Shared>, c: usize, lease: Arc<Lease>) {
 }
 
 /// The keeper thread: the real [`RenewalSchedule`], driven as
-/// [`crate::Keeper`] drives it; release when told to stop.
+/// [`bucket_lease_core::Keeper`] drives it; release when told to stop.
 fn keep(sh: &Arc<Shared>, c: usize, supervisor: usize, lease: &Lease, hold: &Hold) {
     let mut schedule = RenewalSchedule::new(lease);
     let report = |event: Event| {

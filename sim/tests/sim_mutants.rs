@@ -2,7 +2,7 @@
 //! the simulation within 2,000 seeds (feature `mutants`; one test, since a
 //! mutant is switched on for the whole process).
 
-use bucket_lease_core::sim;
+use bucket_lease_sim as sim;
 
 #[test]
 fn every_mutant_is_found_within_2000_runs() {

@@ -1,5 +1,5 @@
 //! A process that keeps many leases in one pool: the real
-//! [`PoolSchedule`] driven as [`crate::KeeperPool`] drives it, with its
+//! [`PoolSchedule`] driven as [`bucket_lease_core::KeeperPool`] drives it, with its
 //! scheduler and renewal threads as simulated threads.
 //!
 //! The pool's contender has no faults of its own, but one of its leases is
@@ -21,11 +21,11 @@ use super::env::{id, SimClock, SimStore};
 use super::rng::Rng;
 use super::sched::{current, Nanos, Shared, SEC};
 use super::world::World;
-use crate::clock::Clock;
-use crate::keeper::Event;
-use crate::lease::{Contender, LeaseOptions};
-use crate::pool::{work, Done, Job, LeaseId, PoolEvent, PoolSchedule};
-use crate::store::Store;
+use bucket_lease_core::clock::Clock;
+use bucket_lease_core::keeper::Event;
+use bucket_lease_core::lease::{Contender, LeaseOptions};
+use bucket_lease_core::pool::{work, Done, Job, LeaseId, PoolEvent, PoolSchedule};
+use bucket_lease_core::store::Store;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 
 use super::sched::{Nanos, SEC};
 use super::world::{secs, Op, Window, World, COMMAND};
-use crate::memory::Misbehaviour;
+use bucket_lease_core::memory::Misbehaviour;
 
 /// Check safety, fencing tokens, failing closed and liveness; record each
 /// violation in the world.
@@ -156,7 +156,7 @@ fn liveness(w: &mut World) {
     let Some((crashed_at, ttl_s, holder)) = w.crash else {
         return;
     };
-    if ttl_s > crate::record::MAX_SANE_TTL_S {
+    if ttl_s > bucket_lease_core::record::MAX_SANE_TTL_S {
         return;
     }
     let from = crashed_at.max(w.last_landing_before_crash);
@@ -315,9 +315,9 @@ fn pool_fences_on_time(w: &mut World) {
 }
 
 /// How long past its deadline a store call may return: the `Store`
-/// contract's [`DEADLINE_SLACK`](crate::store::DEADLINE_SLACK). (The
+/// contract's [`DEADLINE_SLACK`](bucket_lease_core::store::DEADLINE_SLACK). (The
 /// simulated store cuts every answer at the deadline itself.)
-pub(crate) const RETURN_SLACK: Nanos = crate::store::DEADLINE_SLACK.as_nanos() as Nanos;
+pub(crate) const RETURN_SLACK: Nanos = bucket_lease_core::store::DEADLINE_SLACK.as_nanos() as Nanos;
 
 /// The `Store` contract, which the lease relies on and does not check: no
 /// request leaves for the store after its caller's deadline, and no store

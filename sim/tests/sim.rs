@@ -2,7 +2,7 @@
 //! no violation, and one seed replaying one run exactly. The long runs and
 //! the mutants are `bash scripts/simulate.sh` (see its usage).
 
-use bucket_lease_core::sim;
+use bucket_lease_sim as sim;
 
 #[test]
 fn seeded_runs_break_no_invariant() {

@@ -3,9 +3,9 @@
 
 use super::rng::Rng;
 use super::sched::{Ev, Nanos, Sched, SEC};
-use crate::memory::{MemoryStore, Misbehaviour};
-use crate::record::LeaseRecord;
-use crate::store::{DeleteMode, Object, PutOptions, Store, StoreError, Version};
+use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
+use bucket_lease_core::record::LeaseRecord;
+use bucket_lease_core::store::{DeleteMode, Object, PutOptions, Store, StoreError, Version};
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 pub(crate) const KEY: &str = "sim/LEASE";
 
 /// The pointer every holder's command moves to the data object it wrote
-/// last, through [`crate::FencedWriter::put_pointer`].
+/// last, through [`bucket_lease_core::FencedWriter::put_pointer`].
 pub(crate) const POINTER: &str = "sim/LATEST";
 
 /// The instance id of the dead holder whose suspect record some runs
@@ -154,7 +154,7 @@ pub(crate) struct World {
     /// The pool run's set-up and what it saw, in a pool run.
     pub(crate) pool: Option<super::pooled::PoolRun>,
     /// Keeper events waiting for each contender's supervisor.
-    pub(crate) events: HashMap<usize, Vec<crate::keeper::Event>>,
+    pub(crate) events: HashMap<usize, Vec<bucket_lease_core::keeper::Event>>,
     /// In a shared-name run, (owner, namesake): the namesake contender, a
     /// process of its own, is configured with the owner's instance id.
     pub(crate) shared_name: Option<(usize, usize)>,
@@ -526,7 +526,7 @@ fn epoch_of(object: &Object) -> u64 {
     object
         .metadata
         .iter()
-        .find(|(name, _)| name == crate::fence::EPOCH_METADATA)
+        .find(|(name, _)| name == bucket_lease_core::fence::EPOCH_METADATA)
         .and_then(|(_, value)| value.parse().ok())
         .unwrap_or(0)
 }

@@ -14,12 +14,12 @@
 
 use super::sched::{current, Ev, Nanos, Shared, SEC};
 use super::world::{instance_id, key_of, Done, Op, Request, World, KEY};
-use crate::clock::Clock;
-use crate::mutant::{self, Mutant};
-use crate::store::{
+use bucket_lease_core::channel::{self, Receiver};
+use bucket_lease_core::clock::Clock;
+use bucket_lease_core::mutant::{self, Mutant};
+use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
-use crossbeam_channel::Receiver;
 use std::fmt;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -72,18 +72,20 @@ fn describe_op(op: &Op) -> String {
     match op {
         Op::Get(k) => format!("GET {k}"),
         Op::Put(k, body, o) => {
-            let what = crate::record::LeaseRecord::parse(body).map_or(String::new(), |r| {
-                format!(
-                    " [{} epoch {}{}]",
-                    r.instance_id,
-                    r.epoch,
-                    if r.is_released() { " released" } else { "" }
-                )
-            });
+            let what =
+                bucket_lease_core::record::LeaseRecord::parse(body).map_or(String::new(), |r| {
+                    format!(
+                        " [{} epoch {}{}]",
+                        r.instance_id,
+                        r.epoch,
+                        if r.is_released() { " released" } else { "" }
+                    )
+                });
             let mode = match &o.mode {
                 PutMode::Create => "If-None-Match *".to_string(),
                 PutMode::Update(v) => format!("If-Match {:?}", v.etag.as_deref().unwrap_or("-")),
                 PutMode::Overwrite => "unconditional".to_string(),
+                other => format!("{other:?}"),
             };
             format!("PUT {k} {mode}{what}")
         }
@@ -346,7 +348,7 @@ impl Clock for SimClock {
     fn timer(&self, at: Instant) -> Receiver<Instant> {
         let until = self.sh.lock().nanos_of(at);
         self.sh.sleep_until(until);
-        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (tx, rx) = channel::bounded(1);
         let _ = tx.try_send(self.now());
         rx
     }
