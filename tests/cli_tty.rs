@@ -262,8 +262,10 @@ fn ctrl_z_then_fg_continues_the_job() {
     let t = Target::fs("tty-ctrl-z");
     let url = t.url("p");
     let mut term = Terminal::start(&t, &url);
+    // Not followed by `; echo $?`: bash goes on with a list when a job in
+    // it stops. `fg` returns the job's status.
     term.type_keys(
-        "\"$BL\" run --ttl 30 \"$URL\" -- sh -c 'printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
+        "\"$BL\" run --ttl 30 \"$URL\" -- sh -c 'printf \"as\"\"k> \"; read x; echo got:$x'\n",
     );
     term.expect("ask> ");
     term.type_keys("\x1a");
@@ -278,6 +280,8 @@ fn ctrl_z_then_fg_continues_the_job() {
     std::thread::sleep(Duration::from_millis(500));
     term.type_keys("hello\n");
     term.expect("got:hello");
+    term.expect(PROMPT);
+    term.type_keys("echo R\"C=$?\"\n");
     assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
     assert_released(&t, &url, &term);
     term.type_keys("echo next-$((6*7))\n");
@@ -299,7 +303,7 @@ fn fg_after_the_write_deadline_kills_without_continuing() {
     let ticks = t.path("ticks");
     // The command appends a line every 50 ms while it runs.
     term.type_keys(
-        "\"$BL\" run --ttl 3 \"$URL\" -- sh -c 'echo st\"\"arted; while :; do echo t >> \"$DIR/ticks\"; sleep 0.05; done'; echo R\"C=$?\"\n",
+        "\"$BL\" run --ttl 3 \"$URL\" -- sh -c 'echo st\"\"arted; while :; do echo t >> \"$DIR/ticks\"; sleep 0.05; done'\n",
     );
     term.expect("started");
     std::thread::sleep(Duration::from_millis(300));
@@ -314,10 +318,13 @@ fn fg_after_the_write_deadline_kills_without_continuing() {
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(count(&ticks), at_stop, "nothing ran while suspended");
     term.type_keys("fg\n");
+    term.expect(PROMPT);
+    term.type_keys("echo R\"C=$?\"\n");
     assert_eq!(term.exit_code_after(), 76, "{}", term.transcript());
     assert_eq!(count(&ticks), at_stop, "the command was never continued");
     let shown = term.transcript();
     assert!(shown.contains("write deadline"), "{shown}");
+    assert_released(&t, &url, &term);
     term.type_keys("echo next-$((6*7))\n");
     term.expect("next-42");
     println!("--- the terminal session ---\n{}", term.transcript());

@@ -292,8 +292,17 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         Exclusion::name(lease.exclusion()),
         lease.ttl_s()
     );
-    let mut start =
-        crate::child::command(&o.command[0], &o.command[1..], o.grace, p.verbose, p.quiet);
+    // Looked at now, not before the wait: a `run` suspended and put in the
+    // background meanwhile does not take the terminal.
+    let interactive = crate::tty::interactive();
+    let mut start = crate::child::command(
+        &o.command[0],
+        &o.command[1..],
+        o.grace,
+        p.verbose,
+        p.quiet,
+        interactive,
+    );
     start
         .command
         .env("BUCKET_LEASE_URL", &o.url)
@@ -335,7 +344,13 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
             ));
         }
     };
-    let (status, stop) = supervise(job, &keeper, &mut signals, o.grace)?;
+    let interactive = job.interactive();
+    let supervised = supervise(job, &keeper, &mut signals, o.grace);
+    if interactive {
+        // Every process of the command is gone by now, whatever the path.
+        crate::tty::take_back();
+    }
+    let (status, stop) = supervised?;
     let lost_meanwhile = stop.is_none() && lost_in(&keeper);
     release(keeper);
     let status_text = describe_status(status);
@@ -521,8 +536,9 @@ fn supervise(
     let mut events_open = true;
     let mut killed_at: Option<Instant> = None;
     let mut supervisor_killed = false;
-    // A suspended run could not renew the lease nor stop the command, which
-    // runs in a process group of its own and would go on.
+    // Without a terminal, a suspended run could not renew the lease nor
+    // stop the command, which runs in a process group of its own and would
+    // go on: SIGTSTP is ignored. In a terminal it suspends the whole job.
     if let Err(e) = signals.add_signal(SIGTSTP) {
         log::warn!("cannot handle SIGTSTP: {e}");
     }
@@ -549,12 +565,33 @@ fn supervise(
             terminate_now |= plan.observe(now, event);
         }
         terminate_now |= plan.observe(now, Seen::of(keeper.lease()));
-        for sig in signals.pending() {
+        let mut pending: Vec<i32> = signals.pending().collect();
+        if job.interactive() && plan.stop().is_none() && pending.contains(&SIGTSTP) {
+            pending.retain(|&sig| sig != SIGTSTP);
+            let resumed = suspend(&job, keeper);
+            // SIGTSTP is sent to run's own group too: those are not new.
+            pending.extend(signals.pending().filter(|&sig| sig != SIGTSTP));
+            let now = Instant::now();
+            if !resumed {
+                let why = "the write deadline passed while run was suspended (Ctrl-Z), so the \
+                           command was not continued (continue a suspended run within two \
+                           thirds of its TTL, or give it a longer --ttl)";
+                log::info!("the write deadline passed while suspended: SIGKILL to the command");
+                job.kill();
+                killed_at = Some(now);
+                plan.observe(now, Seen::Lost(why.to_string()));
+            }
+            continue;
+        }
+        for sig in pending {
             if sig == SIGTSTP {
-                log::warn!(
-                    "SIGTSTP ignored: a suspended run can neither renew the lease nor stop the \
-                     command (SIGINT or SIGTERM stop both)"
-                );
+                let why = if job.interactive() {
+                    "the command is being stopped"
+                } else {
+                    "a suspended run can neither renew the lease nor stop the command (SIGINT or \
+                     SIGTERM stop both)"
+                };
+                log::warn!("SIGTSTP ignored: {why}");
                 continue;
             }
             log::info!(
@@ -616,6 +653,35 @@ fn supervise(
             }
         }
     }
+}
+
+/// Ctrl-Z in a terminal, or SIGTSTP to run's job: the command's whole
+/// tree is stopped by its supervisor, and run's own job stops, so that the
+/// shell prints its prompt again (renewal stops meanwhile). When run is
+/// continued (`fg`: with the terminal; `bg`: without), the tree is
+/// continued only while the lease may still be written under; false when
+/// it may not (the caller kills the command, still stopped).
+fn suspend(job: &Job, keeper: &Keeper) -> bool {
+    use rustix::process::{getpgrp, getpid, kill_process, kill_process_group, Signal};
+    log::info!(
+        "suspended: the command and run stop, and the lease is not renewed; `fg` or `bg` \
+         continue the command only if the lease may still be written under"
+    );
+    job.freeze();
+    // The others in run's job (a pipeline's other commands, a script
+    // that started run) stop as the shell expects; run, which handles
+    // SIGTSTP, stops itself.
+    let _ = kill_process_group(getpgrp(), Signal::TSTP);
+    if let Err(e) = kill_process(getpid(), Signal::STOP) {
+        log::warn!("run could not stop itself ({e}): the command goes on");
+    }
+    // Continued.
+    if !keeper.may_write() {
+        return false;
+    }
+    log::info!("continued: the lease is still held; the command goes on");
+    job.resume();
+    true
 }
 
 /// Whether the lease was lost or fenced by the time the command exited by

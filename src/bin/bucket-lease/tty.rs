@@ -1,0 +1,74 @@
+//! The terminal on standard input, for `run` started in the foreground of
+//! one (see [`crate::run`], "In a terminal").
+//!
+//! What it promises:
+//!
+//! - **Interactive means what a shell means**: standard input is the
+//!   controlling terminal, and the caller's process group is its
+//!   foreground group ([`interactive`]). A `run` in the background
+//!   (`&`), or with its input from a file or a pipe, is not.
+//! - **The foreground can be given from any group of the session**
+//!   ([`give`]): a process outside the foreground that calls `tcsetpgrp`
+//!   is sent SIGTTOU (and stopped) unless it blocks it, so SIGTTOU is
+//!   blocked in the calling thread for the call, as shells ignore it.
+//!   Only that thread's mask changes, and only for the call; a child
+//!   started later gets an empty mask from std.
+//! - **The terminal is taken back only from a group that is gone**
+//!   ([`take_back`]): a foreground group with a live process (the shell's,
+//!   after `bg`) is left alone.
+
+use rustix::io::Errno;
+use rustix::process::{getpgrp, test_kill_process_group, Pid};
+use rustix::termios::{isatty, tcgetpgrp, tcsetpgrp};
+
+/// Whether standard input is this process's controlling terminal and this
+/// process's group is in its foreground.
+pub fn interactive() -> bool {
+    isatty(std::io::stdin()) && foreground() == Some(getpgrp())
+}
+
+/// The foreground process group of the terminal on standard input, if it
+/// is the controlling terminal.
+pub fn foreground() -> Option<Pid> {
+    tcgetpgrp(std::io::stdin()).ok()
+}
+
+/// Make `group` the foreground process group of the terminal on standard
+/// input, with SIGTTOU blocked in this thread meanwhile.
+///
+/// # Errors
+///
+/// When the mask cannot be changed, or `tcsetpgrp` fails (the group is not
+/// in this session, or standard input is not the controlling terminal).
+pub fn give(group: Pid) -> Result<(), Errno> {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    let mut before = SigSet::empty();
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut before))
+        .map_err(|e| Errno::from_raw_os_error(e as i32))?;
+    let given = tcsetpgrp(std::io::stdin(), group);
+    // A SIGTTOU blocked here was never sent (the kernel sends none to a
+    // caller that blocks it), so nothing is pending when it is unblocked.
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None);
+    given
+}
+
+/// Give the terminal back to this process's group when its foreground
+/// group has no process left (the command's, once it is gone); logs a
+/// failure, with what it means.
+pub fn take_back() {
+    let own = getpgrp();
+    let Some(now) = foreground() else {
+        return;
+    };
+    if now == own || test_kill_process_group(now) != Err(Errno::SRCH) {
+        return;
+    }
+    if let Err(e) = give(own) {
+        log::warn!(
+            "could not take the terminal back from the command's process group ({e}); the \
+             shell takes it back when run exits"
+        );
+    }
+}
