@@ -329,3 +329,133 @@ fn fg_after_the_write_deadline_kills_without_continuing() {
     term.expect("next-42");
     println!("--- the terminal session ---\n{}", term.transcript());
 }
+
+/// Ctrl-Z then `bg`: the command goes on in the background (the shell
+/// takes commands meanwhile) until it reads the terminal, which stops the
+/// job again (as any background job); `fg` then gives it the terminal.
+#[test]
+fn ctrl_z_then_bg_runs_in_the_background_until_it_reads() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-bg");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    let ticks = t.path("ticks");
+    term.type_keys(
+        "\"$BL\" run --ttl 30 \"$URL\" -- sh -c 'echo st\"\"arted; while [ ! -e \"$DIR/go\" ]; do echo t >> \"$DIR/ticks\"; sleep 0.05; done; printf \"as\"\"k> \"; read x; echo got:$x'\n",
+    );
+    term.expect("started");
+    std::thread::sleep(Duration::from_millis(300));
+    term.type_keys("\x1a");
+    term.expect("Stopped");
+    term.expect(PROMPT);
+    let count = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default().len();
+    std::thread::sleep(Duration::from_millis(300));
+    let at_stop = count(&ticks);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(count(&ticks), at_stop, "stopped: {}", term.transcript());
+    term.type_keys("bg\n");
+    term.expect(PROMPT);
+    // The shell has the terminal while the job runs in the background.
+    term.type_keys("echo next-$((6*7))\n");
+    term.expect("next-42");
+    term.expect(PROMPT);
+    let deadline = Instant::now() + WAIT;
+    while count(&ticks) <= at_stop {
+        assert!(
+            Instant::now() < deadline,
+            "not continued: {}",
+            term.transcript()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Now it reads the terminal, from the background: stopped again.
+    term.type_keys("touch \"$DIR/go\"; sleep 1; jobs\n");
+    term.expect("Stopped");
+    term.expect(PROMPT);
+    term.type_keys("fg\n");
+    std::thread::sleep(Duration::from_millis(500));
+    term.type_keys("hello\n");
+    term.expect("got:hello");
+    term.expect(PROMPT);
+    term.type_keys("echo R\"C=$?\"\n");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// A lease lost while the command has the terminal (here: broken by
+/// another process): the command is stopped, run exits 76, and the shell
+/// has the terminal again.
+#[test]
+fn a_lost_lease_stops_the_command_and_the_shell_gets_the_terminal_back() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-lost");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "\"$BL\" run --ttl 30 --grace 1 \"$URL\" -- sh -c 'printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
+    );
+    term.expect("ask> ");
+    let holder = t.holder(&url).expect("a holder");
+    let broken = t.run(["break", "--holder", holder.as_str(), url.as_str()]);
+    assert_eq!(broken.code, Some(0), "{broken:?}");
+    assert_eq!(term.exit_code_after(), 76, "{}", term.transcript());
+    term.type_keys("echo next-$((6*7))\n");
+    term.expect("next-42");
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Nothing changes when standard input is not the terminal: the command
+/// reads its input, and Ctrl-Z goes to `run`, which ignores it (a
+/// suspended run could neither renew the lease nor stop the command).
+#[test]
+fn without_the_terminal_on_stdin_nothing_changes() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-no-stdin");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "echo hello | \"$BL\" run \"$URL\" -- sh -c 'read x; echo got:$x; sleep 1'; echo R\"C=$?\"\n",
+    );
+    term.expect("got:hello");
+    term.type_keys("\x1a");
+    term.expect("SIGTSTP ignored");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// `run` hands the terminal back itself when the command ends: a script
+/// (a shell without job control, which never takes the terminal) reads
+/// the terminal again after `run`.
+#[test]
+fn the_terminal_is_handed_back_to_what_started_run() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-back");
+    let url = t.url("p");
+    std::fs::write(
+        t.path("two.sh"),
+        "\"$BL\" run \"$URL\" -- sh -c 'printf \"first> \"; read x; echo got:$x'\n\
+         printf 'second> '; read y; echo then:$y\n",
+    )
+    .expect("the script is written");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys("bash \"$DIR/two.sh\"; echo R\"C=$?\"\n");
+    term.expect("first> ");
+    term.type_keys("a\n");
+    term.expect("got:a");
+    term.expect("second> ");
+    term.type_keys("b\n");
+    term.expect("then:b");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
