@@ -459,3 +459,28 @@ fn the_terminal_is_handed_back_to_what_started_run() {
     assert_released(&t, &url, &term);
     println!("--- the terminal session ---\n{}", term.transcript());
 }
+
+/// Under `stty tostop` a background process that writes to the terminal
+/// is stopped (SIGTTOU): `run` and the supervisor, in the background while
+/// the command has the terminal, still log (here: each renewal, `-vv`).
+#[test]
+fn messages_while_the_command_has_the_terminal_do_not_stop_run() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-tostop");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys("stty tostop\n");
+    term.expect(PROMPT);
+    term.type_keys(
+        "\"$BL\" run -vv --ttl 3 \"$URL\" -- sh -c 'sleep 2; printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
+    );
+    term.expect("renewed");
+    term.expect("ask> ");
+    term.type_keys("hello\n");
+    term.expect("got:hello");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
