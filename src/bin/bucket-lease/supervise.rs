@@ -120,6 +120,7 @@ pub fn main(args: &[OsString]) -> u8 {
     };
     let interactive = terminal == TTY;
     if interactive {
+        tty::block_sigttou();
         for sig in [SIGTSTP, SIGCONT] {
             if let Err(e) = signals.add_signal(sig) {
                 return setup_failed("cannot handle job-control signals", &e);

@@ -13,6 +13,10 @@
 //!   blocked in the calling thread for the call, as shells ignore it.
 //!   Only that thread's mask changes, and only for the call; a child
 //!   started later gets an empty mask from std.
+//! - **Messages never stop `run`**: in a terminal, `run` and the
+//!   supervisor block SIGTTOU for good ([`block_sigttou`]), as shells
+//!   ignore it, so that a message written from the background under
+//!   `stty tostop` does not stop them.
 //! - **The terminal is taken back only from a group that is gone**
 //!   ([`take_back`]): a foreground group with a live process (the shell's,
 //!   after `bg`) is left alone.
@@ -52,6 +56,21 @@ pub fn give(group: Pid) -> Result<(), Errno> {
     // caller that blocks it), so nothing is pending when it is unblocked.
     let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None);
     given
+}
+
+/// Block SIGTTOU in this thread and in the threads it starts from now on
+/// (children get an empty mask from std): a process in the background of
+/// the terminal is then neither stopped for writing to it under `stty
+/// tostop` (`run`'s and the supervisor's messages while the command has
+/// the terminal; a stopped `run` would renew nothing) nor for `tcsetpgrp`.
+/// Logs a failure.
+pub fn block_sigttou() {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    if let Err(e) = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), None) {
+        log::warn!("cannot block SIGTTOU ({e}): under `stty tostop` a message may stop run");
+    }
 }
 
 /// Give the terminal back to this process's group when its foreground
