@@ -7,9 +7,13 @@
 //!
 //! What is checked: a command's prompt is answered (the command gets the
 //! terminal, as under flock); Ctrl-C and Ctrl-\ reach the command itself
-//! and the shell gets the terminal back; Ctrl-Z suspends the whole job and
-//! `fg` continues it; a job suspended past its write deadline is killed
-//! without being continued (exit 76). Every time the lease is released.
+//! and the shell gets the terminal back; Ctrl-Z suspends the whole job,
+//! `fg` continues it with the terminal and `bg` without; a job suspended
+//! past its write deadline is killed without being continued (exit 76); a
+//! lost lease stops the command; `run` hands the terminal back to a script
+//! that started it; messages under `stty tostop` do not stop `run`; and
+//! with stdin not the terminal nothing changes. Every time the lease is
+//! released.
 
 mod cli_common;
 
@@ -165,6 +169,33 @@ fn libc_o_noctty() -> i32 {
     rustix::fs::OFlags::NOCTTY.bits() as i32
 }
 
+/// Wait until the process whose pid the command wrote in `$DIR/pid` is
+/// in the terminal's foreground group (`/proc/PID/stat`: its group is the
+/// terminal's `tpgid`), so that a key typed now reaches it.
+fn wait_for_the_foreground(t: &Target, term: &Terminal) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let stat = std::fs::read_to_string(t.path("pid"))
+            .ok()
+            .and_then(|pid| std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok());
+        // After the name: state ppid pgrp session tty_nr tpgid.
+        let fields: Vec<String> = stat
+            .as_deref()
+            .and_then(|s| s.rsplit_once(") "))
+            .map(|(_, rest)| rest.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        if fields.len() > 5 && fields[2] == fields[5] {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the command was not in the terminal's foreground within {WAIT:?} ({fields:?}):\n{}",
+            term.transcript()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn assert_released(t: &Target, url: &str, term: &Terminal) {
     let state = t.inspect(url)["state"].clone();
     assert_eq!(
@@ -236,16 +267,17 @@ fn ctrl_c_and_ctrl_backslash_reach_the_command() {
     let url = t.url("p");
     let mut term = Terminal::start(&t, &url);
     for (key, code) in [("\x03", 130), ("\x1c", 131)] {
+        let _ = std::fs::remove_file(t.path("pid"));
         term.type_keys(
-            "\"$BL\" run \"$URL\" -- sh -c 'echo st\"\"arted; exec sleep 100'; echo R\"C=$?\"\n",
+            "\"$BL\" run \"$URL\" -- sh -c 'echo $$ > \"$DIR/pid\"; exec sleep 100'; echo R\"C=$?\"\n",
         );
-        term.expect("started");
-        std::thread::sleep(Duration::from_millis(300));
+        wait_for_the_foreground(&t, &term);
         term.type_keys(key);
         assert_eq!(term.exit_code_after(), code, "{}", term.transcript());
         assert_released(&t, &url, &term);
         term.type_keys("echo next-$((6*7))\n");
         term.expect("next-42");
+        term.expect(PROMPT);
     }
     println!("--- the terminal session ---\n{}", term.transcript());
 }
@@ -474,13 +506,17 @@ fn messages_while_the_command_has_the_terminal_do_not_stop_run() {
     term.type_keys("stty tostop\n");
     term.expect(PROMPT);
     term.type_keys(
-        "\"$BL\" run -vv --ttl 3 \"$URL\" -- sh -c 'sleep 2; printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
+        "\"$BL\" run -vv --ttl 3 \"$URL\" -- sh -c 'sleep 2.5; printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
     );
-    term.expect("renewed");
     term.expect("ask> ");
     term.type_keys("hello\n");
     term.expect("got:hello");
     assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    let shown = term.transcript();
+    assert!(
+        shown.contains("renewed in"),
+        "a renewal was logged: {shown}"
+    );
     assert_released(&t, &url, &term);
     println!("--- the terminal session ---\n{}", term.transcript());
 }
