@@ -172,7 +172,10 @@ impl Job {
     /// process of COMMAND, if they are not stopped already (SIGTSTP).
     pub fn freeze(&self) {
         if let Err(e) = kill_process(self.pid(), Signal::TSTP) {
-            log::warn!("could not ask the command's supervisor to stop the command: {e}");
+            log::warn!(
+                "could not ask the command's supervisor to stop the command ({e}): processes \
+                 outside its process group go on while run is suspended"
+            );
         }
     }
 
@@ -180,7 +183,10 @@ impl Job {
     /// COMMAND, giving it the terminal if `run`'s group has it (SIGCONT).
     pub fn resume(&self) {
         if let Err(e) = kill_process(self.pid(), Signal::CONT) {
-            log::warn!("could not ask the command's supervisor to continue the command: {e}");
+            log::warn!(
+                "could not ask the command's supervisor to continue the command ({e}): it stays \
+                 stopped (SIGINT or SIGTERM to run stop it)"
+            );
         }
     }
 

@@ -196,7 +196,8 @@ impl Terminal {
         }
         if let Err(e) = tty::give(command) {
             log::warn!(
-                "cannot give the command the terminal ({e}): it runs in the background, and is                  stopped if it reads the terminal (give it its input from a file or a pipe)"
+                "cannot give the command the terminal ({e}): it runs in the background, and is \
+                 stopped if it reads the terminal (give it its input from a file or a pipe)"
             );
         }
     }
@@ -313,7 +314,11 @@ impl Supervisor {
         }
         self.freeze();
         if let Err(e) = kill_process(run, Signal::TSTP) {
-            log::warn!("cannot tell run that the command was stopped: {e}");
+            log::warn!(
+                "cannot tell run that the command was stopped ({e}): the command stays stopped \
+                 until this supervisor (pid {}) gets SIGCONT",
+                getpid().as_raw_nonzero()
+            );
         }
     }
 
@@ -334,7 +339,7 @@ impl Supervisor {
             &mut procs::Sent::default(),
         );
         for (p, e) in round.failed {
-            log::warn!("cannot stop {p}: {e}");
+            log::warn!("cannot stop {p} with the rest of the command ({e}): it goes on");
         }
     }
 
@@ -357,7 +362,7 @@ impl Supervisor {
             &mut procs::Sent::default(),
         );
         for (p, e) in round.failed {
-            log::warn!("cannot continue {p}: {e}");
+            log::warn!("cannot continue {p} ({e}): it stays stopped (send it SIGCONT)");
         }
     }
 
