@@ -46,6 +46,19 @@ impl Terminal {
     /// `bash -i` on a new pseudo-terminal, its controlling terminal, with
     /// `$BL` (the binary), `$URL` and `$DIR` (the scratch directory) set.
     fn start(t: &Target, url: &str) -> Terminal {
+        let mut term = Terminal::start_with(
+            t,
+            url,
+            &["bash", "--norc", "--noprofile", "--noediting", "-i"],
+        );
+        term.expect(PROMPT);
+        term
+    }
+
+    /// `program` (with its arguments) as the session leader of a new
+    /// pseudo-terminal, its controlling terminal, with the environment
+    /// [`start`](Self::start) describes.
+    fn start_with(t: &Target, url: &str, program: &[&str]) -> Terminal {
         let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("a pseudo-terminal");
         grantpt(&master).expect("grantpt");
         unlockpt(&master).expect("unlockpt");
@@ -59,7 +72,8 @@ impl Terminal {
             .expect("the terminal side opens");
         let master = File::from(master);
         let shell = Command::new("setsid")
-            .args(["-c", "bash", "--norc", "--noprofile", "--noediting", "-i"])
+            .arg("-c")
+            .args(program)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", t.path(""))
@@ -88,14 +102,12 @@ impl Terminal {
                 sink.lock().unwrap().extend_from_slice(&buf[..n]);
             }
         });
-        let mut term = Terminal {
+        Terminal {
             master,
             output,
             read_to: 0,
             shell,
-        };
-        term.expect(PROMPT);
-        term
+        }
     }
 
     /// Type `text` (`\x03` is Ctrl-C, `\x1a` Ctrl-Z, `\x1c` Ctrl-\).
@@ -157,6 +169,29 @@ impl Drop for Terminal {
         }
         let _ = self.shell.kill();
         let _ = self.shell.wait();
+        // What is left of the session (a `run` stopped for good by a
+        // failed test, say): SIGKILL, which reaches a stopped process.
+        let session = pid.as_raw_nonzero().get().to_string();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(other) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // After the name: state ppid pgrp session.
+            let in_session = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split_whitespace().nth(3))
+                == Some(session.as_str());
+            if in_session {
+                if let Some(other) = Pid::from_raw(other) {
+                    let _ = kill_process(other, Signal::KILL);
+                }
+            }
+        }
         if std::thread::panicking() {
             eprintln!("--- the terminal session ---\n{}", self.transcript());
         }
@@ -517,6 +552,36 @@ fn messages_while_the_command_has_the_terminal_do_not_stop_run() {
         shown.contains("renewed in"),
         "a renewal was logged: {shown}"
     );
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Ctrl-Z under a `run` that no job-control shell could continue (its job
+/// is an orphaned process group: here `sh -c`, the terminal's session
+/// leader, started it) is ignored, as the kernel ignores it for flock
+/// there: the command is continued at once, and reads what is typed.
+#[test]
+fn ctrl_z_without_a_job_control_shell_is_ignored() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-orphan");
+    let url = t.url("p");
+    let mut term = Terminal::start_with(
+        &t,
+        &url,
+        &[
+            "sh",
+            "-c",
+            "\"$BL\" run \"$URL\" -- sh -c 'printf \"ask> \"; read x; echo got:$x'; echo RC=$?",
+        ],
+    );
+    term.expect("ask> ");
+    term.type_keys("\x1a");
+    term.expect("Ctrl-Z ignored");
+    term.type_keys("hello\n");
+    term.expect("got:hello");
+    term.expect("RC=0");
     assert_released(&t, &url, &term);
     println!("--- the terminal session ---\n{}", term.transcript());
 }
