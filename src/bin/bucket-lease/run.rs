@@ -622,20 +622,27 @@ fn supervise(
         let mut pending: Vec<i32> = signals.pending().collect();
         if job.interactive() && plan.stop().is_none() && pending.contains(&SIGTSTP) {
             pending.retain(|&sig| sig != SIGTSTP);
-            let resumed = suspend(&job, keeper);
-            // SIGTSTP is sent to run's own group too: those are not new.
-            pending.extend(signals.pending().filter(|&sig| sig != SIGTSTP));
-            let now = Instant::now();
-            if !resumed {
-                let why = "the write deadline passed while run was suspended (Ctrl-Z), so the \
+            if !crate::tty::job_control() {
+                log::warn!(
+                    "Ctrl-Z ignored: run's job has no shell with job control above it to \
+                     continue it (SIGINT or SIGTERM stop the command)"
+                );
+                job.resume();
+            } else {
+                let resumed = suspend(&job, keeper);
+                // SIGTSTP is sent to run's own group too: those are not new.
+                pending.extend(signals.pending().filter(|&sig| sig != SIGTSTP));
+                let now = Instant::now();
+                if !resumed {
+                    let why = "the write deadline passed while run was suspended (Ctrl-Z), so the \
                            command was not continued (continue a suspended run within two \
                            thirds of its TTL, or give it a longer --ttl)";
-                log::info!("the write deadline passed while suspended: SIGKILL to the command");
-                job.kill();
-                killed_at = Some(now);
-                plan.observe(now, Seen::Lost(why.to_string()));
+                    log::info!("the write deadline passed while suspended: SIGKILL to the command");
+                    job.kill();
+                    killed_at = Some(now);
+                    plan.observe(now, Seen::Lost(why.to_string()));
+                }
             }
-            continue;
         }
         for sig in pending {
             if sig == SIGTSTP {

@@ -58,6 +58,34 @@ pub fn give(group: Pid) -> Result<(), Errno> {
     given
 }
 
+/// Whether something can continue this process's group once it stops:
+/// the group is not orphaned, that is, the first ancestor outside it (the
+/// shell that started the job, above a script that ran `run`, say) is in
+/// this session. (In an orphaned group a stopped job would stay stopped:
+/// the kernel discards SIGTSTP from the terminal there, for that reason.)
+#[cfg(target_os = "linux")]
+pub fn job_control() -> bool {
+    use rustix::process::{getpgid, getppid, getsid};
+    let own = getpgrp();
+    let session = getsid(None).ok();
+    let mut next = getppid();
+    // A chain of processes in one group is short; the bound only guards
+    // against a loop in what /proc shows while it changes.
+    for _ in 0..64 {
+        let Some(pid) = next else {
+            return false;
+        };
+        if getpgid(Some(pid)).ok() != Some(own) {
+            return getsid(Some(pid)).ok() == session && session.is_some();
+        }
+        next = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero()))
+            .ok()
+            .and_then(|text| crate::procs::parse_stat(&text))
+            .and_then(|p| Pid::from_raw(p.ppid));
+    }
+    false
+}
+
 /// Block SIGTTOU in this thread and in the threads it starts from now on
 /// (children get an empty mask from std): a process in the background of
 /// the terminal is then neither stopped for writing to it under `stty
