@@ -108,7 +108,11 @@
 //! 2. `run` stops its own job (SIGTSTP to its group, SIGSTOP to itself),
 //!    so the shell prints its prompt, as for `flock`. Nothing of `run`
 //!    runs, so the lease is not renewed and may expire meanwhile. SIGTSTP
-//!    sent to `run` (`kill -TSTP %1`) does the same.
+//!    sent to `run` (`kill -TSTP %1`) does the same. When no shell with
+//!    job control could continue the job (`run`'s group is orphaned: the
+//!    first process above it outside the group is in another session, as
+//!    under `setsid -c`), Ctrl-Z is ignored with a warning and the command
+//!    continued, as the kernel ignores it for `flock` there.
 //! 3. When `run` is continued, `fg` (with the terminal) or `bg` (without),
 //!    it first checks [`Lease::may_write`]: if the write deadline passed
 //!    while it was suspended, COMMAND is killed (SIGKILL) still stopped,

@@ -86,6 +86,13 @@ pub fn job_control() -> bool {
     false
 }
 
+/// Elsewhere than on Linux `run` never gives a command the terminal (see
+/// [`crate::child`]), so this is not asked.
+#[cfg(not(target_os = "linux"))]
+pub fn job_control() -> bool {
+    true
+}
+
 /// Block SIGTTOU in this thread and in the threads it starts from now on
 /// (children get an empty mask from std): a process in the background of
 /// the terminal is then neither stopped for writing to it under `stty
