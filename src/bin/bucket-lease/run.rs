@@ -184,7 +184,7 @@ COMMAND's status.
 
 In a terminal (Linux): when run's standard input is the terminal and run
 is in its foreground, COMMAND gets the terminal as under flock (its process
-group is made the foreground group), so it can prompt, and Ctrl-C, Ctrl-\
+group is made the foreground group), so it can prompt, and Ctrl-C, Ctrl-\\
 and Ctrl-Z go to it; run takes the terminal back when COMMAND ends. Ctrl-Z
 stops every process of COMMAND and then run's own job, and the lease is not
 renewed while suspended: on fg or bg, COMMAND is continued only if the
