@@ -585,3 +585,28 @@ fn ctrl_z_without_a_job_control_shell_is_ignored() {
     assert_released(&t, &url, &term);
     println!("--- the terminal session ---\n{}", term.transcript());
 }
+
+/// Ctrl-Z while the command is being stopped (the lease was lost; it got
+/// SIGTERM and cleans up): the command is continued, so it finishes its
+/// cleanup instead of sitting stopped until SIGKILL.
+#[test]
+fn ctrl_z_while_the_command_is_being_stopped_lets_it_finish() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-ctrl-z-stopping");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "\"$BL\" run --ttl 30 \"$URL\" -- sh -c 'trap \"echo clea\"\"ning; sleep 1; echo clea\"\"ned; exit 3\" TERM; echo $$ > \"$DIR/pid\"; while :; do sleep 0.1; done'; echo R\"C=$?\"\n",
+    );
+    wait_for_the_foreground(&t, &term);
+    let holder = t.holder(&url).expect("a holder");
+    let broken = t.run(["break", "--holder", holder.as_str(), url.as_str()]);
+    assert_eq!(broken.code, Some(0), "{broken:?}");
+    term.expect("cleaning");
+    term.type_keys("\x1a");
+    term.expect("cleaned");
+    assert_eq!(term.exit_code_after(), 76, "{}", term.transcript());
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
