@@ -638,9 +638,9 @@ fn supervise(
                 pending.extend(signals.pending().filter(|&sig| sig != SIGTSTP));
                 let now = Instant::now();
                 if !resumed {
-                    let why = "the write deadline passed while run was suspended (Ctrl-Z), so the \
-                           command was not continued (continue a suspended run within two \
-                           thirds of its TTL, or give it a longer --ttl)";
+                    let why = "the write deadline passed while run was suspended (Ctrl-Z), so \
+                               the command was not continued (continue a suspended run within \
+                               two thirds of its TTL, or give it a longer --ttl)";
                     log::info!("the write deadline passed while suspended: SIGKILL to the command");
                     job.kill();
                     killed_at = Some(now);

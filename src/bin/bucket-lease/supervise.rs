@@ -27,13 +27,13 @@
 //! | SIGUSR1 (from `run`: SIGKILL is due) | SIGKILL to the group and every descendant, round after round, until none is left |
 //! | SIGUSR2 (`run` died) | the same, at once |
 //!
-//! With TTY `tty`, while COMMAND runs (in no other phase):
+//! With TTY `tty`, while COMMAND runs:
 //!
 //! | signal or event | what it does |
 //! |---|---|
-//! | COMMAND stopped by a job-control signal (Ctrl-Z: SIGTSTP; SIGSTOP; SIGTTIN or SIGTTOU in the background) | SIGSTOP to its group and every descendant (the whole tree frozen), then SIGTSTP to `run`, which suspends its own job |
-//! | SIGTSTP (from `run`: suspend) | the whole tree frozen, if it is not already |
-//! | SIGCONT (from `run`: go on; `run` checked that the lease may still be written under) | COMMAND's group gets the terminal if `run`'s group has it (`fg`), else it goes on in the background (`bg`); SIGCONT to the group and every descendant |
+//! | COMMAND stopped by a job-control signal (Ctrl-Z: SIGTSTP; SIGSTOP; SIGTTIN or SIGTTOU in the background) | SIGSTOP to its group and every descendant (the whole tree frozen), then SIGTSTP to `run`, which suspends its own job; while stopping (after SIGTERM), SIGCONT to its group instead, so that it can finish |
+//! | SIGTSTP (from `run`: suspend; not once stopping) | the whole tree frozen, if it is not already |
+//! | SIGCONT (from `run`: go on, `run` checked that the lease may still be written under; not once stopping) | COMMAND's group gets the terminal if `run`'s group has it (`fg`), else it goes on in the background (`bg`); SIGCONT to the group and every descendant |
 //!
 //! Without it (`-`), COMMAND runs in the background of any terminal: one
 //! stopped for using it is left stopped, with a warning.
@@ -301,8 +301,14 @@ impl Supervisor {
             warn_stopped(status);
             return;
         };
-        if self.phase != Phase::Running || frozen {
-            // Stopping: SIGCONT follows each SIGTERM. Frozen: asked for.
+        if self.phase != Phase::Running {
+            // Being stopped (Ctrl-Z during the grace period): let it go on
+            // to its end.
+            let _ = kill_process_group(self.command, Signal::CONT);
+            return;
+        }
+        if frozen {
+            // Asked for by run.
             return;
         }
         let for_the_terminal = matches!(status.stopping_signal(),
