@@ -6,7 +6,7 @@
 //! must be dead by the lease's write deadline, and none may outlive `run`.
 //!
 //! On Linux `run` ([`Job`]) becomes a child subreaper and starts its own
-//! executable as `bucket-lease __supervise PID GRACE_MS LOG COMMAND
+//! executable as `bucket-lease __supervise PID GRACE_MS LOG TTY COMMAND
 //! [ARG...]` ([`crate::supervise`]), in a process group of its own. The
 //! supervisor starts COMMAND in a new process group, is the subreaper of
 //! everything below it, and does what `run` asks: SIGTERM to COMMAND's
@@ -59,15 +59,19 @@ const SWEEP_BOUND: Duration = Duration::from_secs(5);
 /// The command that starts COMMAND (`program` with `args`) for `run`: its
 /// environment is `run`'s, plus what the caller adds. `grace` is for what
 /// COMMAND leaves when it exits; `verbose` and `quiet` are `run`'s logging
-/// flags, for the supervisor's messages.
+/// flags, for the supervisor's messages. `interactive`: `run` is in the
+/// foreground of the terminal on its standard input, and COMMAND is to
+/// have it (with a supervisor only; see [`crate::supervise`]).
 pub fn command(
     program: &OsString,
     args: &[OsString],
     grace: Duration,
     verbose: u8,
     quiet: bool,
+    interactive: bool,
 ) -> Start {
     let supervised = cfg!(target_os = "linux") && std::path::Path::new(SELF_EXE).exists();
+    let interactive = interactive && supervised;
     let mut command = if supervised {
         let mut command = Command::new(SELF_EXE);
         let log = if quiet {
@@ -82,6 +86,7 @@ pub fn command(
             .arg(std::process::id().to_string())
             .arg(grace_ms.to_string())
             .arg(log)
+            .arg(if interactive { TTY } else { NO_TTY })
             .arg(program)
             .args(args);
         command
@@ -94,8 +99,15 @@ pub fn command(
     Start {
         command,
         supervised,
+        interactive,
     }
 }
+
+/// The supervisor's TTY argument: COMMAND gets the terminal's foreground.
+pub const TTY: &str = "tty";
+
+/// The supervisor's TTY argument: COMMAND stays in the background.
+pub const NO_TTY: &str = "-";
 
 /// This executable, even if its file was replaced or removed since it
 /// started.
@@ -106,6 +118,7 @@ pub struct Start {
     /// The command; only its environment may be changed.
     pub command: Command,
     supervised: bool,
+    interactive: bool,
 }
 
 /// COMMAND, started: under its supervisor on Linux, else as the leader of
@@ -113,6 +126,7 @@ pub struct Start {
 pub struct Job {
     child: Child,
     supervised: bool,
+    interactive: bool,
 }
 
 impl Job {
@@ -125,6 +139,7 @@ impl Job {
         let Start {
             mut command,
             supervised,
+            interactive,
         } = start;
         #[cfg(target_os = "linux")]
         if supervised {
@@ -136,11 +151,43 @@ impl Job {
             }
         }
         let child = command.spawn()?;
-        Ok(Job { child, supervised })
+        Ok(Job {
+            child,
+            supervised,
+            interactive,
+        })
     }
 
     fn pid(&self) -> Pid {
         Pid::from_child(&self.child)
+    }
+
+    /// Whether COMMAND was given the terminal's foreground (its supervisor
+    /// then stops and continues its tree on job-control requests).
+    pub fn interactive(&self) -> bool {
+        self.interactive
+    }
+
+    /// Interactive only: ask the supervisor to stop (SIGSTOP) every
+    /// process of COMMAND, if they are not stopped already (SIGTSTP).
+    pub fn freeze(&self) {
+        if let Err(e) = kill_process(self.pid(), Signal::TSTP) {
+            log::warn!(
+                "could not ask the command's supervisor to stop the command ({e}): processes \
+                 outside its process group go on while run is suspended"
+            );
+        }
+    }
+
+    /// Interactive only: ask the supervisor to continue every process of
+    /// COMMAND, giving it the terminal if `run`'s group has it (SIGCONT).
+    pub fn resume(&self) {
+        if let Err(e) = kill_process(self.pid(), Signal::CONT) {
+            log::warn!(
+                "could not ask the command's supervisor to continue the command ({e}): it stays \
+                 stopped (SIGINT or SIGTERM to run stop it)"
+            );
+        }
     }
 
     /// COMMAND's status, once it has exited; on Linux, read from its

@@ -41,6 +41,7 @@ mod run;
 #[cfg(target_os = "linux")]
 mod supervise;
 mod text;
+mod tty;
 
 use bucket_lease::backends::config::{self, ConfigError};
 use bucket_lease::store::{StoreError, StoreErrorKind};

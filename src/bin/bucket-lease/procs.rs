@@ -256,7 +256,8 @@ pub struct Sent {
 /// fresh [`Sent`] to reach all of them): first to their process groups
 /// (see the [module docs](self); `leader` is a group leader that may
 /// already be gone), then to each by pid. SIGTERM is followed by SIGCONT
-/// for a stopped process, so that it can act on it.
+/// for a stopped process, so that it can act on it (no other signal is:
+/// SIGSTOP must leave every process stopped).
 pub fn signal_all(root: Pid, sig: Signal, leader: Option<Pid>, sent: &mut Sent) -> Round {
     signal_all_but(root, sig, leader, sent, &|_| false)
 }
@@ -284,7 +285,7 @@ fn signal_all_but(
     for p in all.into_iter().filter(Proc::alive) {
         if sent.procs.insert((p.pid, p.start)) {
             match signal_one(&p, sig) {
-                Ok(()) if sig != Signal::KILL && p.state == 'T' => {
+                Ok(()) if sig == Signal::TERM && p.state == 'T' => {
                     let _ = signal_one(&p, Signal::CONT);
                 }
                 Ok(()) => {}

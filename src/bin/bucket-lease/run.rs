@@ -45,10 +45,11 @@
 //! - **SIGINT, SIGTERM and SIGHUP release the lease**: every process of
 //!   the command is sent SIGTERM (a second signal sends SIGKILL at once)
 //!   and SIGKILL after the grace period, or just before the write deadline
-//!   if that comes first; then the lease is released. SIGTSTP is ignored
-//!   while the command runs: a suspended `run` could neither renew nor
-//!   stop it. Exit COMMAND's own exit code if it exited
-//!   by itself, else 128 + the signal received (130, 143, 129).
+//!   if that comes first; then the lease is released. Without a terminal
+//!   (see "In a terminal" below), SIGTSTP is ignored while the command
+//!   runs: a suspended `run` could neither renew nor stop it. Exit
+//!   COMMAND's own exit code if it exited by itself, else 128 + the signal
+//!   received (130, 143, 129).
 //! - **The lease is released when COMMAND exits and nothing it started is
 //!   left**: processes it left running get SIGTERM, then SIGKILL after the
 //!   grace period (or the deadline rule above, if that comes first). Then
@@ -80,11 +81,54 @@
 //! one that left the group or the session (`setsid`, a double fork, a
 //! daemon) or lives in a PID namespace it created; `run` exits only when
 //! none is left, or names the processes it could not kill (one running as
-//! another user, or stuck in the kernel). COMMAND is in the background of
-//! a terminal: one that reads the terminal is stopped (SIGTTIN); give it
-//! its input from a file or a pipe. Elsewhere than on Linux, only
+//! another user, or stuck in the kernel). Elsewhere than on Linux, only
 //! COMMAND's process group is signalled, and nothing when `run` is killed
 //! with SIGKILL.
+//!
+//! In a terminal (Linux, [`crate::tty`]): when `run`'s standard input is
+//! its controlling terminal and `run` is in its foreground (started at a
+//! shell's prompt, not with `&`), COMMAND gets the terminal, as under
+//! `flock`: its supervisor makes COMMAND's process group the foreground
+//! group as soon as it starts (`tcsetpgrp`, as a shell does for a job),
+//! so it can prompt, and Ctrl-C, Ctrl-\ and Ctrl-Z go to it and not to
+//! `run`: `sleep` interrupted by Ctrl-C dies of SIGINT, and `run`
+//! releases the lease and exits 130, COMMAND's status. (GNU `timeout
+//! --foreground` is the precedent for letting a supervised command have
+//! the terminal; it keeps the command in its own group and gives up
+//! stopping the command's children. COMMAND keeps a group of its own
+//! here, so that it can be signalled as a whole without `run`.) Once
+//! every process of COMMAND is gone, on every path,
+//! `run` gives the terminal back to its own group if the foreground group
+//! is gone (not if the shell took it after `bg`). Ctrl-Z:
+//!
+//! 1. COMMAND's group stops (SIGTSTP from the terminal). Its supervisor
+//!    sees it, stops every other process of COMMAND too (SIGSTOP: a
+//!    daemon it started would otherwise go on with nobody renewing), and
+//!    sends SIGTSTP to `run`.
+//! 2. `run` stops its own job (SIGTSTP to its group, SIGSTOP to itself),
+//!    so the shell prints its prompt, as for `flock`. Nothing of `run`
+//!    runs, so the lease is not renewed and may expire meanwhile. SIGTSTP
+//!    sent to `run` (`kill -TSTP %1`) does the same. When no shell with
+//!    job control could continue the job (`run`'s group is orphaned: the
+//!    first process above it outside the group is in another session, as
+//!    under `setsid -c`), Ctrl-Z is ignored with a warning and the command
+//!    continued, as the kernel ignores it for `flock` there.
+//! 3. When `run` is continued, `fg` (with the terminal) or `bg` (without),
+//!    it first checks [`Lease::may_write`]: if the write deadline passed
+//!    while it was suspended, COMMAND is killed (SIGKILL) still stopped,
+//!    never continued, and `run` exits 76. Else the supervisor continues
+//!    every process; after `fg` COMMAND's group gets the terminal again,
+//!    after `bg` it runs in the background, and reading the terminal stops
+//!    the job again (as for any background job).
+//!
+//! A process continued by hand (`kill -CONT PID`) while `run` is
+//! suspended runs with nobody renewing the lease, as when `run` itself is
+//! frozen. `run` and the supervisor block SIGTTOU, so that their
+//! messages, written from the background while COMMAND has the terminal,
+//! do not stop them under `stty tostop`. In any other case (standard input a file or a pipe, `run` in
+//! the background) nothing changes: COMMAND runs in the background of the
+//! terminal, one that reads it is stopped (SIGTTIN) with a warning, and
+//! SIGTSTP is ignored.
 //!
 //! What it cannot promise: a process COMMAND did not start itself escapes
 //! (a service started through a service manager, such as `systemd-run`, or
@@ -136,7 +180,18 @@ SIGTERM, with SIGKILL after the grace period or 50 ms before the deadline,
 whichever comes first (a second signal: SIGKILL at once). When COMMAND
 exits, what it left running gets SIGTERM, then SIGKILL after the grace
 period; the lease is released once none is left, and run exits with
-COMMAND's status. SIGTSTP is ignored while COMMAND runs.
+COMMAND's status.
+
+In a terminal (Linux): when run's standard input is the terminal and run
+is in its foreground, COMMAND gets the terminal as under flock (its process
+group is made the foreground group), so it can prompt, and Ctrl-C, Ctrl-\\
+and Ctrl-Z go to it; run takes the terminal back when COMMAND ends. Ctrl-Z
+stops every process of COMMAND and then run's own job, and the lease is not
+renewed while suspended: on fg or bg, COMMAND is continued only if the
+lease may still be written under; if the write deadline passed, it is
+killed without being continued and run exits 76. Otherwise (input from a
+file or a pipe, run in the background) COMMAND is in the background of the
+terminal, and SIGTSTP is ignored while it runs.
 
 What is stopped (Linux): COMMAND runs in a process group of its own, under
 a supervisor process that is the subreaper of everything COMMAND starts.
@@ -147,9 +202,8 @@ supervisor is killed, run does. A process run may not signal (another
 user's) is named. What escapes: a process started through a service
 manager or another daemon (systemd-run, a container runtime, at), a
 process on another machine, and everything if run and its supervisor are
-killed at once. COMMAND is in the background of the terminal: give it its
-input from a file or a pipe. Elsewhere than on Linux only COMMAND's
-process group is signalled.
+killed at once. Elsewhere than on Linux only COMMAND's process group is
+signalled.
 
 COMMAND's environment gains BUCKET_LEASE_URL, BUCKET_LEASE_KEY,
 BUCKET_LEASE_INSTANCE_ID, BUCKET_LEASE_EPOCH, BUCKET_LEASE_TTL_S,
@@ -272,6 +326,13 @@ fn parse(p: &mut Parser) -> Result<Option<Options>, Failure> {
 /// A usage, configuration, held, lost or store failure; the command's
 /// status is returned as `Ok`.
 pub fn main(mut p: Parser) -> Result<u8, Failure> {
+    // Before any thread starts (the store's, the renewal thread), so that
+    // every thread inherits the mask: a message written from the
+    // background of the terminal under `stty tostop` must not stop run,
+    // which would then renew nothing.
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        crate::tty::block_sigttou();
+    }
     let Some(o) = parse(&mut p)? else {
         return Ok(exit::OK);
     };
@@ -292,8 +353,17 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         Exclusion::name(lease.exclusion()),
         lease.ttl_s()
     );
-    let mut start =
-        crate::child::command(&o.command[0], &o.command[1..], o.grace, p.verbose, p.quiet);
+    // Looked at now, not before the wait: a `run` suspended and put in the
+    // background meanwhile does not take the terminal.
+    let interactive = crate::tty::interactive();
+    let mut start = crate::child::command(
+        &o.command[0],
+        &o.command[1..],
+        o.grace,
+        p.verbose,
+        p.quiet,
+        interactive,
+    );
     start
         .command
         .env("BUCKET_LEASE_URL", &o.url)
@@ -335,7 +405,13 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
             ));
         }
     };
-    let (status, stop) = supervise(job, &keeper, &mut signals, o.grace)?;
+    let interactive = job.interactive();
+    let supervised = supervise(job, &keeper, &mut signals, o.grace);
+    if interactive {
+        // Every process of the command is gone by now, whatever the path.
+        crate::tty::take_back();
+    }
+    let (status, stop) = supervised?;
     let lost_meanwhile = stop.is_none() && lost_in(&keeper);
     release(keeper);
     let status_text = describe_status(status);
@@ -521,8 +597,9 @@ fn supervise(
     let mut events_open = true;
     let mut killed_at: Option<Instant> = None;
     let mut supervisor_killed = false;
-    // A suspended run could not renew the lease nor stop the command, which
-    // runs in a process group of its own and would go on.
+    // Without a terminal, a suspended run could not renew the lease nor
+    // stop the command, which runs in a process group of its own and would
+    // go on: SIGTSTP is ignored. In a terminal it suspends the whole job.
     if let Err(e) = signals.add_signal(SIGTSTP) {
         log::warn!("cannot handle SIGTSTP: {e}");
     }
@@ -549,12 +626,40 @@ fn supervise(
             terminate_now |= plan.observe(now, event);
         }
         terminate_now |= plan.observe(now, Seen::of(keeper.lease()));
-        for sig in signals.pending() {
-            if sig == SIGTSTP {
+        let mut pending: Vec<i32> = signals.pending().collect();
+        if job.interactive() && plan.stop().is_none() && pending.contains(&SIGTSTP) {
+            pending.retain(|&sig| sig != SIGTSTP);
+            if !crate::tty::job_control() {
                 log::warn!(
-                    "SIGTSTP ignored: a suspended run can neither renew the lease nor stop the \
-                     command (SIGINT or SIGTERM stop both)"
+                    "Ctrl-Z ignored: run's job has no shell with job control above it to \
+                     continue it (SIGINT or SIGTERM stop the command)"
                 );
+                job.resume();
+            } else {
+                let resumed = suspend(&job, keeper);
+                // SIGTSTP is sent to run's own group too: those are not new.
+                pending.extend(signals.pending().filter(|&sig| sig != SIGTSTP));
+                let now = Instant::now();
+                if !resumed {
+                    let why = "the write deadline passed while run was suspended (Ctrl-Z), so \
+                               the command was not continued (continue a suspended run within \
+                               two thirds of its TTL, or give it a longer --ttl)";
+                    log::info!("the write deadline passed while suspended: SIGKILL to the command");
+                    job.kill();
+                    killed_at = Some(now);
+                    plan.observe(now, Seen::Lost(why.to_string()));
+                }
+            }
+        }
+        for sig in pending {
+            if sig == SIGTSTP {
+                let why = if job.interactive() {
+                    "the command is being stopped"
+                } else {
+                    "a suspended run can neither renew the lease nor stop the command (SIGINT or \
+                     SIGTERM stop both)"
+                };
+                log::warn!("SIGTSTP ignored: {why}");
                 continue;
             }
             log::info!(
@@ -616,6 +721,35 @@ fn supervise(
             }
         }
     }
+}
+
+/// Ctrl-Z in a terminal, or SIGTSTP to run's job: the command's whole
+/// tree is stopped by its supervisor, and run's own job stops, so that the
+/// shell prints its prompt again (renewal stops meanwhile). When run is
+/// continued (`fg`: with the terminal; `bg`: without), the tree is
+/// continued only while the lease may still be written under; false when
+/// it may not (the caller kills the command, still stopped).
+fn suspend(job: &Job, keeper: &Keeper) -> bool {
+    use rustix::process::{getpgrp, getpid, kill_process, kill_process_group, Signal};
+    log::info!(
+        "suspended: the command and run stop, and the lease is not renewed; `fg` or `bg` \
+         continue the command only if the lease may still be written under"
+    );
+    job.freeze();
+    // The others in run's job (a pipeline's other commands, a script
+    // that started run) stop as the shell expects; run, which handles
+    // SIGTSTP, stops itself.
+    let _ = kill_process_group(getpgrp(), Signal::TSTP);
+    if let Err(e) = kill_process(getpid(), Signal::STOP) {
+        log::warn!("run could not stop itself ({e}): the command goes on");
+    }
+    // Continued.
+    if !keeper.may_write() {
+        return false;
+    }
+    log::info!("continued: the lease is still held; the command goes on");
+    job.resume();
+    true
 }
 
 /// Whether the lease was lost or fenced by the time the command exited by

@@ -1,4 +1,4 @@
-//! `bucket-lease __supervise RUN_PID GRACE_MS LOG COMMAND [ARG...]`: the
+//! `bucket-lease __supervise RUN_PID GRACE_MS LOG TTY COMMAND [ARG...]`: the
 //! process between `run` and COMMAND (Linux), which stops every process
 //! COMMAND starts, and outlives `run` only to kill them.
 //!
@@ -11,7 +11,12 @@
 //!    orphaned anywhere below it (a double fork, a daemon) is given to it,
 //!    not to init, so every descendant stays in its tree;
 //! 3. starts COMMAND in a new process group (led by COMMAND), and reaps
-//!    every child it is given until none is left.
+//!    every child it is given until none is left. With TTY `tty` (`run` is
+//!    in the foreground of the terminal on its standard input), it makes
+//!    COMMAND's group the terminal's foreground group at once, if `run`'s
+//!    group still has it (`tcsetpgrp`, SIGTTOU blocked: see
+//!    [`crate::tty`]). A COMMAND that used the terminal before that and
+//!    was stopped for it (SIGTTIN, SIGTTOU) is continued.
 //!
 //! What it does, and when ([`Phase`]):
 //!
@@ -22,20 +27,32 @@
 //! | SIGUSR1 (from `run`: SIGKILL is due) | SIGKILL to the group and every descendant, round after round, until none is left |
 //! | SIGUSR2 (`run` died) | the same, at once |
 //!
+//! With TTY `tty`, while COMMAND runs:
+//!
+//! | signal or event | what it does |
+//! |---|---|
+//! | COMMAND stopped by a job-control signal (Ctrl-Z: SIGTSTP; SIGSTOP; SIGTTIN or SIGTTOU in the background) | SIGSTOP to its group and every descendant (the whole tree frozen), then SIGTSTP to `run`, which suspends its own job; while stopping (after SIGTERM), SIGCONT to its group instead, so that it can finish |
+//! | SIGTSTP (from `run`: suspend; not once stopping) | the whole tree frozen, if it is not already |
+//! | SIGCONT (from `run`: go on, `run` checked that the lease may still be written under; not once stopping) | COMMAND's group gets the terminal if `run`'s group has it (`fg`), else it goes on in the background (`bg`); SIGCONT to the group and every descendant |
+//!
+//! Without it (`-`), COMMAND runs in the background of any terminal: one
+//! stopped for using it is left stopped, with a warning.
+//!
 //! It exits once it has no child left: with COMMAND's exit code, or killed
 //! by the signal that killed COMMAND (raised again on itself, with core
 //! dumps off), so `run` reads COMMAND's status from it unchanged. A kill
 //! that cannot finish (a process in uninterruptible sleep, or one it may
 //! not signal) ends after [`KILL_BOUND`], naming the processes left.
 
-use crate::child::SUPERVISE;
-use crate::{exit, procs};
+use crate::child::{SUPERVISE, TTY};
+use crate::{exit, procs, tty};
 use rustix::io::Errno;
 use rustix::process::{
-    getpid, getppid, getrlimit, set_child_subreaper, set_parent_process_death_signal, setrlimit,
-    wait, Pid, Resource, Rlimit, Signal, WaitOptions, WaitStatus,
+    getpgid, getpid, getppid, getrlimit, kill_process, kill_process_group, set_child_subreaper,
+    set_parent_process_death_signal, setrlimit, wait, Pid, Resource, Rlimit, Signal, WaitOptions,
+    WaitStatus,
 };
-use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+use signal_hook::consts::{SIGCHLD, SIGCONT, SIGHUP, SIGINT, SIGTERM, SIGTSTP, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -73,7 +90,7 @@ enum Phase {
 /// Run the supervisor; returns the exit code (COMMAND's), or does not
 /// return when COMMAND was killed by a signal (it is raised on itself).
 pub fn main(args: &[OsString]) -> u8 {
-    let [parent, grace_ms, log, program, rest @ ..] = args else {
+    let [parent, grace_ms, log, terminal, program, rest @ ..] = args else {
         eprintln!("bucket-lease: {SUPERVISE} is internal to `bucket-lease run`");
         return exit::USAGE;
     };
@@ -95,11 +112,20 @@ pub fn main(args: &[OsString]) -> u8 {
     if let Err(e) = set_parent_process_death_signal(Some(Signal::USR2)) {
         return setup_failed("cannot tie the command to bucket-lease", &e);
     }
-    let parent_alive =
-        getppid().is_some_and(|p| parent.to_str() == Some(p.as_raw_nonzero().to_string().as_str()));
-    if !parent_alive {
+    let run =
+        getppid().filter(|p| parent.to_str() == Some(p.as_raw_nonzero().to_string().as_str()));
+    let Some(run) = run else {
         // `run` died before the death signal was set: nobody holds a lease.
         return exit::LOST;
+    };
+    let interactive = terminal == TTY;
+    if interactive {
+        tty::block_sigttou();
+        for sig in [SIGTSTP, SIGCONT] {
+            if let Err(e) = signals.add_signal(sig) {
+                return setup_failed("cannot handle job-control signals", &e);
+            }
+        }
     }
     if let Err(e) = set_child_subreaper(Some(Pid::INIT)) {
         return setup_failed("cannot become the subreaper of the command", &e);
@@ -119,12 +145,17 @@ pub fn main(args: &[OsString]) -> u8 {
     // `child`, which would race it.
     let command = Pid::from_child(&child);
     drop(child);
+    let terminal = interactive.then_some(Terminal { run, frozen: false });
+    if let Some(terminal) = &terminal {
+        terminal.give_to(command);
+    }
     let status = Supervisor {
         command,
         grace,
         status: None,
         phase: Phase::Running,
         termed: procs::Sent::default(),
+        terminal,
     }
     .run(&mut signals);
     mirror(status)
@@ -143,6 +174,33 @@ struct Supervisor {
     phase: Phase,
     /// Who got SIGTERM already.
     termed: procs::Sent,
+    /// With TTY `tty`: COMMAND has the terminal's foreground.
+    terminal: Option<Terminal>,
+}
+
+/// COMMAND in the foreground of the terminal (TTY `tty`).
+struct Terminal {
+    /// `run`, told with SIGTSTP when COMMAND is stopped.
+    run: Pid,
+    /// Whether the tree was stopped (SIGSTOP) and not continued since.
+    frozen: bool,
+}
+
+impl Terminal {
+    /// Give COMMAND's group (led by `command`) the terminal, if `run`'s
+    /// group has it: not after `bg`, nor once `run` is in the background.
+    fn give_to(&self, command: Pid) {
+        let runs_group = getpgid(Some(self.run)).ok();
+        if runs_group.is_none() || tty::foreground() != runs_group {
+            return;
+        }
+        if let Err(e) = tty::give(command) {
+            log::warn!(
+                "cannot give the command the terminal ({e}): it runs in the background, and is \
+                 stopped if it reads the terminal (give it its input from a file or a pipe)"
+            );
+        }
+    }
 }
 
 impl Supervisor {
@@ -199,7 +257,7 @@ impl Supervisor {
             match wait(WaitOptions::NOHANG | WaitOptions::UNTRACED) {
                 Ok(Some((pid, status))) if status.stopped() => {
                     if pid == self.command {
-                        warn_stopped(status);
+                        self.on_stopped(status);
                     }
                 }
                 Ok(Some((pid, status))) => {
@@ -231,7 +289,86 @@ impl Supervisor {
                 log::error!("bucket-lease run died: killing every process of the command");
                 self.phase = Phase::Killing;
             }
+            SIGTSTP if self.phase == Phase::Running => self.freeze(),
+            SIGCONT if self.phase == Phase::Running => self.thaw(),
             _ => {}
+        }
+    }
+
+    /// COMMAND was stopped (see the module docs for what follows).
+    fn on_stopped(&mut self, status: WaitStatus) {
+        let Some((run, frozen)) = self.terminal.as_ref().map(|t| (t.run, t.frozen)) else {
+            warn_stopped(status);
+            return;
+        };
+        if self.phase != Phase::Running {
+            // Being stopped (Ctrl-Z during the grace period): let it go on
+            // to its end.
+            let _ = kill_process_group(self.command, Signal::CONT);
+            return;
+        }
+        if frozen {
+            // Asked for by run.
+            return;
+        }
+        let for_the_terminal = matches!(status.stopping_signal(),
+            Some(s) if s == Signal::TTIN.as_raw() || s == Signal::TTOU.as_raw());
+        if for_the_terminal && tty::foreground() == Some(self.command) {
+            // It used the terminal before it was given it: go on.
+            let _ = kill_process_group(self.command, Signal::CONT);
+            return;
+        }
+        self.freeze();
+        if let Err(e) = kill_process(run, Signal::TSTP) {
+            log::warn!(
+                "cannot tell run that the command was stopped ({e}): the command stays stopped \
+                 until this supervisor (pid {}) gets SIGCONT",
+                getpid().as_raw_nonzero()
+            );
+        }
+    }
+
+    /// Stop (SIGSTOP) COMMAND's group and every descendant, unless they
+    /// are stopped already; nothing runs until [`thaw`](Self::thaw).
+    fn freeze(&mut self) {
+        let Some(terminal) = &mut self.terminal else {
+            return;
+        };
+        if terminal.frozen {
+            return;
+        }
+        terminal.frozen = true;
+        let round = procs::signal_all(
+            getpid(),
+            Signal::STOP,
+            Some(self.command),
+            &mut procs::Sent::default(),
+        );
+        for (p, e) in round.failed {
+            log::warn!("cannot stop {p} with the rest of the command ({e}): it goes on");
+        }
+    }
+
+    /// Continue what [`freeze`](Self::freeze) stopped, COMMAND's group in
+    /// the terminal's foreground if `run`'s group has it.
+    fn thaw(&mut self) {
+        let Some(terminal) = &mut self.terminal else {
+            return;
+        };
+        if !terminal.frozen {
+            return;
+        }
+        terminal.frozen = false;
+        terminal.give_to(self.command);
+        let _ = kill_process_group(self.command, Signal::CONT);
+        let round = procs::signal_all(
+            getpid(),
+            Signal::CONT,
+            Some(self.command),
+            &mut procs::Sent::default(),
+        );
+        for (p, e) in round.failed {
+            log::warn!("cannot continue {p} ({e}): it stays stopped (send it SIGCONT)");
         }
     }
 

@@ -1,0 +1,612 @@
+//! `bucket-lease run` in a real terminal: an interactive shell with job
+//! control (`bash -i`, made the session leader of a pseudo-terminal by
+//! `setsid -c`) is driven by writing keystrokes to the terminal's master
+//! side and reading what it prints, as a person at a terminal would. Every
+//! wait is bounded; a test that does not see what it waits for fails with
+//! the transcript, and the session is hung up and killed.
+//!
+//! What is checked: a command's prompt is answered (the command gets the
+//! terminal, as under flock); Ctrl-C and Ctrl-\ reach the command itself
+//! and the shell gets the terminal back; Ctrl-Z suspends the whole job,
+//! `fg` continues it with the terminal and `bg` without; a job suspended
+//! past its write deadline is killed without being continued (exit 76); a
+//! lost lease stops the command; `run` hands the terminal back to a script
+//! that started it; messages under `stty tostop` do not stop `run`; and
+//! with stdin not the terminal nothing changes. Every time the lease is
+//! released.
+
+mod cli_common;
+
+use cli_common::Target;
+use rustix::process::{kill_process, Pid, Signal};
+use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The shell's prompt.
+const PROMPT: &str = "tty$ ";
+
+/// How long any one thing the terminal should show may take to appear.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// An interactive shell on a pseudo-terminal of its own.
+struct Terminal {
+    master: File,
+    output: Arc<Mutex<Vec<u8>>>,
+    /// How much of the output the expectations have read.
+    read_to: usize,
+    shell: Child,
+}
+
+impl Terminal {
+    /// `bash -i` on a new pseudo-terminal, its controlling terminal, with
+    /// `$BL` (the binary), `$URL` and `$DIR` (the scratch directory) set.
+    fn start(t: &Target, url: &str) -> Terminal {
+        let mut term = Terminal::start_with(
+            t,
+            url,
+            &["bash", "--norc", "--noprofile", "--noediting", "-i"],
+        );
+        term.expect(PROMPT);
+        term
+    }
+
+    /// `program` (with its arguments) as the session leader of a new
+    /// pseudo-terminal, its controlling terminal, with the environment
+    /// [`start`](Self::start) describes.
+    fn start_with(t: &Target, url: &str, program: &[&str]) -> Terminal {
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("a pseudo-terminal");
+        grantpt(&master).expect("grantpt");
+        unlockpt(&master).expect("unlockpt");
+        let name = ptsname(&master, Vec::new()).expect("the terminal's name");
+        let name = name.to_str().expect("a UTF-8 name").to_string();
+        let slave = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc_o_noctty())
+            .open(&name)
+            .expect("the terminal side opens");
+        let master = File::from(master);
+        let shell = Command::new("setsid")
+            .arg("-c")
+            .args(program)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", t.path(""))
+            .env("TERM", "dumb")
+            .env("PS1", PROMPT)
+            .env("HISTFILE", "/dev/null")
+            .env("BL", env!("CARGO_BIN_EXE_bucket-lease"))
+            .env("URL", url)
+            .env("DIR", t.path(""))
+            .stdin(Stdio::from(slave.try_clone().expect("a second handle")))
+            .stdout(Stdio::from(slave.try_clone().expect("a third handle")))
+            .stderr(Stdio::from(slave))
+            .spawn()
+            .expect("setsid and bash start (util-linux and bash are installed)");
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let mut reader = master.try_clone().expect("a reading handle");
+        let sink = Arc::clone(&output);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends with an error (EIO) once the last process on the
+            // terminal side closes it.
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Terminal {
+            master,
+            output,
+            read_to: 0,
+            shell,
+        }
+    }
+
+    /// Type `text` (`\x03` is Ctrl-C, `\x1a` Ctrl-Z, `\x1c` Ctrl-\).
+    fn type_keys(&mut self, text: &str) {
+        self.master
+            .write_all(text.as_bytes())
+            .expect("the keystrokes are written");
+    }
+
+    /// Everything the terminal showed so far.
+    fn transcript(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).replace('\r', "")
+    }
+
+    /// Wait until the terminal shows `what` after what was expected last;
+    /// the text up to and including it.
+    fn expect(&mut self, what: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let text = self.transcript();
+            if let Some(at) = text.get(self.read_to..).and_then(|rest| rest.find(what)) {
+                let end = self.read_to + at + what.len();
+                let seen = text[self.read_to..end].to_string();
+                self.read_to = end;
+                return seen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the terminal did not show {what:?} within {WAIT:?}; it showed:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Wait for the next prompt: the code on the `RC=N` line before it.
+    fn exit_code_after(&mut self) -> i32 {
+        let seen = self.expect(PROMPT);
+        let rc = seen
+            .rsplit("RC=")
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok());
+        rc.unwrap_or_else(|| panic!("no RC= line before the prompt: {seen:?}"))
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        // An interactive bash passes SIGHUP on to every job (continuing the
+        // stopped ones), and `run` releases on SIGHUP.
+        let pid = Pid::from_child(&self.shell);
+        let _ = kill_process(pid, Signal::HUP);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if self.shell.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.shell.kill();
+        let _ = self.shell.wait();
+        // What is left of the session (a `run` stopped for good by a
+        // failed test, say): SIGKILL, which reaches a stopped process.
+        let session = pid.as_raw_nonzero().get().to_string();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(other) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // After the name: state ppid pgrp session.
+            let in_session = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split_whitespace().nth(3))
+                == Some(session.as_str());
+            if in_session {
+                if let Some(other) = Pid::from_raw(other) {
+                    let _ = kill_process(other, Signal::KILL);
+                }
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!("--- the terminal session ---\n{}", self.transcript());
+        }
+    }
+}
+
+/// `O_NOCTTY`: opening the terminal side does not make it the test's
+/// controlling terminal.
+fn libc_o_noctty() -> i32 {
+    rustix::fs::OFlags::NOCTTY.bits() as i32
+}
+
+/// Wait until the process whose pid the command wrote in `$DIR/pid` is
+/// in the terminal's foreground group (`/proc/PID/stat`: its group is the
+/// terminal's `tpgid`), so that a key typed now reaches it.
+fn wait_for_the_foreground(t: &Target, term: &Terminal) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let stat = std::fs::read_to_string(t.path("pid"))
+            .ok()
+            .and_then(|pid| std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok());
+        // After the name: state ppid pgrp session tty_nr tpgid.
+        let fields: Vec<String> = stat
+            .as_deref()
+            .and_then(|s| s.rsplit_once(") "))
+            .map(|(_, rest)| rest.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        if fields.len() > 5 && fields[2] == fields[5] {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the command was not in the terminal's foreground within {WAIT:?} ({fields:?}):\n{}",
+            term.transcript()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn assert_released(t: &Target, url: &str, term: &Terminal) {
+    let state = t.inspect(url)["state"].clone();
+    assert_eq!(
+        state,
+        "free",
+        "the lease is released:\n{}",
+        term.transcript()
+    );
+}
+
+/// Whether this machine can run the terminal tests.
+fn can_run() -> bool {
+    let found = |tool: &str| {
+        Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok()
+    };
+    let ok = found("setsid") && found("bash");
+    if !ok {
+        assert!(
+            std::env::var("CI").is_err(),
+            "setsid (util-linux) and bash are needed for the terminal tests"
+        );
+        eprintln!("note: skipping: setsid (util-linux) and bash are needed");
+    }
+    ok
+}
+
+/// The issue's session: `read x` under `run` in a terminal gets what is
+/// typed (it used to be stopped by SIGTTIN: "the command was stopped: it
+/// used the terminal …", and hang until Ctrl-C).
+#[test]
+fn a_prompt_is_answered() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-prompt");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    // Typed text is echoed: the quotes keep what is waited for out of the
+    // echo of the command line.
+    term.type_keys(
+        "\"$BL\" run \"$URL\" -- sh -c 'printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
+    );
+    term.expect("ask> ");
+    term.type_keys("hello\n");
+    term.expect("got:hello");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    // The shell has the terminal again: the next command runs.
+    term.type_keys("echo next-$((6*7))\n");
+    term.expect("next-42");
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Ctrl-C and Ctrl-\ go to the command (the terminal's foreground), as
+/// under flock: `sleep` dies of SIGINT (130) or SIGQUIT (131), the lease is
+/// released, and the shell gets the terminal back. (`run` used to get
+/// them itself: Ctrl-\ killed `run`, leaving the lease held.)
+#[test]
+fn ctrl_c_and_ctrl_backslash_reach_the_command() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-ctrl-c");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    for (key, code) in [("\x03", 130), ("\x1c", 131)] {
+        let _ = std::fs::remove_file(t.path("pid"));
+        term.type_keys(
+            "\"$BL\" run \"$URL\" -- sh -c 'echo $$ > \"$DIR/pid\"; exec sleep 100'; echo R\"C=$?\"\n",
+        );
+        wait_for_the_foreground(&t, &term);
+        term.type_keys(key);
+        assert_eq!(term.exit_code_after(), code, "{}", term.transcript());
+        assert_released(&t, &url, &term);
+        term.type_keys("echo next-$((6*7))\n");
+        term.expect("next-42");
+        term.expect(PROMPT);
+    }
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Ctrl-Z suspends the job (the shell prints its prompt again), `fg`
+/// continues it with the terminal, and the command then reads what is
+/// typed and finishes; the lease is released. (Ctrl-Z used to be ignored
+/// by `run`, with a warning, while the command sat stopped by SIGTTIN.)
+#[test]
+fn ctrl_z_then_fg_continues_the_job() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-ctrl-z");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    // Not followed by `; echo $?`: bash goes on with a list when a job in
+    // it stops. `fg` returns the job's status.
+    term.type_keys(
+        "\"$BL\" run --ttl 30 \"$URL\" -- sh -c 'printf \"as\"\"k> \"; read x; echo got:$x'\n",
+    );
+    term.expect("ask> ");
+    term.type_keys("\x1a");
+    term.expect("Stopped");
+    term.expect(PROMPT);
+    term.type_keys("jobs -l\n");
+    term.expect("Stopped");
+    term.expect(PROMPT);
+    assert_eq!(t.inspect(&url)["state"], "held", "{}", term.transcript());
+    term.type_keys("fg\n");
+    // bash prints the job's command line; `read` is still waiting.
+    std::thread::sleep(Duration::from_millis(500));
+    term.type_keys("hello\n");
+    term.expect("got:hello");
+    term.expect(PROMPT);
+    term.type_keys("echo R\"C=$?\"\n");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    term.type_keys("echo next-$((6*7))\n");
+    term.expect("next-42");
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// A job suspended past its write deadline is killed on `fg` without
+/// being continued: nothing of the command runs once the lease may no
+/// longer be written under, and `run` exits 76.
+#[test]
+fn fg_after_the_write_deadline_kills_without_continuing() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-late-fg");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    let ticks = t.path("ticks");
+    // The command appends a line every 50 ms while it runs.
+    term.type_keys(
+        "\"$BL\" run --ttl 3 \"$URL\" -- sh -c 'echo st\"\"arted; while :; do echo t >> \"$DIR/ticks\"; sleep 0.05; done'\n",
+    );
+    term.expect("started");
+    std::thread::sleep(Duration::from_millis(300));
+    term.type_keys("\x1a");
+    term.expect("Stopped");
+    term.expect(PROMPT);
+    std::thread::sleep(Duration::from_millis(300));
+    let count = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default().len();
+    let at_stop = count(&ticks);
+    assert!(at_stop > 0, "the command ran: {}", term.transcript());
+    // The write deadline is 2 s after the last renewal (TTL 3 s).
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(count(&ticks), at_stop, "nothing ran while suspended");
+    term.type_keys("fg\n");
+    term.expect(PROMPT);
+    term.type_keys("echo R\"C=$?\"\n");
+    assert_eq!(term.exit_code_after(), 76, "{}", term.transcript());
+    assert_eq!(count(&ticks), at_stop, "the command was never continued");
+    let shown = term.transcript();
+    assert!(shown.contains("write deadline"), "{shown}");
+    assert_released(&t, &url, &term);
+    term.type_keys("echo next-$((6*7))\n");
+    term.expect("next-42");
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Ctrl-Z then `bg`: the command goes on in the background (the shell
+/// takes commands meanwhile) until it reads the terminal, which stops the
+/// job again (as any background job); `fg` then gives it the terminal.
+#[test]
+fn ctrl_z_then_bg_runs_in_the_background_until_it_reads() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-bg");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    let ticks = t.path("ticks");
+    term.type_keys(
+        "\"$BL\" run --ttl 30 \"$URL\" -- sh -c 'echo st\"\"arted; while [ ! -e \"$DIR/go\" ]; do echo t >> \"$DIR/ticks\"; sleep 0.05; done; printf \"as\"\"k> \"; read x; echo got:$x'\n",
+    );
+    term.expect("started");
+    std::thread::sleep(Duration::from_millis(300));
+    term.type_keys("\x1a");
+    term.expect("Stopped");
+    term.expect(PROMPT);
+    let count = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default().len();
+    std::thread::sleep(Duration::from_millis(300));
+    let at_stop = count(&ticks);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(count(&ticks), at_stop, "stopped: {}", term.transcript());
+    term.type_keys("bg\n");
+    term.expect(PROMPT);
+    // The shell has the terminal while the job runs in the background.
+    term.type_keys("echo next-$((6*7))\n");
+    term.expect("next-42");
+    term.expect(PROMPT);
+    let deadline = Instant::now() + WAIT;
+    while count(&ticks) <= at_stop {
+        assert!(
+            Instant::now() < deadline,
+            "not continued: {}",
+            term.transcript()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Now it reads the terminal, from the background: stopped again.
+    term.type_keys("touch \"$DIR/go\"; sleep 1; jobs\n");
+    term.expect("Stopped");
+    term.expect(PROMPT);
+    term.type_keys("fg\n");
+    std::thread::sleep(Duration::from_millis(500));
+    term.type_keys("hello\n");
+    term.expect("got:hello");
+    term.expect(PROMPT);
+    term.type_keys("echo R\"C=$?\"\n");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// A lease lost while the command has the terminal (here: broken by
+/// another process): the command is stopped, run exits 76, and the shell
+/// has the terminal again.
+#[test]
+fn a_lost_lease_stops_the_command_and_the_shell_gets_the_terminal_back() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-lost");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "\"$BL\" run --ttl 30 --grace 1 \"$URL\" -- sh -c 'printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
+    );
+    term.expect("ask> ");
+    let holder = t.holder(&url).expect("a holder");
+    let broken = t.run(["break", "--holder", holder.as_str(), url.as_str()]);
+    assert_eq!(broken.code, Some(0), "{broken:?}");
+    assert_eq!(term.exit_code_after(), 76, "{}", term.transcript());
+    term.type_keys("echo next-$((6*7))\n");
+    term.expect("next-42");
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Nothing changes when standard input is not the terminal: the command
+/// reads its input, and Ctrl-Z goes to `run`, which ignores it (a
+/// suspended run could neither renew the lease nor stop the command).
+#[test]
+fn without_the_terminal_on_stdin_nothing_changes() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-no-stdin");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "echo hello | \"$BL\" run \"$URL\" -- sh -c 'read x; echo got:$x; sleep 1'; echo R\"C=$?\"\n",
+    );
+    term.expect("got:hello");
+    term.type_keys("\x1a");
+    term.expect("SIGTSTP ignored");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// `run` hands the terminal back itself when the command ends: a script
+/// (a shell without job control, which never takes the terminal) reads
+/// the terminal again after `run`.
+#[test]
+fn the_terminal_is_handed_back_to_what_started_run() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-back");
+    let url = t.url("p");
+    std::fs::write(
+        t.path("two.sh"),
+        "\"$BL\" run \"$URL\" -- sh -c 'printf \"first> \"; read x; echo got:$x'\n\
+         printf 'second> '; read y; echo then:$y\n",
+    )
+    .expect("the script is written");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys("bash \"$DIR/two.sh\"; echo R\"C=$?\"\n");
+    term.expect("first> ");
+    term.type_keys("a\n");
+    term.expect("got:a");
+    term.expect("second> ");
+    term.type_keys("b\n");
+    term.expect("then:b");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Under `stty tostop` a background process that writes to the terminal
+/// is stopped (SIGTTOU): `run` and the supervisor, in the background while
+/// the command has the terminal, still log (here: each renewal, `-vv`).
+#[test]
+fn messages_while_the_command_has_the_terminal_do_not_stop_run() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-tostop");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys("stty tostop\n");
+    term.expect(PROMPT);
+    term.type_keys(
+        "\"$BL\" run -vv --ttl 3 \"$URL\" -- sh -c 'sleep 2.5; printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
+    );
+    term.expect("ask> ");
+    term.type_keys("hello\n");
+    term.expect("got:hello");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    let shown = term.transcript();
+    assert!(
+        shown.contains("renewed in"),
+        "a renewal was logged: {shown}"
+    );
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Ctrl-Z under a `run` that no job-control shell could continue (its job
+/// is an orphaned process group: here `sh -c`, the terminal's session
+/// leader, started it) is ignored, as the kernel ignores it for flock
+/// there: the command is continued at once, and reads what is typed.
+#[test]
+fn ctrl_z_without_a_job_control_shell_is_ignored() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-orphan");
+    let url = t.url("p");
+    let mut term = Terminal::start_with(
+        &t,
+        &url,
+        &[
+            "sh",
+            "-c",
+            "\"$BL\" run \"$URL\" -- sh -c 'printf \"ask> \"; read x; echo got:$x'; echo RC=$?",
+        ],
+    );
+    term.expect("ask> ");
+    term.type_keys("\x1a");
+    term.expect("Ctrl-Z ignored");
+    term.type_keys("hello\n");
+    term.expect("got:hello");
+    term.expect("RC=0");
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Ctrl-Z while the command is being stopped (the lease was lost; it got
+/// SIGTERM and cleans up): the command is continued, so it finishes its
+/// cleanup instead of sitting stopped until SIGKILL.
+#[test]
+fn ctrl_z_while_the_command_is_being_stopped_lets_it_finish() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-ctrl-z-stopping");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "\"$BL\" run --ttl 30 \"$URL\" -- sh -c 'trap \"echo clea\"\"ning; sleep 1; echo clea\"\"ned; exit 3\" TERM; echo $$ > \"$DIR/pid\"; while :; do sleep 0.1; done'; echo R\"C=$?\"\n",
+    );
+    wait_for_the_foreground(&t, &term);
+    let holder = t.holder(&url).expect("a holder");
+    let broken = t.run(["break", "--holder", holder.as_str(), url.as_str()]);
+    assert_eq!(broken.code, Some(0), "{broken:?}");
+    term.expect("cleaning");
+    term.type_keys("\x1a");
+    term.expect("cleaned");
+    assert_eq!(term.exit_code_after(), 76, "{}", term.transcript());
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
