@@ -561,9 +561,8 @@ pub fn store_error_summary(error: &StoreError) -> &'static str {
             "the service refused the credentials or their permissions (check the credentials \
              -v names the source of, and that they may read and write this prefix): "
         }
-        exit::CONFIG if error.code() == Some("NoSuchBucket") => {
-            "the bucket does not exist (check its name in the URL): "
-        }
+        // The store's error says it, and what to do, itself.
+        exit::CONFIG if error.code() == Some("NoSuchBucket") => "",
         exit::CONFIG => "no retry can succeed until a setting changes (the message names it): ",
         _ => "",
     }
@@ -695,7 +694,9 @@ mod tests {
         let bucket =
             StoreError::new(StoreErrorKind::Rejected, "GET", "k").with_code("NoSuchBucket");
         assert_eq!(store_error_code(&bucket), exit::CONFIG);
-        assert!(store_error_summary(&bucket).contains("the bucket does not exist"));
+        // Said once, by the store error itself.
+        assert_eq!(store_error_summary(&bucket), "");
+        assert!(bucket.to_string().contains("the bucket does not exist"));
         let other = StoreError::new(StoreErrorKind::Rejected, "GET", "k");
         assert_eq!(store_error_code(&other), exit::STORE);
         assert_eq!(store_error_summary(&other), "");
