@@ -102,7 +102,9 @@ URL names the store and the prefix the lease is on ({prefix}/LEASE):
                           points it at another S3-compatible endpoint
   r2://bucket/prefix      Cloudflare R2: R2_ACCOUNT_ID [R2_JURISDICTION], or AWS_ENDPOINT_URL
   minio://bucket/prefix   MinIO: AWS_ENDPOINT_URL (required), AWS_REGION
-  file:///dir/prefix      the directory /dir used as a bucket (one machine only)
+  file:///dir//prefix     the directory /dir used as a bucket (one machine only); it must
+                          exist. The first // ends the directory: file:///dir alone is the
+                          directory /dir with an empty prefix (LEASE)
 Credentials, the first source configured: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY
   [AWS_SESSION_TOKEN]; the profile AWS_PROFILE (else default) of ~/.aws/credentials and
   ~/.aws/config (static keys or credential_process); web identity (AWS_WEB_IDENTITY_TOKEN_FILE,
