@@ -265,6 +265,7 @@ fn scratch() -> std::path::PathBuf {
 
 /// A local directory under the system's temporary directory.
 fn fs_store() -> Arc<dyn Store> {
+    std::fs::create_dir_all(scratch()).expect("a scratch directory");
     Arc::new(bucket_lease::backends::fs::DirStore::open(&scratch()).expect("a scratch directory"))
 }
 

@@ -111,6 +111,7 @@ fn setup(prefix: &str) -> Setup {
     setup.add("memory renew", renewing(memory));
 
     let dir = std::env::temp_dir().join(format!("bucket-lease-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     let fs = Arc::new(lease_on(
         Arc::new(DirStore::open(&dir).unwrap()),
         prefix,

@@ -4,7 +4,7 @@
 //! reader that rejects older holders, and releases the lease.
 //!
 //! ```text
-//! cargo run --example fenced_job -- /some/dir            # file:///some/dir/nightly
+//! cargo run --example fenced_job -- /some/dir            # file:///some/dir//nightly
 //! cargo run --example fenced_job --features s3 -- s3://bucket/nightly
 //! ```
 //!
@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     } else {
         let dir = std::path::absolute(&target)?;
         std::fs::create_dir_all(&dir)?;
-        format!("file://{}/nightly", dir.display())
+        format!("file://{}//nightly", dir.display())
     };
 
     // The library use the README shows, line for line.

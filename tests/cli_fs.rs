@@ -235,6 +235,81 @@ fn configuration_errors_exit_78() {
     }
 }
 
+/// A `file://` directory that does not exist is a missing bucket, as on
+/// S3: `run` exits 78 without running the command and makes nothing, and
+/// the message names the directory, says to create it, and says so once.
+#[test]
+fn a_missing_directory_is_a_missing_bucket_and_exits_78() {
+    let t = Target::fs("no-dir");
+    let missing = t.path("nonexist/jobs");
+    let marker = t.path("ran");
+    for url in [
+        format!("file://{}", missing.display()),
+        format!("file://{}//nightly", missing.display()),
+    ] {
+        let script = format!("touch '{}'", marker.display());
+        let done = t.run(["run", url.as_str(), "--", "sh", "-c", &script]);
+        assert_eq!(done.code, Some(78), "{url}: {done:?}");
+        assert!(!marker.exists(), "{url}: the command ran: {done:?}");
+        assert!(
+            !missing.exists() && !t.path("nonexist").exists(),
+            "{url}: made"
+        );
+        let dir = missing.display().to_string();
+        assert!(
+            done.stderr.contains(&format!("mkdir -p {dir}")),
+            "{url}: {done:?}"
+        );
+        assert_eq!(
+            done.stderr.matches(&format!("no directory {dir} ")).count(),
+            1,
+            "{url}: said once: {done:?}"
+        );
+        assert_eq!(
+            done.stderr.lines().count(),
+            1,
+            "{url}: one message: {done:?}"
+        );
+        let inspect = t.run(["inspect", url.as_str()]);
+        assert_eq!(inspect.code, Some(78), "{url}: {inspect:?}");
+    }
+}
+
+/// A file where the bucket's directory should be: exit 78, naming it.
+#[test]
+fn a_file_for_the_directory_exits_78() {
+    let t = Target::fs("file-dir");
+    let file = t.path("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let url = format!("file://{}//jobs", file.display());
+    let done = t.run(["run", url.as_str(), "--", "true"]);
+    assert_eq!(done.code, Some(78), "{done:?}");
+    assert!(
+        done.stderr
+            .contains(&format!("{} is not a directory", file.display())),
+        "{done:?}"
+    );
+}
+
+/// A store error names the object by its URL, `file://DIR//PREFIX/LEASE`,
+/// and the command's message says the store's text once.
+#[test]
+fn a_store_error_names_the_lease_url_once() {
+    let t = Target::fs("named");
+    let url = t.url("jobs");
+    let dir = t.bucket_dir().unwrap();
+    // A folder where the LEASE object file should be: every read fails.
+    std::fs::create_dir_all(dir.join("jobs.dir/LEASE.obj")).unwrap();
+    let done = t.run(["inspect", url.as_str()]);
+    assert_ne!(done.code, Some(0), "{done:?}");
+    let named = format!("GET {url}/LEASE: ");
+    assert_eq!(
+        done.stderr.matches(&named).count(),
+        1,
+        "{named:?} in {done:?}"
+    );
+}
+
 #[test]
 fn bench_measures_on_a_scratch_prefix() {
     let t = Target::fs("bench");

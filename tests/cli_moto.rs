@@ -124,6 +124,39 @@ fn a_missing_bucket_fails_at_once_with_78() {
     assert!(started.elapsed() < Duration::from_secs(10), "{done:?}");
 }
 
+/// A missing bucket's message names the lease by its URL,
+/// `s3://BUCKET/PREFIX/LEASE`, and says the store's answer once, for
+/// `inspect` as for `run`.
+#[test]
+fn a_missing_bucket_is_named_by_the_lease_url_once() {
+    let Some(t) = Target::moto("no-bucket-url") else {
+        return;
+    };
+    let endpoint = t.endpoint().expect("moto's endpoint").to_string();
+    let t = Target::http("no-bucket-url", &endpoint, "bucket-lease-no-such-bucket");
+    let url = t.url("lease");
+    for args in [
+        vec!["inspect", url.as_str()],
+        vec!["run", url.as_str(), "--", "true"],
+    ] {
+        let done = t.run(&args);
+        assert_eq!(done.code, Some(cli_common::CONFIG), "{args:?}: {done:?}");
+        let named = format!("GET {url}/LEASE: rejected (NoSuchBucket");
+        assert!(named.starts_with("GET s3://bucket-lease-no-such-bucket/cli-"));
+        assert_eq!(done.stderr.matches(&named).count(), 1, "{args:?}: {done:?}");
+        assert_eq!(
+            done.stderr.matches("does not exist").count(),
+            2,
+            "{args:?}: the service's message and the hint, once each: {done:?}"
+        );
+        assert_eq!(
+            done.stderr.lines().count(),
+            1,
+            "{args:?}: one message: {done:?}"
+        );
+    }
+}
+
 #[test]
 fn bench_runs_against_moto() {
     let Some(t) = Target::moto("bench") else {

@@ -65,7 +65,7 @@ fn every_http_store_is_built_and_reaches_the_network() {
 fn the_directory_store_is_built() {
     let dir = std::env::temp_dir().join(format!("bucket-lease-cli-stores-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
-    let url = format!("file://{}/prefix", dir.display());
+    let url = format!("file://{}//prefix", dir.display());
     let done = inspect(&url, "http://127.0.0.1:9");
     let stderr = String::from_utf8_lossy(&done.stderr);
     let _ = std::fs::remove_dir_all(&dir);

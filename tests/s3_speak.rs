@@ -346,7 +346,7 @@ fn two_slow_downs_on_a_read_are_retried_and_a_third_is_reported() {
         assert_fails(
             &done,
             STORE,
-            &[&format!("GET {prefix}/LEASE"), "service error (SlowDown"],
+            &[&format!("GET {url}/LEASE"), "service error (SlowDown"],
             server.name,
         );
         assert_eq!(proxy.count("GET", &key_path), 6, "{}", server.name);

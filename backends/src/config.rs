@@ -5,14 +5,38 @@
 //! | `s3://bucket/prefix` | AWS S3 (`s3` feature) | `AWS_REGION` or `AWS_DEFAULT_REGION`; `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` overrides the endpoint |
 //! | `r2://bucket/prefix` | Cloudflare R2 (`r2` feature) | `R2_ACCOUNT_ID` and optional `R2_JURISDICTION`, or an endpoint variable |
 //! | `minio://bucket/prefix` | MinIO (`minio` feature) | `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (required); `AWS_REGION` |
-//! | `file:///dir/prefix` | the directory `/dir` as a bucket (`fs` feature) | nothing |
+//! | `file:///dir//prefix` | the directory `/dir` as a bucket (`fs` feature) | nothing |
+//!
+//! # From a URL to the lease's key
+//!
+//! One rule for every scheme: a URL is `scheme://BUCKET/PREFIX`, and the
+//! lease is the object `PREFIX/LEASE` in the bucket (`LEASE` when the
+//! prefix is empty; a trailing `/` is dropped). For `file://` the bucket is
+//! a directory path, which holds `/` itself, so an empty segment, `//`,
+//! ends it when a prefix follows; without one, the whole path is the
+//! bucket's directory and the prefix is empty.
+//!
+//! | URL | bucket | lease key |
+//! |---|---|---|
+//! | `s3://b/jobs/nightly` | `b` | `jobs/nightly/LEASE` |
+//! | `r2://b/jobs/nightly` | `b` | `jobs/nightly/LEASE` |
+//! | `minio://b` | `b` | `LEASE` |
+//! | `file:///srv/bkt//jobs/nightly` | the directory `/srv/bkt` | `jobs/nightly/LEASE` |
+//! | `file:///srv/bkt/jobs/nightly` | the directory `/srv/bkt/jobs/nightly` | `LEASE` |
+//! | `file:///srv/bkt%2F%2Fjobs` | the directory `/srv/bkt//jobs`, that is `/srv/bkt/jobs` (an encoded `/` never ends the bucket) | `LEASE` |
+//!
+//! The bucket must exist: a missing S3 bucket answers `NoSuchBucket`, and
+//! so does a `file://` directory that is missing when the store opens
+//! ([`ConfigError::Open`], permanent; `mkdir -p` it). Folders under the
+//! directory, for a prefix, are made as needed. A `file://` prefix has no
+//! empty segment (no second `//`), since the directory store refuses keys
+//! with one.
 //!
 //! The HTTP stores take their credentials from the chain of
 //! [`credentials`] (the environment, then the shared
 //! files' profile `AWS_PROFILE` or `default`, …). The profile's `region`
 //! and `endpoint_url` apply when `AWS_REGION` / `AWS_DEFAULT_REGION` and
-//! the endpoint variables are not set. The prefix is everything after the bucket (for
-//! `file://`, after the last `/`); it may be empty.
+//! the endpoint variables are not set.
 //!
 //! TLS and proxies, as the AWS CLI takes them: `AWS_CA_BUNDLE`, else the
 //! profile's `ca_bundle`, names a PEM file of CA certificates trusted
@@ -62,17 +86,20 @@ pub enum StoreUrl {
         /// The prefix the lease is on.
         prefix: String,
     },
-    /// `file:///dir/prefix`: the directory `dir` used as a bucket.
+    /// `file:///dir//prefix`: the directory `dir` used as a bucket, and
+    /// the prefix after the first `//` (empty without one: then `dir` is
+    /// the whole path). See [the rule](self#from-a-url-to-the-leases-key).
     File {
-        /// The directory that holds the objects.
+        /// The directory that holds the objects: the bucket, which must
+        /// exist.
         dir: PathBuf,
-        /// The prefix the lease is on.
+        /// The prefix the lease is on, in the directory.
         prefix: String,
     },
 }
 
-const URL_FIX: &str =
-    "write it as s3://bucket/prefix, r2://bucket/prefix, minio://bucket/prefix or file:///dir/prefix";
+const URL_FIX: &str = "write it as s3://bucket/prefix, r2://bucket/prefix, minio://bucket/prefix \
+     or file:///dir//prefix (file:///dir for the directory alone)";
 
 impl StoreUrl {
     /// Parse `url`.
@@ -84,9 +111,11 @@ impl StoreUrl {
     /// or user information: in a prefix, write them `%3F`, `%23`, `%40`),
     /// or a `%` does not start a UTF-8 percent-encoding.
     ///
-    /// The bucket, the directory and the prefix are percent-decoded once:
-    /// `s3://b/jobs%3Fnightly` is the prefix `jobs?nightly`, `%25` a
-    /// literal `%`.
+    /// The bucket, the directory and the prefix are percent-decoded once,
+    /// after the URL is split: `s3://b/jobs%3Fnightly` is the prefix
+    /// `jobs?nightly`, `%25` a literal `%`, and an encoded `/` (`%2F`)
+    /// never ends a `file://` URL's directory. See [the
+    /// rule](self#from-a-url-to-the-leases-key) for where the bucket ends.
     pub fn parse(url: &str) -> Result<StoreUrl, ConfigError> {
         let invalid = |why: &str| ConfigError::Invalid {
             what: "URL",
@@ -110,7 +139,16 @@ impl StoreUrl {
             if !path.starts_with('/') {
                 return Err(invalid("is not an absolute file:/// path"));
             }
-            let (dir, prefix) = path.rsplit_once('/').unwrap_or(("", path));
+            // The bucket's directory ends at the first empty segment.
+            let (dir, prefix) = path.split_once("//").unwrap_or((path, ""));
+            let prefix = prefix.trim_end_matches('/');
+            if prefix.contains("//") {
+                return Err(invalid(
+                    "has an empty segment in its prefix: the directory ends at the first //, \
+                     and a key in a directory bucket has no empty segment",
+                ));
+            }
+            let dir = dir.trim_end_matches('/');
             let dir = if dir.is_empty() { "/" } else { dir };
             return Ok(StoreUrl::File {
                 dir: PathBuf::from(decode(dir)?),
@@ -157,7 +195,9 @@ impl StoreUrl {
     /// [`ConfigError::Missing`] naming the variable to set;
     /// [`ConfigError::Invalid`] for an unusable value;
     /// [`ConfigError::NotBuilt`] when the store's feature is not compiled
-    /// in; [`ConfigError::Open`] when the directory cannot be opened.
+    /// in; [`ConfigError::Open`] when the directory is missing (as a
+    /// bucket that does not exist: `NoSuchBucket`, permanent), is not a
+    /// directory, or cannot be opened.
     pub fn open_with_env(
         &self,
         env: impl Fn(&str) -> Option<String>,
@@ -496,27 +536,87 @@ pub(crate) mod tests {
             }
         );
         assert_eq!(StoreUrl::parse("minio://b/p").unwrap().prefix(), "p");
+        let file = |dir: &str, prefix: &str| StoreUrl::File {
+            dir: dir.into(),
+            prefix: prefix.into(),
+        };
+        for (url, parsed) in [
+            // `//` ends the directory: the prefix is as in s3://b/jobs/nightly.
+            (
+                "file:///srv/bkt//jobs/nightly",
+                file("/srv/bkt", "jobs/nightly"),
+            ),
+            (
+                "file:///srv/bkt//jobs/nightly/",
+                file("/srv/bkt", "jobs/nightly"),
+            ),
+            // Without `//`, the whole path is the directory.
+            (
+                "file:///srv/bkt/jobs/nightly",
+                file("/srv/bkt/jobs/nightly", ""),
+            ),
+            (
+                "file:///var/lib/leases/jobs",
+                file("/var/lib/leases/jobs", ""),
+            ),
+            ("file:///top", file("/top", "")),
+            ("file://localhost/d/", file("/d", "")),
+            ("file:///srv/bkt//", file("/srv/bkt", "")),
+            ("file:////jobs", file("/", "jobs")),
+            ("file:///", file("/", "")),
+        ] {
+            assert_eq!(StoreUrl::parse(url).unwrap(), parsed, "{url}");
+        }
+    }
+
+    /// The lease key is `PREFIX/LEASE` for every scheme, `file://` with its
+    /// `//` included.
+    #[test]
+    fn one_rule_maps_every_scheme_to_the_lease_key() {
+        use bucket_lease_core::record::lease_key;
+        for url in [
+            "s3://b/jobs/nightly",
+            "r2://b/jobs/nightly/",
+            "minio://b/jobs/nightly",
+            "file:///srv/bkt//jobs/nightly",
+        ] {
+            let prefix = StoreUrl::parse(url).unwrap().prefix().to_string();
+            assert_eq!(lease_key(&prefix), "jobs/nightly/LEASE", "{url}");
+        }
+        for url in [
+            "s3://b",
+            "s3://b/",
+            "file:///srv/bkt/jobs/nightly",
+            "file:///srv/bkt//",
+        ] {
+            let prefix = StoreUrl::parse(url).unwrap().prefix().to_string();
+            assert_eq!(lease_key(&prefix), "LEASE", "{url}");
+        }
+    }
+
+    /// A `/` encoded as `%2F` is decoded after the split, so it never ends
+    /// the directory; a second `//` would make a key no directory bucket
+    /// takes, and is refused.
+    #[test]
+    fn an_encoded_slash_stays_in_the_directory_and_a_second_double_slash_is_refused() {
         assert_eq!(
-            StoreUrl::parse("file:///var/lib/leases/jobs").unwrap(),
+            StoreUrl::parse("file:///srv/bkt%2F%2Fjobs").unwrap(),
             StoreUrl::File {
-                dir: "/var/lib/leases".into(),
-                prefix: "jobs".into()
-            }
-        );
-        assert_eq!(
-            StoreUrl::parse("file:///top").unwrap(),
-            StoreUrl::File {
-                dir: "/".into(),
-                prefix: "top".into()
-            }
-        );
-        assert_eq!(
-            StoreUrl::parse("file://localhost/d/").unwrap(),
-            StoreUrl::File {
-                dir: "/d".into(),
+                dir: "/srv/bkt//jobs".into(),
                 prefix: "".into()
             }
         );
+        assert_eq!(
+            StoreUrl::parse("file:///srv/bkt//a%2F%2Fb")
+                .unwrap()
+                .prefix(),
+            "a//b"
+        );
+        let e = StoreUrl::parse("file:///srv/bkt//jobs//nightly")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("has an empty segment in its prefix"), "{e}");
+        assert!(e.contains("file:///dir//prefix"), "{e}");
     }
 
     #[test]
@@ -555,7 +655,7 @@ pub(crate) mod tests {
             "a%2F b\u{e9}"
         );
         assert_eq!(
-            StoreUrl::parse("file:///tmp/d%20x/p%3F").unwrap(),
+            StoreUrl::parse("file:///tmp/d%20x//p%3F").unwrap(),
             StoreUrl::File {
                 dir: "/tmp/d x".into(),
                 prefix: "p?".into()
@@ -619,26 +719,73 @@ pub(crate) mod tests {
     fn file_urls_open_the_directory_store() {
         use bucket_lease_core::store::{PutMode, PutOptions};
         let dir = std::env::temp_dir().join(format!(
-            "bucket-lease-config-{}-{:?}",
+            "bucket-lease-config-{}-{}",
             std::process::id(),
             std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
         ));
-        let dir = dir.to_str().unwrap().replace([' ', ':'], "-");
-        let (store, prefix) = open_with_env(&format!("file://{dir}/jobs"), |_| None).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir = dir.to_str().unwrap().to_string();
+        let (store, prefix) = open_with_env(&format!("file://{dir}//jobs"), |_| None).unwrap();
         assert_eq!(prefix, "jobs");
         store
             .put("jobs/LEASE", b"x", &PutOptions::new(PutMode::Create))
             .unwrap();
         assert_eq!(store.get("jobs/LEASE", None).unwrap().body, b"x");
+        let e = store.get("jobs/nothing", None).unwrap_err();
+        assert_eq!(e.url(), format!("file://{dir}//jobs/nothing"));
         let _ = std::fs::remove_dir_all(&dir);
 
         let file = std::env::temp_dir().join(format!("bucket-lease-config-{}", std::process::id()));
         std::fs::write(&file, b"not a directory").unwrap();
-        let url = format!("file://{}/p", file.to_str().unwrap());
+        let url = format!("file://{}//p", file.to_str().unwrap());
         let e = open_with_env(&url, |_| None).err().unwrap();
-        assert!(matches!(e, ConfigError::Open(_)), "{e}");
-        assert!(e.to_string().starts_with("opening the store: "), "{e}");
+        assert!(
+            matches!(&e, ConfigError::Open(o) if o.is_permanent()),
+            "{e}"
+        );
+        assert!(
+            e.to_string().starts_with("opening the store: OPEN file://"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("is not a directory"), "{e}");
         let _ = std::fs::remove_file(&file);
+    }
+
+    /// A directory that does not exist is a missing bucket: nothing is
+    /// made, and the error names the directory and how to make it.
+    #[cfg(feature = "fs")]
+    #[test]
+    fn a_missing_directory_is_a_missing_bucket() {
+        let dir = std::env::temp_dir().join(format!(
+            "bucket-lease-config-missing-{}/jobs",
+            std::process::id()
+        ));
+        let shown = dir.display().to_string();
+        for url in [
+            format!("file://{shown}"),
+            format!("file://{shown}//nightly"),
+        ] {
+            let e = open_with_env(&url, |_| None).err().unwrap();
+            let ConfigError::Open(open) = &e else {
+                panic!("{url}: {e}");
+            };
+            assert_eq!(open.code(), Some("NoSuchBucket"), "{e}");
+            assert!(open.is_permanent(), "{e}");
+            let text = e.to_string();
+            assert!(text.contains(&format!("mkdir -p {shown}")), "{text}");
+            assert_eq!(
+                text.matches(&format!("no directory {shown} ")).count(),
+                1,
+                "{text}"
+            );
+            assert!(
+                !dir.exists() && !dir.parent().unwrap().exists(),
+                "{url}: made"
+            );
+        }
     }
 
     #[cfg(http)]

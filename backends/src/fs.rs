@@ -24,7 +24,14 @@
 //!   carrying its version (the ETag from the object file's header), and its
 //!   body is not read, so it can still be replaced conditionally;
 //! - a write or delete waits for the bucket's lock no later than its
-//!   deadline (see [Deadlines](#deadlines)).
+//!   deadline (see [Deadlines](#deadlines));
+//! - the bucket's directory must exist, as a bucket must: a missing one
+//!   answers `NoSuchBucket` (permanent) when the store opens, and to a
+//!   write should it be removed later, and is never made; the folders
+//!   under it that keys with `/` need are made as writes need them;
+//! - errors name the object as a `file://` URL, the directory and the `//`
+//!   that ends it, then the key (`GET file:///srv/bkt//jobs/LEASE`; see
+//!   `config` for the rule), while their key stays the plain key.
 //!
 //! # How
 //!
@@ -91,6 +98,7 @@
 //! - Folders are never removed, and a folder made for a new prefix is not
 //!   itself synced to its parent.
 
+use crate::settings::url_text;
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
@@ -98,6 +106,7 @@ use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The first line of every object file.
@@ -125,42 +134,122 @@ const LOCK_POLL: Duration = Duration::from_millis(10);
 ///
 /// Cloning it is cheap; clones, other `DirStore`s and other processes opened
 /// on the same directory share its objects and its lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct DirStore {
     root: PathBuf,
+    /// `file://ROOT//`, as a user writes it, for errors.
+    store_url: Arc<str>,
+}
+
+impl std::fmt::Debug for DirStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirStore")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+/// `path` as one word for a shell: in single quotes unless it is plain.
+fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
 }
 
 impl DirStore {
-    /// The bucket in directory `root`, created (with its parents) if missing.
-    /// A relative `root` is taken from the current directory now, once.
+    /// The bucket in the directory `root`, which must exist, as an S3
+    /// bucket must: a store is never made where a path was mistyped. A
+    /// relative `root` is taken from the current directory now, once.
+    /// Folders under it, for keys with `/`, are made as writes need them.
     ///
     /// # Errors
     ///
-    /// [`StoreErrorKind::PermissionDenied`] when the directory cannot be
-    /// created or read for lack of permission,
-    /// [`StoreErrorKind::Rejected`] when `root` is a file, and
+    /// A missing directory answers [`StoreErrorKind::Rejected`] with the
+    /// code `NoSuchBucket`, as S3 answers for a missing bucket, and a path
+    /// that is not a directory [`StoreErrorKind::Rejected`]; both are
+    /// [permanent](StoreError::is_permanent) and say what to do (create the
+    /// directory, or fix the path). [`StoreErrorKind::PermissionDenied`]
+    /// when it cannot be read for lack of permission, and
     /// [`StoreErrorKind::Transport`] for any other failure of the file
-    /// system. The error's method is `OPEN` and its key the path.
+    /// system. The error's method is `OPEN`, its key empty, and its
+    /// [`url`](StoreError::url) `file://` and the directory.
     pub fn open(root: &Path) -> Result<DirStore, StoreError> {
-        let key = root.display().to_string();
-        let request = Request::new("OPEN", &key);
+        let shown = |root: &Path| format!("file://{}", url_text(&root.display().to_string()));
+        let request = Request::new("OPEN", "", shown(root).into());
         let root = std::path::absolute(root)
             .map_err(|e| request.io_error("find the absolute path of", root, e))?;
-        if root.exists() && !root.is_dir() {
-            return Err(request
-                .error(StoreErrorKind::Rejected)
-                .with_message(format!(
-                    "{} is not a directory; give a directory to use as the bucket",
-                    root.display()
-                )));
+        let request = Request::new("OPEN", "", shown(&root).into());
+        match fs::metadata(&root) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(request
+                    .error(StoreErrorKind::Rejected)
+                    .permanent()
+                    .with_message(format!(
+                        "{} is not a directory; name the directory to use as the bucket (fix \
+                         the URL), or move the file away and create the directory (mkdir -p {})",
+                        root.display(),
+                        shell_word(&root)
+                    )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(request
+                    .error(StoreErrorKind::Rejected)
+                    .with_code("NoSuchBucket")
+                    .with_message(format!(
+                        "there is no directory {} to use as the bucket (mkdir -p {} makes one)",
+                        root.display(),
+                        shell_word(&root)
+                    )))
+            }
+            Err(e) => return Err(request.io_error("inspect", &root, e)),
         }
-        fs::create_dir_all(&root).map_err(|e| request.io_error("create directory", &root, e))?;
-        Ok(DirStore { root })
+        let store_url = format!("file://{}//", url_text(&root.display().to_string())).into();
+        Ok(DirStore { root, store_url })
     }
 
     /// The bucket's directory, as an absolute path.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Make the folder `dir` under the root and those between, as
+    /// [`fs::create_dir_all`] does, but never the root itself: a bucket
+    /// directory removed since the store opened answers as a missing
+    /// bucket, `NoSuchBucket`.
+    fn make_folders(&self, request: &Request<'_>, dir: &Path) -> Result<(), StoreError> {
+        if dir == self.root || !dir.starts_with(&self.root) {
+            if self.root.is_dir() {
+                return Ok(());
+            }
+            return Err(request
+                .error(StoreErrorKind::Rejected)
+                .with_code("NoSuchBucket")
+                .with_message(format!(
+                    "the bucket's directory {} is gone (mkdir -p {} makes it again)",
+                    self.root.display(),
+                    shell_word(&self.root)
+                )));
+        }
+        match fs::create_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(_) if dir.is_dir() => return Ok(()),
+            Err(e) => return Err(request.io_error("create directory", dir, e)),
+        }
+        self.make_folders(request, dir.parent().unwrap_or(&self.root))?;
+        match fs::create_dir(dir) {
+            Err(_) if dir.is_dir() => Ok(()),
+            other => other.map_err(|e| request.io_error("create directory", dir, e)),
+        }
+    }
+
+    fn request<'a>(&self, method: &'static str, key: &'a str) -> Request<'a> {
+        Request::new(method, key, Arc::clone(&self.store_url))
     }
 
     /// Where `key`'s object lives, or the reason the key is refused.
@@ -245,19 +334,25 @@ struct Location {
     name: String,
 }
 
-/// The method and key of a request, to name them in its errors.
+/// The method and key of a request, and the store's URL, to name them in
+/// its errors.
 struct Request<'a> {
     method: &'static str,
     key: &'a str,
+    store_url: Arc<str>,
 }
 
 impl<'a> Request<'a> {
-    fn new(method: &'static str, key: &'a str) -> Self {
-        Request { method, key }
+    fn new(method: &'static str, key: &'a str, store_url: Arc<str>) -> Self {
+        Request {
+            method,
+            key,
+            store_url,
+        }
     }
 
     fn error(&self, kind: StoreErrorKind) -> StoreError {
-        StoreError::new(kind, self.method, self.key)
+        StoreError::new(kind, self.method, self.key).with_store_url(Arc::clone(&self.store_url))
     }
 
     /// A refused condition, with S3's code for it.
@@ -579,8 +674,13 @@ fn is_version(etag: &str, wanted: &Version) -> bool {
 }
 
 impl Store for DirStore {
+    /// `file://ROOT//`: the bucket's directory, and the `//` that ends it.
+    fn store_url(&self) -> Option<&str> {
+        Some(&self.store_url)
+    }
+
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        let request = Request::new("GET", key);
+        let request = self.request("GET", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
         match request.read(&at.object, MAX_BODY)? {
@@ -594,7 +694,7 @@ impl Store for DirStore {
     /// The object's header alone: its version and metadata, for an
     /// object of any size.
     fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        let request = Request::new("HEAD", key);
+        let request = self.request("HEAD", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
         match request.open_header(&at.object)? {
@@ -607,11 +707,10 @@ impl Store for DirStore {
     }
 
     fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
-        let request = Request::new("PUT", key);
+        let request = self.request("PUT", key);
         request.check_deadline(options.deadline)?;
         let at = self.locate(&request)?;
-        fs::create_dir_all(&at.dir)
-            .map_err(|e| request.io_error("create directory", &at.dir, e))?;
+        self.make_folders(&request, &at.dir)?;
         let etag = fresh_etag(&request)?;
         let header = encode_header(&etag, &options.metadata);
         let temp = TempFile::write(&request, &at, &etag, &header, body)?;
@@ -633,7 +732,7 @@ impl Store for DirStore {
                 }
                 Some(_) => {}
             },
-            _ => return Err(unknown_mode("PUT", key)),
+            _ => return Err(unknown_mode(&request)),
         }
         temp.rename_to(&request, &at.object)?;
         drop(lock);
@@ -648,7 +747,7 @@ impl Store for DirStore {
         mode: &DeleteMode,
         deadline: Option<Instant>,
     ) -> Result<(), StoreError> {
-        let request = Request::new("DELETE", key);
+        let request = self.request("DELETE", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
 
@@ -662,7 +761,7 @@ impl Store for DirStore {
                 }
                 Some(_) => {}
             },
-            _ => return Err(unknown_mode("DELETE", key)),
+            _ => return Err(unknown_mode(&request)),
         }
         match fs::remove_file(&at.object) {
             Ok(()) => {}
@@ -686,8 +785,9 @@ struct Opened {
 
 /// The answer to a write or delete mode newer than this store: not
 /// implemented, nothing done.
-fn unknown_mode(method: &'static str, key: &str) -> StoreError {
-    StoreError::new(StoreErrorKind::NotImplemented, method, key)
+fn unknown_mode(request: &Request<'_>) -> StoreError {
+    request
+        .error(StoreErrorKind::NotImplemented)
         .with_message("the directory store does not know this mode; update bucket-lease-backends")
 }
 
@@ -703,7 +803,9 @@ mod tests {
     impl TempDir {
         fn new() -> Self {
             let name = format!("bucket-lease-fs-unit-{:016x}", getrandom::u64().unwrap());
-            TempDir(std::env::temp_dir().join(name))
+            let dir = std::env::temp_dir().join(name);
+            fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
         }
     }
 
@@ -734,26 +836,80 @@ mod tests {
     }
 
     #[test]
-    fn open_creates_the_directory_and_refuses_a_file() {
+    fn open_needs_the_directory_as_s3_needs_the_bucket_and_refuses_a_file() {
         let dir = TempDir::new();
         let nested = dir.0.join("a/b");
+        let e = DirStore::open(&nested).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.method(), e.key(), e.code()),
+            (StoreErrorKind::Rejected, "OPEN", "", Some("NoSuchBucket"))
+        );
+        assert!(e.is_permanent(), "{e}");
+        let shown = e.to_string();
+        let path = nested.display();
+        assert!(
+            shown.starts_with(&format!(
+                "OPEN file://{path}: rejected (NoSuchBucket: there is no directory {path} to use \
+                 as the bucket (mkdir -p {path} makes one)); the bucket does not exist: check its \
+                 name in the URL, or create it"
+            )),
+            "{shown}"
+        );
+        assert!(!dir.0.join("a").exists(), "nothing is created");
+
+        fs::create_dir_all(&nested).unwrap();
         let store = DirStore::open(&nested).unwrap();
-        assert!(nested.is_dir());
         assert_eq!(store.root(), nested);
         assert_eq!(
             format!("{store:?}"),
             format!("DirStore {{ root: {nested:?} }}")
         );
+        assert_eq!(store.store_url(), Some(format!("file://{path}//").as_str()));
 
         let file = dir.0.join("file");
         fs::write(&file, b"x").unwrap();
         let e = DirStore::open(&file).unwrap_err();
         assert_eq!((e.kind(), e.method()), (StoreErrorKind::Rejected, "OPEN"));
+        assert!(e.is_permanent(), "{e}");
         assert!(
             e.to_string()
                 .contains(&format!("{} is not a directory", file.display())),
             "{e}"
         );
+    }
+
+    #[test]
+    fn errors_name_the_object_by_its_url_and_keep_the_plain_key() {
+        let (dir, store) = store();
+        let e = store.get("jobs/nightly/LEASE", None).unwrap_err();
+        assert_eq!(e.key(), "jobs/nightly/LEASE");
+        let url = format!("file://{}//jobs/nightly/LEASE", dir.0.display());
+        assert_eq!(e.url(), url);
+        assert!(
+            e.to_string().starts_with(&format!("GET {url}: not found")),
+            "{e}"
+        );
+        crate::settings::assert_said_once(&e, &url);
+    }
+
+    #[test]
+    fn folders_are_made_under_the_bucket_but_a_removed_bucket_is_not_made_again() {
+        let (dir, store) = store();
+        put(&store, "a/b/LEASE", b"x", PutMode::Create).unwrap();
+        assert!(dir.0.join("a.dir/b.dir/LEASE.obj").is_file());
+        fs::remove_dir_all(&dir.0).unwrap();
+        for key in ["LEASE", "a/b/LEASE"] {
+            let e = put(&store, key, b"x", PutMode::Create).unwrap_err();
+            assert_eq!(e.code(), Some("NoSuchBucket"), "{e}");
+            assert!(
+                e.is_permanent() && e.to_string().contains("mkdir -p"),
+                "{e}"
+            );
+            assert!(
+                !dir.0.exists(),
+                "{key}: the bucket directory was made again"
+            );
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::delete_check::{DeleteCheck, DeleteConditions};
 use crate::net::proxy::{ProxyConnector, ProxyResolver};
 use crate::net::tls::TlsConnector;
 use crate::net::{not_sent_of, CachingResolver, Stage, TcpConnector};
-use crate::settings::{redact_user_info, ConfigError, Named, Proxies, Proxy, Trust};
+use crate::settings::{redact_user_info, url_text, ConfigError, Named, Proxies, Proxy, Trust};
 use crate::sign::{sign_request, Credentials};
 use crate::spelling::{same_etag, Spelling};
 use crate::xml::ErrorBody;
@@ -619,6 +619,7 @@ impl HttpStoreBuilder {
             custom_endpoint,
             profile: self.profile.name,
             base_url,
+            store_url: format!("{}://{}/", self.profile.name, url_text(&bucket)).into(),
             bucket,
             credentials,
             region,
@@ -691,6 +692,8 @@ pub struct HttpStore {
     profile: &'static str,
     base_url: String,
     bucket: String,
+    /// `{profile}://{bucket}/`, as a user writes it, for errors.
+    store_url: Arc<str>,
     credentials: Arc<CredentialsProvider>,
     region: String,
     /// Whether conditional deletes are sent: checked on the service first.
@@ -1401,20 +1404,62 @@ impl Store for HttpStore {
         Some(crate::settings::S3_MAX_KEY_BYTES)
     }
 
+    /// `s3://bucket/`, `r2://bucket/` or `minio://bucket/`, by the profile.
+    fn store_url(&self) -> Option<&str> {
+        Some(&self.store_url)
+    }
+
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.get_object(key, deadline).map_err(|e| self.named(e))
+    }
+
+    /// A HEAD request: the version and metadata of an object of any size.
+    fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.head_object(key, deadline).map_err(|e| self.named(e))
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        self.put_object(key, body, options)
+            .map_err(|e| self.named(e))
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.delete_object(key, mode, deadline)
+            .map_err(|e| self.named(e))
+    }
+}
+
+/// The requests behind [`Store`]'s methods, whose errors those name with
+/// the store's URL.
+impl HttpStore {
+    /// `error`, naming this store ([`Store::store_url`]).
+    fn named(&self, error: StoreError) -> StoreError {
+        error.with_store_url(Arc::clone(&self.store_url))
+    }
+
+    fn get_object(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         let request = self.request(Op::Get, key, None, &[])?;
         let answer = self.execute(Op::Get, key, request, &[], deadline)?;
         object_of(key, answer)
     }
 
-    /// A HEAD request: the version and metadata of an object of any size.
-    fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+    fn head_object(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         let request = self.request(Op::Head, key, None, &[])?;
         let answer = self.execute(Op::Head, key, request, &[], deadline)?;
         object_of(key, answer)
     }
 
-    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+    fn put_object(
+        &self,
+        key: &str,
+        body: &[u8],
+        options: &PutOptions,
+    ) -> Result<Version, StoreError> {
         let (op, condition) = match &options.mode {
             PutMode::Create => (Op::Create, None),
             PutMode::Update(version) => (Op::Update, Some(version)),
@@ -1448,7 +1493,7 @@ impl Store for HttpStore {
         Ok(version_of(&answer.headers))
     }
 
-    fn delete(
+    fn delete_object(
         &self,
         key: &str,
         mode: &DeleteMode,

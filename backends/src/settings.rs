@@ -12,7 +12,8 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// A configuration that cannot make a store. `Display` reads "what failed:
-/// why; what to do", and never contains a secret.
+/// why; what to do", tells the whole story (a wrapped error's text
+/// included, and no `source()`), and never contains a secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -77,20 +78,32 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConfigError::Open(e) => Some(e),
-            #[cfg(http)]
-            ConfigError::Credentials(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// No `source()`: `Display` already says the wrapped error's text, once
+/// (the convention of `bucket_lease_core::error`), so a reporter that walks
+/// the chain repeats nothing. Match on [`ConfigError::Open`] or
+/// `ConfigError::Credentials` for the error itself.
+impl std::error::Error for ConfigError {}
 
 /// The longest key S3, R2 and MinIO accept, in bytes.
 #[cfg(http)]
 pub const S3_MAX_KEY_BYTES: usize = 1024;
+
+/// `text` (a bucket, a directory, a key) as a store URL holds it: `%`,
+/// `?`, `#` and `@` percent-encoded, so that [`percent_decode`] gives it
+/// back; for the URLs errors name.
+pub(crate) fn url_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3F"),
+            '#' => out.push_str("%23"),
+            '@' => out.push_str("%40"),
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// `text` with each `%XX` replaced by its byte, once.
 pub(crate) fn percent_decode(text: &str) -> Result<String, &'static str> {
@@ -467,9 +480,62 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
+/// Walk `error`'s `source()` chain and fail when one level's text holds
+/// another's, or when `cause` is not said exactly once along it.
+#[cfg(test)]
+pub(crate) fn assert_said_once(error: &(dyn std::error::Error + 'static), cause: &str) {
+    let mut texts = Vec::new();
+    let mut level = Some(error);
+    while let Some(e) = level {
+        texts.push(e.to_string());
+        level = e.source();
+    }
+    for (i, outer) in texts.iter().enumerate() {
+        for inner in &texts[i + 1..] {
+            assert!(
+                !outer.contains(inner.as_str()),
+                "said twice: {outer:?} holds its source's {inner:?}"
+            );
+        }
+    }
+    let told: usize = texts.iter().map(|t| t.matches(cause).count()).sum();
+    assert_eq!(told, 1, "{cause:?} is said {told} times along {texts:?}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrapped_error_is_said_once_along_the_chain() {
+        use bucket_lease_core::store::StoreErrorKind;
+        let open = StoreError::new(StoreErrorKind::Rejected, "OPEN", "")
+            .with_code("NoSuchBucket")
+            .with_store_url("file:///srv/nonexist");
+        let e = ConfigError::Open(open.clone());
+        assert_said_once(&e, &open.to_string());
+        assert!(e
+            .to_string()
+            .starts_with("opening the store: OPEN file:///srv/nonexist: "));
+        #[cfg(http)]
+        {
+            use crate::credentials::{CredentialsError, Source};
+            let why = CredentialsError::Source {
+                source: Source::Environment,
+                why: "AWS_SECRET_ACCESS_KEY is not set".into(),
+            };
+            assert_said_once(&why, &why.to_string());
+            let e = ConfigError::Credentials(why.clone());
+            assert_said_once(&e, &why.to_string());
+        }
+    }
+
+    #[test]
+    fn url_text_encodes_what_a_store_url_decodes() {
+        let text = "a%b?c#d@e f/g";
+        assert_eq!(url_text(text), "a%25b%3Fc%23d%40e f/g");
+        assert_eq!(percent_decode(&url_text(text)).unwrap(), text);
+    }
 
     #[test]
     fn user_information_is_redacted_up_to_the_last_at() {

@@ -15,7 +15,10 @@ impl TempDir {
             "bucket-lease-conformance-{:016x}",
             getrandom::u64().unwrap()
         );
-        TempDir(std::env::temp_dir().join(name))
+        let dir = std::env::temp_dir().join(name);
+        // The bucket's directory must exist, as an S3 bucket must.
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
     }
 }
 

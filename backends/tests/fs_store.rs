@@ -27,7 +27,10 @@ struct TempDir(PathBuf);
 impl TempDir {
     fn new() -> Self {
         let name = format!("bucket-lease-fs-store-{:016x}", getrandom::u64().unwrap());
-        TempDir(std::env::temp_dir().join(name))
+        let dir = std::env::temp_dir().join(name);
+        // The bucket's directory must exist, as an S3 bucket must.
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
     }
 }
 

@@ -87,7 +87,8 @@ proptest! {
             }
         }
         if !matches!(scheme, "s3" | "r2" | "minio") {
-            // Opening file:// would create directories: parsing is enough.
+            // Parsing file:// is enough: opening one only looks for the
+            // directory.
             return Ok(());
         }
         let env = |name: &str| -> Option<String> {

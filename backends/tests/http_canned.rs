@@ -257,10 +257,13 @@ fn answers_are_mapped_by_meaning_and_name_the_request() {
         )
     );
     let text = e.to_string();
+    // Named by its URL, the profile's scheme and the bucket first.
+    let scheme = common::any_profile().name;
     assert!(
-        text.starts_with(
-            "PUT a/LEASE: permission denied (SignatureDoesNotMatch: The request signature"
-        ),
+        text.starts_with(&format!(
+            "PUT {scheme}://bkt/a/LEASE: permission denied (SignatureDoesNotMatch: The request \
+             signature"
+        )),
         "{text}"
     );
     assert!(!text.contains("the-secret") && !text.contains("the-token"));

@@ -28,6 +28,8 @@ pub fn open_store(name: &str, prefix: &str) -> Result<Opened, Box<dyn Error>> {
         }
     };
     println!("bucket: the directory {}", dir.display());
+    // A bucket must exist, a directory used as one too: make it here.
+    std::fs::create_dir_all(&dir)?;
     let store = Arc::new(DirStore::open(&dir)?);
     Ok((store, prefix.to_string(), scratch.then_some(dir)))
 }

@@ -1,4 +1,29 @@
 //! Why a lease could not be taken, renewed or released.
+//!
+//! # How errors read
+//!
+//! One convention holds for every error type of the workspace
+//! ([`LeaseError`], [`StoreError`], [`BreakError`](crate::inspect::BreakError),
+//! [`WriteError`](crate::fence::WriteError),
+//! [`ReadError`](crate::fence::ReadError), and the backends' `ConfigError`
+//! and `CredentialsError`): **`Display` tells the whole story, and
+//! [`source`](std::error::Error::source) returns `None`.** An error that
+//! wraps another (`LeaseError::Store`, `ConfigError::Open`, …) writes its
+//! own context, then the wrapped error's text, once:
+//!
+//! ```text
+//! lease store request failed: GET s3://bucket/p/LEASE: rejected (NoSuchBucket: …); the bucket does not exist: …
+//! ```
+//!
+//! So printing an error with `{}` (as the `bucket-lease` command and the
+//! `log` warnings do) shows everything, and a reporter that walks the
+//! `source()` chain (`anyhow`, `eyre`, `Box<dyn Error>` printed by `main`)
+//! shows nothing twice. The wrapped error itself is reached by matching on
+//! the variant (or with [`LeaseError::store_error`]).
+//!
+//! A store error names the object as a user writes its URL
+//! ([`StoreError::url`]: `GET s3://bucket/p/LEASE`), while
+//! [`StoreError::key`] stays the plain key for code that matches on it.
 
 use crate::record::{longest_key_bytes, max_prefix_bytes, MAX_SANE_TTL_S, PROBE_KEY_EXTRA_BYTES};
 use crate::store::StoreError;
@@ -312,19 +337,37 @@ impl fmt::Display for LeaseError {
     }
 }
 
-impl std::error::Error for LeaseError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            LeaseError::Store(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// No `source()`: `Display` already says the store error's text (see the
+/// [module docs](self)).
+impl std::error::Error for LeaseError {}
 
 impl From<StoreError> for LeaseError {
     fn from(e: StoreError) -> Self {
         LeaseError::Store(e)
     }
+}
+
+/// Walk `error`'s `source()` chain and fail when one level's text holds
+/// another's, or when `cause` (the wrapped error's text) is not said
+/// exactly once along the chain: each level says its cause once.
+#[cfg(test)]
+pub(crate) fn assert_said_once(error: &(dyn std::error::Error + 'static), cause: &str) {
+    let mut texts = Vec::new();
+    let mut level = Some(error);
+    while let Some(e) = level {
+        texts.push(e.to_string());
+        level = e.source();
+    }
+    for (i, outer) in texts.iter().enumerate() {
+        for inner in &texts[i + 1..] {
+            assert!(
+                !outer.contains(inner.as_str()),
+                "said twice: {outer:?} holds its source's {inner:?}"
+            );
+        }
+    }
+    let told: usize = texts.iter().map(|t| t.matches(cause).count()).sum();
+    assert_eq!(told, 1, "{cause:?} is said {told} times along {texts:?}");
 }
 
 /// `text` cut to its first `chars` characters and `…` when longer, for a
@@ -333,5 +376,24 @@ fn shortened(text: &str, chars: usize) -> String {
     match text.char_indices().nth(chars) {
         Some((end, _)) => format!("{}…", &text[..end]),
         None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreErrorKind;
+
+    #[test]
+    fn a_store_failure_is_said_once_along_the_chain() {
+        let store = StoreError::new(StoreErrorKind::Rejected, "GET", "p/LEASE")
+            .with_code("NoSuchBucket")
+            .with_store_url("s3://b/");
+        let e = LeaseError::Store(store.clone());
+        assert_said_once(&e, &store.to_string());
+        assert!(e
+            .to_string()
+            .starts_with("lease store request failed: GET s3://b/p/LEASE"));
+        assert_eq!(e.store_error(), Some(&store));
     }
 }

@@ -62,7 +62,9 @@
 
 use crate::lease::Lease;
 use crate::mutant::{self, Mutant};
-use crate::store::{Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version};
+use crate::store::{
+    named_by, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -164,16 +166,9 @@ impl fmt::Display for WriteError {
     }
 }
 
-impl std::error::Error for WriteError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            WriteError::Superseded(error) | WriteError::Store(error) => Some(error),
-            WriteError::Fenced { .. }
-            | WriteError::Exists { .. }
-            | WriteError::OutsideLease { .. } => None,
-        }
-    }
-}
+/// No `source()`: `Display` already says the store error's text (see
+/// [`crate::error`]).
+impl std::error::Error for WriteError {}
 
 /// Whether `key` is a lease record or a lease's probe key: its last path
 /// segment is `LEASE` or starts with `LEASE.probe-` (see
@@ -364,7 +359,7 @@ impl FencedWriter {
                         self.lease.epoch()
                     ),
                 );
-                Err(self.superseded(proof))
+                Err(self.superseded(named_by(proof, &**self.lease.store())))
             }
             Ok(object) => {
                 self.pointers()
@@ -576,14 +571,9 @@ impl fmt::Display for ReadError {
     }
 }
 
-impl std::error::Error for ReadError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ReadError::Store(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// No `source()`: `Display` already says the store error's text (see
+/// [`crate::error`]).
+impl std::error::Error for ReadError {}
 
 /// Reads fenced objects, rejecting those older than the epoch it trusts.
 /// See the [module docs](self).
@@ -657,5 +647,28 @@ impl FencedReader {
             holder,
             nonce,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::assert_said_once;
+
+    #[test]
+    fn a_store_failure_behind_a_fenced_write_or_read_is_said_once() {
+        let store = StoreError::new(StoreErrorKind::Precondition, "PUT", "p/part")
+            .with_code("PreconditionFailed")
+            .with_store_url("s3://b/");
+        let text = store.to_string();
+        for e in [
+            WriteError::Store(store.clone()),
+            WriteError::Superseded(store.clone()),
+        ] {
+            assert_said_once(&e, &text);
+            assert!(e.to_string().contains("PUT s3://b/p/part"), "{e}");
+        }
+        let e = ReadError::Store(store);
+        assert_said_once(&e, &text);
     }
 }

@@ -303,14 +303,9 @@ impl fmt::Display for BreakError {
     }
 }
 
-impl std::error::Error for BreakError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            BreakError::Store(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// No `source()`: `Display` already says the store error's text (see
+/// [`crate::error`]).
+impl std::error::Error for BreakError {}
 
 impl From<StoreError> for BreakError {
     fn from(e: StoreError) -> Self {
@@ -447,6 +442,15 @@ mod tests {
     struct World {
         store: Arc<MemoryStore>,
         clock: TestClock,
+    }
+
+    #[test]
+    fn a_store_failure_behind_a_break_is_said_once() {
+        let store = StoreError::new(StoreErrorKind::Transport, "PUT", "jobs/a/LEASE")
+            .with_store_url("memory:///");
+        let e = BreakError::Store(store.clone());
+        crate::error::assert_said_once(&e, &store.to_string());
+        assert!(e.to_string().contains("PUT memory:///jobs/a/LEASE"), "{e}");
     }
 
     impl World {

@@ -117,7 +117,7 @@ use crate::record::{
     LeaseRecord, MAX_SANE_TTL_S,
 };
 use crate::store::{
-    DeleteMode, Delivery, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+    named_by, DeleteMode, Delivery, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -406,7 +406,7 @@ impl Contender {
                 }
                 None => (PutMode::Create, Exclusion::Conditional),
                 Some((_, v)) => (
-                    PutMode::Update(require_etag(v, "GET", &self.key)?),
+                    PutMode::Update(require_etag(&*self.store, v, "GET", &self.key)?),
                     Exclusion::Conditional,
                 ),
             };
@@ -423,7 +423,7 @@ impl Contender {
             let written = version_written;
             let version = match written {
                 Ok(version) if exclusion == Exclusion::Conditional => {
-                    require_etag(&version, "PUT", &self.key)?
+                    require_etag(&*self.store, &version, "PUT", &self.key)?
                 }
                 Ok(version) => version,
                 Err(e) if e.is_refusal() => {
@@ -437,6 +437,7 @@ impl Contender {
                     }
                     let options = PutOptions::new(PutMode::Overwrite).with_deadline(deadline);
                     require_etag(
+                        &*self.store,
                         &self.store.put(&self.key, &body, &options)?,
                         "PUT",
                         &self.key,
@@ -944,7 +945,7 @@ impl Lease {
     /// `version` when it carries an ETag; otherwise the lease is fenced for
     /// good (the next swap's condition is unknown) and the error says so.
     fn known_version(&self, version: Version, method: &'static str) -> Result<Version, LeaseError> {
-        require_etag(&version, method, &self.key).map_err(|e| {
+        require_etag(&*self.store, &version, method, &self.key).map_err(|e| {
             let mut h = self.lock();
             if h.state == State::Held {
                 h.state = State::Fenced;
@@ -1412,7 +1413,9 @@ impl ReleaseTarget<'_> {
             return Ok(Released::AlreadyFree);
         }
         let mode = match self.exclusion {
-            Exclusion::Conditional => PutMode::Update(require_etag(&version, "GET", self.key)?),
+            Exclusion::Conditional => {
+                PutMode::Update(require_etag(self.store, &version, "GET", self.key)?)
+            }
             Exclusion::BestEffort => PutMode::Overwrite,
         };
         let body = rec.released(self.clock.wall()).to_bytes();
@@ -1516,17 +1519,21 @@ pub(crate) fn read_holder(
 
 /// `version` if it carries an ETag, the condition of the next
 /// compare-and-swap; otherwise an error naming the answer that lacked one.
-fn require_etag(version: &Version, method: &'static str, key: &str) -> Result<Version, StoreError> {
+fn require_etag(
+    store: &dyn Store,
+    version: &Version,
+    method: &'static str,
+    key: &str,
+) -> Result<Version, StoreError> {
     if version.etag.is_some() {
         return Ok(version.clone());
     }
-    Err(
-        StoreError::new(StoreErrorKind::Rejected, method, key).with_message(
-            "the answer carried no ETag, so the next compare-and-swap cannot be sent; a \
+    let error = StoreError::new(StoreErrorKind::Rejected, method, key).with_message(
+        "the answer carried no ETag, so the next compare-and-swap cannot be sent; a \
          conditional lease needs a service (and any proxy in front of it) that returns the \
          ETag header on GET and PUT",
-        ),
-    )
+    );
+    Err(named_by(error, store))
 }
 
 /// The transient write failures met so far by one acquire, probe check or
@@ -1647,6 +1654,9 @@ mod probe_tests {
         }
         fn concurrent_requests(&self) -> bool {
             true
+        }
+        fn store_url(&self) -> Option<&str> {
+            self.0.store_url()
         }
     }
 

@@ -192,8 +192,40 @@ fn matches(current: &Version, wanted: &Version) -> bool {
         && (wanted.version_id.is_none() || current.version_id == wanted.version_id)
 }
 
+/// How a memory store names itself on its errors ([`StoreError::url`]):
+/// `memory:///p/LEASE`. It has no bucket, only keys.
+const MEMORY_URL: &str = "memory:///";
+
+/// `error`, naming the memory store.
+fn named(error: StoreError) -> StoreError {
+    error.with_store_url(MEMORY_URL)
+}
+
 impl Store for MemoryStore {
-    fn get(&self, key: &str, _deadline: Option<Instant>) -> Result<Object, StoreError> {
+    fn store_url(&self) -> Option<&str> {
+        Some(MEMORY_URL)
+    }
+
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.get_object(key, deadline).map_err(named)
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        self.put_object(key, body, options).map_err(named)
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.delete_object(key, mode, deadline).map_err(named)
+    }
+}
+
+impl MemoryStore {
+    fn get_object(&self, key: &str, _deadline: Option<Instant>) -> Result<Object, StoreError> {
         let mut s = self.lock();
         s.begin("GET", key)?;
         let strip = s.on(Misbehaviour::NoEtags);
@@ -220,7 +252,12 @@ impl Store for MemoryStore {
         }
     }
 
-    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+    fn put_object(
+        &self,
+        key: &str,
+        body: &[u8],
+        options: &PutOptions,
+    ) -> Result<Version, StoreError> {
         let version = self.fresh_version();
         let mut s = self.lock();
         s.puts += 1;
@@ -277,7 +314,7 @@ impl Store for MemoryStore {
         s.answer("PUT", key, version)
     }
 
-    fn delete(
+    fn delete_object(
         &self,
         key: &str,
         mode: &DeleteMode,
@@ -308,6 +345,22 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_name_the_memory_store_and_keep_the_plain_key() {
+        let store = MemoryStore::new();
+        let e = store.get("p/LEASE", None).unwrap_err();
+        assert_eq!(
+            (e.key(), e.url().as_str()),
+            ("p/LEASE", "memory:///p/LEASE")
+        );
+        assert!(
+            e.to_string()
+                .starts_with("GET memory:///p/LEASE: not found"),
+            "{e}"
+        );
+        assert_eq!(store.store_url(), Some("memory:///"));
+    }
 
     fn put(store: &MemoryStore, mode: PutMode) -> Result<Version, StoreErrorKind> {
         store

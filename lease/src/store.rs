@@ -39,6 +39,7 @@
 //! slow (`conformance::deadline_kept`).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How late a store call may return after its deadline: the time to notice
@@ -206,6 +207,16 @@ pub trait Store: Send + Sync + fmt::Debug {
         0
     }
 
+    /// The store's URL up to a key, as a user writes it (`s3://bucket/`,
+    /// `file:///srv/bkt//`, `memory:///`): what its errors carry
+    /// ([`StoreError::with_store_url`]) to name the object in full, and
+    /// what the lease puts on an error it makes itself about this store's
+    /// objects. `None`, the default, for a store that does not say (its
+    /// errors name the bare key); a store wrapping another answers for it.
+    fn store_url(&self) -> Option<&str> {
+        None
+    }
+
     /// The longest key, in bytes, the service accepts (S3, R2 and MinIO:
     /// 1024), or `None`, the default, for no limit worth checking. An
     /// acquire whose keys (its probe's included) would not fit fails before
@@ -241,6 +252,15 @@ pub trait Store: Send + Sync + fmt::Debug {
         mode: &DeleteMode,
         deadline: Option<Instant>,
     ) -> Result<(), StoreError>;
+}
+
+/// `error`, naming `store` when it says its URL ([`Store::store_url`]): for
+/// errors the lease makes itself about a store's object.
+pub(crate) fn named_by(error: StoreError, store: &dyn Store) -> StoreError {
+    match store.store_url() {
+        Some(url) => error.with_store_url(url),
+        None => error,
+    }
 }
 
 /// What kind of answer a failed store request got.
@@ -310,15 +330,22 @@ pub enum Delivery {
 /// A failed store request: what kind of answer it got, which request it
 /// was, and what the service said.
 ///
-/// `Display` reads "`METHOD key`: kind (service code: message; request id
-/// …)". It never contains credentials.
+/// `Display` reads "`METHOD url`: kind (service code: message; request id
+/// …); what to do", where `url` names the object as a user writes it
+/// ([`StoreError::url`]: `s3://bucket/p/LEASE`, `file:///srv/bkt//p/LEASE`,
+/// `memory:///p/LEASE`), or is the bare key when the store did not name
+/// itself. It never contains credentials. It is the whole story: a
+/// `StoreError` has no [`source`](std::error::Error::source).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreError {
     kind: StoreErrorKind,
     method: &'static str,
     key: String,
-    code: Option<String>,
-    message: Option<String>,
+    /// The store's URL up to the key (`s3://bucket/`), when it named itself.
+    store_url: Option<Arc<str>>,
+    // Boxed, as the request id, to keep the error small.
+    code: Option<Box<str>>,
+    message: Option<Box<str>>,
     // Boxed to keep the error small: most errors carry no request id.
     request_id: Option<Box<str>>,
     timed_out: bool,
@@ -334,6 +361,7 @@ impl StoreError {
             kind,
             method,
             key: key.into(),
+            store_url: None,
             code: None,
             message: None,
             request_id: None,
@@ -344,16 +372,59 @@ impl StoreError {
         }
     }
 
+    /// The same error, naming the store it came from: `store_url` is the
+    /// store's URL up to the key, as a user writes it (`s3://bucket/`,
+    /// `r2://bucket/`, `file:///srv/bkt//`, `memory:///`), so that
+    /// [`url`](Self::url) and `Display` name the object in full while
+    /// [`key`](Self::key) stays the plain key. Every store of this
+    /// workspace names itself on the errors it returns.
+    pub fn with_store_url(mut self, store_url: impl Into<Arc<str>>) -> Self {
+        self.store_url = Some(store_url.into());
+        self
+    }
+
+    /// The object the request was for, as a user writes it: the store's
+    /// URL ([`with_store_url`](Self::with_store_url)) followed by the key,
+    /// with `%`, `?`, `#` and `@` percent-encoded as a store URL needs
+    /// them (`s3://bucket/jobs%3Fnightly/LEASE`); the bare key when the
+    /// store did not name itself. An empty key names the store itself.
+    pub fn url(&self) -> String {
+        let Some(base) = self.store_url.as_deref() else {
+            return self.key.clone();
+        };
+        if self.key.is_empty() {
+            return base.to_string();
+        }
+        let mut url = String::with_capacity(base.len() + self.key.len());
+        url.push_str(base);
+        for c in self.key.chars() {
+            match c {
+                '%' => url.push_str("%25"),
+                '?' => url.push_str("%3F"),
+                '#' => url.push_str("%23"),
+                '@' => url.push_str("%40"),
+                c => url.push(c),
+            }
+        }
+        url
+    }
+
+    /// The store's URL up to the key, when the store named itself
+    /// ([`with_store_url`](Self::with_store_url)).
+    pub fn store_url(&self) -> Option<&str> {
+        self.store_url.as_deref()
+    }
+
     /// The same error, carrying the service's error code (`PreconditionFailed`,
     /// `SignatureDoesNotMatch`, an HTTP status for a bodiless answer).
     pub fn with_code(mut self, code: impl Into<String>) -> Self {
-        self.code = Some(code.into());
+        self.code = Some(code.into().into_boxed_str());
         self
     }
 
     /// The same error, carrying the service's message or a transport detail.
     pub fn with_message(mut self, message: impl Into<String>) -> Self {
-        self.message = Some(message.into());
+        self.message = Some(message.into().into_boxed_str());
         self
     }
 
@@ -493,7 +564,7 @@ impl StoreError {
                  conditional writes, or ask for a best-effort lease (BUCKET_LEASE_CONDITIONAL=off)",
             ),
             StoreErrorKind::Rejected if self.code.as_deref() == Some("NoSuchBucket") => {
-                Some("check the bucket name in the URL; the bucket must exist")
+                Some("the bucket does not exist: check its name in the URL, or create it")
             }
             _ => None,
         }
@@ -507,15 +578,15 @@ impl fmt::Display for StoreError {
             (StoreErrorKind::Transport, Delivery::Answered) => "service error",
             (kind, _) => kind.describe(),
         };
-        write!(f, "{} {}: {kind}", self.method, self.key)?;
+        write!(f, "{} {}: {kind}", self.method, self.url())?;
         if self.timed_out {
             f.write_str(" (timed out)")?;
         }
         let mut details = Vec::new();
         match (&self.code, &self.message) {
             (Some(code), Some(message)) => details.push(format!("{code}: {message}")),
-            (Some(code), None) => details.push(code.clone()),
-            (None, Some(message)) => details.push(message.clone()),
+            (Some(code), None) => details.push(code.to_string()),
+            (None, Some(message)) => details.push(message.to_string()),
             (None, None) => {}
         }
         if let Some(id) = &self.request_id {
@@ -578,6 +649,30 @@ mod tests {
              nothing); retry later"
         );
         assert!(a.may_have_landed());
+    }
+
+    #[test]
+    fn a_store_named_on_the_error_is_named_in_its_message_and_the_key_stays_plain() {
+        let e = StoreError::new(StoreErrorKind::Rejected, "GET", "jobs?x/LEASE")
+            .with_code("NoSuchBucket")
+            .with_store_url("s3://b/");
+        assert_eq!(e.key(), "jobs?x/LEASE");
+        assert_eq!(e.store_url(), Some("s3://b/"));
+        assert_eq!(e.url(), "s3://b/jobs%3Fx/LEASE");
+        assert_eq!(
+            e.to_string(),
+            "GET s3://b/jobs%3Fx/LEASE: rejected (NoSuchBucket); the bucket does not exist: \
+             check its name in the URL, or create it"
+        );
+        let open =
+            StoreError::new(StoreErrorKind::Rejected, "OPEN", "").with_store_url("file:///d");
+        assert_eq!(open.url(), "file:///d");
+        assert_eq!(
+            StoreError::new(StoreErrorKind::NotFound, "GET", "k").url(),
+            "k"
+        );
+        // The whole story, once: no source to repeat it.
+        assert!(std::error::Error::source(&e).is_none());
     }
 
     #[test]

@@ -656,7 +656,7 @@ fn errors_say_what_failed_and_what_to_do() {
     w.store.fail_next_requests(1);
     let shown = w.acquire(30).unwrap_err().to_string();
     assert!(
-        shown.starts_with("lease store request failed: GET db/LEASE: no answer"),
+        shown.starts_with("lease store request failed: GET memory:///db/LEASE: no answer"),
         "{shown}"
     );
 }

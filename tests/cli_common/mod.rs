@@ -80,13 +80,15 @@ fn test_bucket() -> String {
 }
 
 impl Target {
-    /// A `file://` bucket in a fresh temporary directory.
+    /// A `file://` bucket in a fresh temporary directory: each lease's
+    /// URL is `file://DIR//NAME`, the directory, the `//` that ends it,
+    /// and the prefix.
     pub fn fs(test: &str) -> Target {
         let scratch = scratch_dir(test);
         let bucket = scratch.join("bucket");
         std::fs::create_dir_all(&bucket).unwrap();
         Target {
-            base: format!("file://{}", bucket.display()),
+            base: format!("file://{}/", bucket.display()),
             env: Vec::new(),
             scratch,
         }
@@ -164,7 +166,9 @@ impl Target {
 
     /// For a `file://` target: the directory used as the bucket.
     pub fn bucket_dir(&self) -> Option<PathBuf> {
-        self.base.strip_prefix("file://").map(PathBuf::from)
+        self.base
+            .strip_prefix("file://")
+            .map(|dir| PathBuf::from(dir.trim_end_matches('/')))
     }
 
     /// The store and prefix `url` names, opened with this target's

@@ -140,7 +140,8 @@ impl fmt::Display for Source {
 }
 
 /// Credentials could not be found or fetched. `Display` reads "what failed:
-/// why" and never contains a secret.
+/// why", tells the whole story (it has no `source()`), and never contains a
+/// secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CredentialsError {

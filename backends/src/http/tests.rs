@@ -892,7 +892,7 @@ fn a_bucket_in_another_region_is_named_with_what_to_set() {
     assert_eq!(e.kind(), StoreErrorKind::Rejected);
     assert_eq!(
         e.to_string(),
-        "GET get: rejected (PermanentRedirect: the bucket bkt is in region eu-west-1, not \
+        "GET test://bkt/get: rejected (PermanentRedirect: the bucket bkt is in region eu-west-1, not \
          us-east-1; set AWS_REGION=eu-west-1 and an endpoint in that region in \
          AWS_ENDPOINT_URL (its endpoint, as the service gives it: bkt.s3.eu-west-1.amazonaws.com); \
          request id R1)"
@@ -900,13 +900,13 @@ fn a_bucket_in_another_region_is_named_with_what_to_set() {
     let e = store.head("head", soon()).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "HEAD head: rejected (HTTP 301: the bucket bkt is in region eu-west-1, not us-east-1; \
+        "HEAD test://bkt/head: rejected (HTTP 301: the bucket bkt is in region eu-west-1, not us-east-1; \
          set AWS_REGION=eu-west-1 and an endpoint in that region in AWS_ENDPOINT_URL)"
     );
     let e = store.get("endpoint-only", soon()).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "GET endpoint-only: rejected (PermanentRedirect: the bucket bkt is not in region \
+        "GET test://bkt/endpoint-only: rejected (PermanentRedirect: the bucket bkt is not in region \
          us-east-1: the service sends its requests to bkt.s3.ap-south-1.amazonaws.com; set \
          AWS_REGION to the bucket's region and an endpoint in that region in AWS_ENDPOINT_URL)"
     );
@@ -920,7 +920,7 @@ fn a_bucket_in_another_region_is_named_with_what_to_set() {
     assert_eq!(e.kind(), StoreErrorKind::Rejected);
     assert_eq!(
         e.to_string(),
-        "PUT put: rejected (AuthorizationHeaderMalformed: the bucket bkt is in region \
+        "PUT test://bkt/put: rejected (AuthorizationHeaderMalformed: the bucket bkt is in region \
          eu-west-1, not us-east-1; set AWS_REGION=eu-west-1 and an endpoint in that region in \
          AWS_ENDPOINT_URL; request id R2)"
     );
@@ -940,7 +940,7 @@ fn a_bucket_in_another_region_is_named_with_what_to_set() {
     let e = store.get("get", soon()).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "GET get: rejected (PermanentRedirect: the bucket bkt is in region eu-west-1, not \
+        "GET s3://bkt/get: rejected (PermanentRedirect: the bucket bkt is in region eu-west-1, not \
          us-east-1; set AWS_REGION=eu-west-1 (its endpoint, as the service gives it: \
          bkt.s3.eu-west-1.amazonaws.com); request id R1)"
     );
@@ -952,6 +952,26 @@ fn refused_url() -> String {
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
     url
+}
+
+/// Errors name the object as a user writes its URL, `PROFILE://BUCKET/KEY`
+/// with what a URL must encode encoded, while the key stays the plain key.
+#[test]
+fn errors_name_the_object_by_its_url() {
+    let store = store(&refused_url());
+    assert_eq!(store.store_url(), Some("test://bkt/"));
+    let e = store.get("jobs?x/LEASE", soon()).unwrap_err();
+    assert_eq!(e.key(), "jobs?x/LEASE");
+    assert_eq!(e.url(), "test://bkt/jobs%3Fx/LEASE");
+    assert!(
+        e.to_string()
+            .starts_with("GET test://bkt/jobs%3Fx/LEASE: not sent"),
+        "{e}"
+    );
+    let e = store
+        .delete("k", &DeleteMode::Unconditional, soon())
+        .unwrap_err();
+    assert_eq!(e.url(), "test://bkt/k");
 }
 
 #[test]
@@ -970,7 +990,7 @@ fn a_refused_connection_says_nothing_was_sent_and_names_host_and_port() {
     assert_eq!(
         e.to_string(),
         format!(
-            "PUT k: not sent (could not connect to {target}: Connection refused (os error \
+            "PUT test://bkt/k: not sent (could not connect to {target}: Connection refused (os error \
              111); check that the service listens at {target}, the endpoint's host and \
              port); nothing was sent, so the request took no effect and is safe to retry"
         )
@@ -997,7 +1017,7 @@ fn a_failed_lookup_says_nothing_was_sent_and_names_the_host() {
     assert!(!e.may_have_landed(), "{e}");
     assert_eq!(
         e.to_string(),
-        "GET k: not sent (could not look up nohost.invalid (for nohost.invalid:9000): failed \
+        "GET test://bkt/k: not sent (could not look up nohost.invalid (for nohost.invalid:9000): failed \
          to lookup address information: Name or service not known; check the endpoint's host \
          name, or the region); nothing was sent, so the request took no effect and is safe to \
          retry"
@@ -1080,7 +1100,7 @@ fn https_to_a_plain_http_server_says_to_check_the_scheme() {
     assert_eq!(
         e.to_string(),
         format!(
-            "GET k: not sent (the TLS handshake with {target} failed: the server did not \
+            "GET test://bkt/k: not sent (the TLS handshake with {target} failed: the server did not \
              answer in TLS (received corrupt message of type InvalidContentType); check http:// \
              vs https:// in the endpoint); nothing was sent, so the request took no effect and \
              is safe to retry"
@@ -1104,7 +1124,7 @@ fn https_to_a_silent_plain_http_server_says_to_check_the_scheme() {
         .unwrap_err();
     assert!(!e.may_have_landed(), "{e}");
     let text = e.to_string();
-    assert!(text.starts_with("GET k: not sent"), "{text}");
+    assert!(text.starts_with("GET test://bkt/k: not sent"), "{text}");
     for part in [
         &format!("the TLS handshake with {target} failed"),
         "check http:// vs https:// in the endpoint",
@@ -1143,7 +1163,9 @@ fn a_connection_closed_after_the_request_may_have_landed_and_an_answered_5xx_say
     assert!(e.may_have_landed(), "{e}");
     let text = e.to_string();
     assert!(
-        text.starts_with(&format!("PUT k: no answer (sent to {target}, then: ")),
+        text.starts_with(&format!(
+            "PUT test://bkt/k: no answer (sent to {target}, then: "
+        )),
         "{text}"
     );
     assert!(
@@ -1157,7 +1179,7 @@ fn a_connection_closed_after_the_request_may_have_landed_and_an_answered_5xx_say
     assert!(e.may_have_landed(), "{e}");
     assert_eq!(
         e.to_string(),
-        "PUT k: service error (InternalError: We encountered an internal error. Please try \
+        "PUT test://bkt/k: service error (InternalError: We encountered an internal error. Please try \
          again.; request id R5); the service answered with an error: the request may or may \
          not have taken effect; retry later"
     );

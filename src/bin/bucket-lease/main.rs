@@ -103,7 +103,9 @@ URL names the store and the prefix the lease is on ({prefix}/LEASE):
                           points it at another S3-compatible endpoint
   r2://bucket/prefix      Cloudflare R2: R2_ACCOUNT_ID [R2_JURISDICTION], or AWS_ENDPOINT_URL
   minio://bucket/prefix   MinIO: AWS_ENDPOINT_URL (required), AWS_REGION
-  file:///dir/prefix      the directory /dir used as a bucket (one machine only)
+  file:///dir//prefix     the directory /dir used as a bucket (one machine only); it must
+                          exist. The first // ends the directory: file:///dir alone is the
+                          directory /dir with an empty prefix (LEASE)
 Credentials, the first source configured: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY
   [AWS_SESSION_TOKEN]; the profile AWS_PROFILE (else default) of ~/.aws/credentials and
   ~/.aws/config (static keys or credential_process); web identity (AWS_WEB_IDENTITY_TOKEN_FILE,
@@ -562,9 +564,8 @@ pub fn store_error_summary(error: &StoreError) -> &'static str {
             "the service refused the credentials or their permissions (check the credentials \
              -v names the source of, and that they may read and write this prefix): "
         }
-        exit::CONFIG if error.code() == Some("NoSuchBucket") => {
-            "the bucket does not exist (check its name in the URL): "
-        }
+        // The store's error says it, and what to do, itself.
+        exit::CONFIG if error.code() == Some("NoSuchBucket") => "",
         exit::CONFIG => "no retry can succeed until a setting changes (the message names it): ",
         _ => "",
     }
@@ -696,7 +697,9 @@ mod tests {
         let bucket =
             StoreError::new(StoreErrorKind::Rejected, "GET", "k").with_code("NoSuchBucket");
         assert_eq!(store_error_code(&bucket), exit::CONFIG);
-        assert!(store_error_summary(&bucket).contains("the bucket does not exist"));
+        // Said once, by the store error itself.
+        assert_eq!(store_error_summary(&bucket), "");
+        assert!(bucket.to_string().contains("the bucket does not exist"));
         let other = StoreError::new(StoreErrorKind::Rejected, "GET", "k");
         assert_eq!(store_error_code(&other), exit::STORE);
         assert_eq!(store_error_summary(&other), "");

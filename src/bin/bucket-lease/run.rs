@@ -519,7 +519,12 @@ fn acquire(
         Ok(lease) => return Ok(lease),
         Err(error) => error,
     };
-    if matches!(error, LeaseError::Store(_)) {
+    // A bucket that does not exist holds no record of ours: nothing to
+    // look for, and no second message saying so.
+    let no_bucket = error
+        .store_error()
+        .is_some_and(|e| e.code() == Some("NoSuchBucket"));
+    if matches!(error, LeaseError::Store(_)) && !no_bucket {
         abandon(&contender);
     }
     Err(Failure::new(
