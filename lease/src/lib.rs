@@ -63,7 +63,7 @@ pub use crossbeam_channel as channel;
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{IgnoredCondition, LeaseError, OwnWrite};
 pub use fence::{FencedWriter, WriteError};
-pub use keeper::{Event, Keeper, KeeperOptions};
+pub use keeper::{Event, Keeper, KeeperOptions, Loss};
 pub use lease::{Cancel, Contender, Exclusion, Lease, LeaseOptions, LeaseStatus, Released, Wait};
 pub use pool::{KeeperPool, LeaseId, PoolEvent, PoolOptions, PooledLease};
 pub use record::{lease_key, LeaseRecord};
