@@ -441,6 +441,7 @@ fn suspect_record(rng: &mut Rng, ttl_s: u64, wall0: SystemTime) -> LeaseRecord {
         epoch: rng.range(1, 1000),
         released_at: None,
         instance_nonce: None,
+        holder_name: None,
     }
 }
 
