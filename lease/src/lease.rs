@@ -41,6 +41,9 @@
 //!   name is in use by another process) and takes it over only once it is
 //!   stale, at the next epoch; a renewal that finds it has lost the lease;
 //!   a release never touches it.
+//!   The record's `holder_name` (`host:pid` unless
+//!   [`Contender::with_holder_name`] chose another) is for people only and
+//!   plays no part in any of this.
 //! - **A lost answer is not a lost lease.** A [`Contender`] keeps one
 //!   instance id for all its attempts, and every contender of a process
 //!   has the process's nonce, so a write that landed although its answer

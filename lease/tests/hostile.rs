@@ -204,6 +204,9 @@ proptest! {
         let clock = TestClock::starting_at(now);
         let seen = inspect(&store, "db", &clock).unwrap().expect("the record is there");
         let _ = (seen.expires_in(), seen.expires_in_s(), seen.age_s(), seen.holder());
+        if let Some(name) = seen.holder_name() {
+            prop_assert!(check_holder_name(name).is_ok(), "{:?}", name);
+        }
         let holder = seen.holder().unwrap_or("nobody").to_string();
         match break_lease(&store, "db", &holder, &clock) {
             Ok(broken) => prop_assert!(broken.record.epoch > broken.replaced.epoch),

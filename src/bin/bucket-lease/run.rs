@@ -504,8 +504,17 @@ fn take(
         return first;
     }
     match error {
-        LeaseError::Held { holder, key, .. } => log::info!(
-            "{key} is held by {holder}; waiting up to {}",
+        LeaseError::Held {
+            holder,
+            holder_name,
+            key,
+            ..
+        } => log::info!(
+            "{key} is held by {holder}{}; waiting up to {}",
+            holder_name
+                .as_deref()
+                .map(|name| format!(" ({name})"))
+                .unwrap_or_default(),
             human_secs(left.as_secs_f64())
         ),
         _ => log::warn!("taking the lease failed, retrying: {error}"),
