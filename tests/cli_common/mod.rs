@@ -1068,6 +1068,10 @@ pub fn inspect_shows_who_released_the_lease(t: &Target) {
         "{human:?}"
     );
     assert!(human.stdout.contains("), last epoch 1"), "{human:?}");
+    assert!(
+        human.stdout.contains("  holder_name  "),
+        "the last holder's name: {human:?}"
+    );
     let json = t.inspect(&url);
     assert_eq!(json["state"], "free", "{json}");
     assert_eq!(json["released"], true, "{json}");

@@ -159,17 +159,14 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
         print_version(s);
         return;
     };
-    let holder = match &record.holder_name {
-        Some(name) => format!("{} ({})", printable(&record.instance_id), printable(name)),
-        None => printable(&record.instance_id).into_owned(),
-    };
+    let holder = printable(&record.instance_id);
     if let Some(released_at) = s.released_at() {
         println!(
             "lease {url} ({key}) is free (released by {holder} at {}), last epoch {}",
             printable(released_at),
             record.epoch
         );
-        println!("  last holder  {}", printable(&record.instance_id));
+        println!("  last holder  {holder}");
         print_name(record);
         print_nonce(record);
         println!("  acquired_at  {}", printable(&record.acquired_at));
@@ -188,7 +185,7 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
         (false, _) => "expired (free for the next contender)",
     };
     println!("lease {url} ({key}) is {verdict}");
-    println!("  holder       {}", printable(&record.instance_id));
+    println!("  holder       {holder}");
     print_name(record);
     print_nonce(record);
     println!("  acquired_at  {}", printable(&record.acquired_at));
