@@ -69,6 +69,11 @@ fn inspect_shows_who_released_the_lease() {
 }
 
 #[test]
+fn the_holder_name_is_shown_where_the_holder_is_named() {
+    cli_common::the_holder_name_is_shown_where_the_holder_is_named(&Target::fs("named"));
+}
+
+#[test]
 fn store_text_is_shown_escaped() {
     cli_common::store_text_is_shown_escaped(&Target::fs("evil"));
 }

@@ -33,13 +33,24 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         Just(json!("30")),
         any::<u64>().prop_map(Value::from),
     ];
-    let object = (text, stamp.clone(), stamp, number.clone(), number).prop_map(
-        |(id, acquired, renewed, ttl, epoch)| {
-            serde_json::to_vec(&json!({
+    let name = prop_oneof![
+        Just(json!("evil\u{1b}]0;owned\u{7}\u{9b}31m\u{202e}")),
+        Just(json!("n".repeat(200))),
+        Just(json!(["not", "a", "name"])),
+        ".{0,24}".prop_map(Value::from),
+        Just(json!("db1:4242")),
+    ];
+    let record = (text, stamp.clone(), stamp, number.clone(), number);
+    let object = (record, proptest::option::of(name)).prop_map(
+        |((id, acquired, renewed, ttl, epoch), name)| {
+            let mut record = json!({
                 "instance_id": id, "acquired_at": acquired, "renewed_at": renewed,
                 "ttl_s": ttl, "epoch": epoch,
-            }))
-            .unwrap()
+            });
+            if let Some(name) = name {
+                record["holder_name"] = name;
+            }
+            serde_json::to_vec(&record).unwrap()
         },
     );
     prop_oneof![

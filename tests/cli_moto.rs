@@ -24,6 +24,7 @@ on_moto!(
     second_run_is_held_then_waits,
     killed_holder_is_taken_over_after_the_ttl,
     inspect_shows_free_and_held,
+    the_holder_name_is_shown_where_the_holder_is_named,
     break_stops_the_running_holder,
     break_a_stale_holder,
     sigint_releases_and_stops_the_command,

@@ -86,6 +86,9 @@ pub enum LeaseError {
         /// Who holds it, as its record names it (`unknown` when the record
         /// could not be read).
         holder: String,
+        /// The holder's name for people, when its record carries one
+        /// (see [`crate::record`]); informational only.
+        holder_name: Option<String>,
         /// Whether the holder goes by this contender's own instance id:
         /// another process was given the same id (its record carries
         /// another process nonce, or none). Give each process its own id.
@@ -222,17 +225,25 @@ impl fmt::Display for LeaseError {
             LeaseError::Held {
                 key,
                 holder,
+                holder_name,
                 same_instance_id: true,
             } => write!(
                 f,
                 "the lease {key} is held by another process under this same instance id \
-                 {holder}; give each process its own instance id (this one waits until that \
-                 process releases the lease or its TTL runs out)"
+                 {holder}{}; give each process its own instance id (this one waits until that \
+                 process releases the lease or its TTL runs out)",
+                named(holder_name)
             ),
-            LeaseError::Held { key, holder, .. } => write!(
+            LeaseError::Held {
+                key,
+                holder,
+                holder_name,
+                ..
+            } => write!(
                 f,
-                "lease {key} is held by instance {holder}; wait until it is released or its \
-                 TTL runs out, or break it if that holder is known to be dead"
+                "lease {key} is held by instance {holder}{}; wait until it is released or its \
+                 TTL runs out, or break it if that holder is known to be dead",
+                named(holder_name)
             ),
             LeaseError::Lost {
                 key,
@@ -368,6 +379,14 @@ pub(crate) fn assert_said_once(error: &(dyn std::error::Error + 'static), cause:
     }
     let told: usize = texts.iter().map(|t| t.matches(cause).count()).sum();
     assert_eq!(told, 1, "{cause:?} is said {told} times along {texts:?}");
+}
+
+/// ` (NAME)` for a holder with a name, nothing for one without.
+fn named(holder_name: &Option<String>) -> String {
+    holder_name
+        .as_deref()
+        .map(|name| format!(" ({name})"))
+        .unwrap_or_default()
 }
 
 /// `text` cut to its first `chars` characters and `…` when longer, for a

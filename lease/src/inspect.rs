@@ -81,6 +81,12 @@ impl Inspection {
         self.record.as_ref().map(|r| r.instance_id.as_str())
     }
 
+    /// The holder's name for people, when the record carries a valid one
+    /// (see [`crate::record`]): informational, never who the holder is.
+    pub fn holder_name(&self) -> Option<&str> {
+        self.record.as_ref()?.holder_name.as_deref()
+    }
+
     /// When, from `read_at`, the record stops (or stopped) being fresh;
     /// `None` when there is no parsable stamp, for a released record, and
     /// when the difference does not fit (an absurd TTL with a stamp far in
@@ -381,6 +387,7 @@ pub fn break_lease_before(
         epoch,
         released_at: None,
         instance_nonce: None,
+        holder_name: None,
     };
     let body = record.to_bytes();
     let mut transient = Transient::default();
@@ -518,6 +525,7 @@ mod tests {
             epoch: 2,
             released_at: None,
             instance_nonce: None,
+            holder_name: None,
         };
         w.store.insert("jobs/a/LEASE", &record.to_bytes());
         let seen = w.inspect().unwrap();
@@ -641,6 +649,7 @@ mod tests {
                 epoch: 3,
                 released_at: None,
                 instance_nonce: None,
+                holder_name: None,
             };
             self.inner.insert(key, &successor.to_bytes());
             Err(StoreError::new(StoreErrorKind::Transport, "PUT", key))

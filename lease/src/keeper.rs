@@ -32,12 +32,25 @@
 //!   keeper both release the lease and join the thread. A renewal already
 //!   in flight is finished first (it is bounded by the write deadline); the
 //!   release is bounded by the release timeout.
+//! - **A loss can be heard without a channel.** A callback given with
+//!   [`KeeperOptions::on_loss`] is called exactly once per keeper, on the
+//!   renewal thread, when the lease ends other than by a release that
+//!   freed it: fenced ([`Loss::Fenced`]), lost ([`Loss::Lost`]), or
+//!   stopped or dropped with a release that failed or found the record
+//!   another's ([`Loss::NotReleased`], [`Loss::Lost`]). It is never called
+//!   after a clean release. The fence never waits on it: the callback runs
+//!   only once the renewal loop has ended, after the lease's state says
+//!   fenced or lost (so [`Keeper::may_write`] is already false on every
+//!   thread) and after the event is on the channel. A callback that blocks
+//!   delays only the release at [`Keeper::stop`] (which waits for it); one
+//!   that panics is logged, and the release still happens.
 
 use crate::clock::Clock;
 use crate::error::LeaseError;
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
 use crossbeam_channel::{select, Receiver, Sender};
+use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -82,11 +95,64 @@ pub enum Event {
     Released(Result<Released, LeaseError>),
 }
 
+/// Why a kept lease ended without a clean release, as a loss callback
+/// ([`KeeperOptions::on_loss`]) is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Loss {
+    /// The write deadline passed without a renewal ([`Event::Fenced`]).
+    Fenced,
+    /// The record was replaced or removed, a write proved another writer,
+    /// or the renewal panicked ([`Event::Lost`]); or, at stop, the release
+    /// found the record another holder's.
+    Lost {
+        /// Who holds it now, when known.
+        holder: Option<String>,
+        /// Why.
+        reason: String,
+    },
+    /// The keeper was stopped or dropped while it held the lease, and the
+    /// release failed: the record keeps the prefix taken until its TTL
+    /// runs out.
+    NotReleased(LeaseError),
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Loss::Fenced => f.write_str("fenced: no renewal landed before the write deadline"),
+            Loss::Lost {
+                holder: Some(holder),
+                reason,
+            } => write!(f, "lost to instance {holder}: {reason}"),
+            Loss::Lost {
+                holder: None,
+                reason,
+            } => write!(f, "lost: {reason}"),
+            Loss::NotReleased(e) => write!(f, "stopped without releasing: {e}"),
+        }
+    }
+}
+
+/// A loss callback, shared by clones of one [`KeeperOptions`].
+type OnLoss = Arc<dyn Fn(&Loss) + Send + Sync>;
+
 /// How a [`Keeper`] runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KeeperOptions {
     release_timeout: Duration,
     thread_name: String,
+    on_loss: Option<OnLoss>,
+}
+
+impl fmt::Debug for KeeperOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeeperOptions")
+            .field("release_timeout", &self.release_timeout)
+            .field("thread_name", &self.thread_name)
+            .field("on_loss", &self.on_loss.as_ref().map(|_| "Fn(&Loss)"))
+            .finish()
+    }
 }
 
 impl KeeperOptions {
@@ -96,6 +162,7 @@ impl KeeperOptions {
         KeeperOptions {
             release_timeout: DEFAULT_RELEASE_TIMEOUT,
             thread_name: "bucket-lease".to_string(),
+            on_loss: None,
         }
     }
 
@@ -110,6 +177,25 @@ impl KeeperOptions {
     pub fn thread_name(mut self, name: impl Into<String>) -> Self {
         self.thread_name = name.into();
         self
+    }
+
+    /// Call `callback` once, on the renewal thread, when the lease ends
+    /// without a clean release: fenced, lost, or stopped with a release
+    /// that failed (see [`Loss`] and the [module docs](self)). For code
+    /// that cannot poll [`Keeper::events`]. It runs after the lease's
+    /// state already forbids writing and after the event is sent, so it
+    /// cannot hold up the fence; keep it short all the same, since
+    /// [`Keeper::stop`] waits for it before releasing. Each keeper spawned
+    /// with these options (or a clone) calls it at most once. A second
+    /// call of `on_loss` replaces the first callback.
+    pub fn on_loss(mut self, callback: impl Fn(&Loss) + Send + Sync + 'static) -> Self {
+        self.on_loss = Some(Arc::new(callback));
+        self
+    }
+
+    /// The callback, for a wrapper that adds its own before it.
+    pub(crate) fn take_on_loss(&mut self) -> Option<OnLoss> {
+        self.on_loss.take()
     }
 }
 
@@ -145,6 +231,7 @@ impl Keeper {
             events: events_tx,
             stop: stop_rx,
             release_timeout: options.release_timeout,
+            on_loss: options.on_loss,
         };
         let thread = std::thread::Builder::new()
             .name(options.thread_name)
@@ -224,6 +311,7 @@ struct Renewer {
     events: Sender<Event>,
     stop: Receiver<()>,
     release_timeout: Duration,
+    on_loss: Option<OnLoss>,
 }
 
 internal! {
@@ -366,29 +454,61 @@ impl RenewalSchedule {
 }
 
 impl Renewer {
-    fn run(self) -> Result<Released, LeaseError> {
-        if self.renew_until_stopped() {
-            // Lost or fenced: nothing more to do until the owner stops us.
+    fn run(mut self) -> Result<Released, LeaseError> {
+        if let Some(end) = self.renew_until_stopped() {
+            // Lost or fenced, and already reported: the callback cannot
+            // delay either. Then nothing more to do until the owner stops us.
+            let loss = match end {
+                Event::Lost { holder, reason } => Loss::Lost { holder, reason },
+                _ => Loss::Fenced,
+            };
+            self.tell_loss(&loss);
             self.wait_for(None);
         }
         let released = release_guarded(&self.lease, self.release_timeout);
         let _ = self.events.send(Event::Released(released.clone()));
+        match &released {
+            Err(e) => self.tell_loss(&Loss::NotReleased(e.clone())),
+            Ok(Released::LeftAlone {
+                holder: holder @ Some(_),
+            }) => self.tell_loss(&Loss::Lost {
+                holder: holder.clone(),
+                reason: "the release found the record another holder's".to_string(),
+            }),
+            Ok(_) => {}
+        }
         released
+    }
+
+    /// Call the loss callback, if it has not been called yet; a panic in
+    /// it is logged, never passed on.
+    fn tell_loss(&mut self, loss: &Loss) {
+        let Some(callback) = self.on_loss.take() else {
+            return;
+        };
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| callback(loss))) {
+            log::error!(
+                "{}: the loss callback panicked: {}",
+                self.lease.key(),
+                panic_message(&*panic)
+            );
+        }
     }
 
     fn clock(&self) -> &Arc<dyn Clock> {
         self.lease.clock()
     }
 
-    /// Drive the [`RenewalSchedule`]. Returns false when asked to stop, true
-    /// once the lease is lost or fenced, after reporting which.
-    fn renew_until_stopped(&self) -> bool {
+    /// Drive the [`RenewalSchedule`]. Returns `None` when asked to stop,
+    /// and the event that ended it once the lease is lost or fenced, after
+    /// reporting it.
+    fn renew_until_stopped(&self) -> Option<Event> {
         let mut schedule = RenewalSchedule::new(&self.lease);
         loop {
             match schedule.step(&self.lease) {
                 Step::Wait { until } => {
                     if !self.wait_for(Some(until)) {
-                        return false;
+                        return None;
                     }
                 }
                 Step::Renew { deadline } => {
@@ -401,8 +521,8 @@ impl Renewer {
                     if event == Event::Fenced {
                         log::warn!("{}: fenced: no renewal landed in time", self.lease.key());
                     }
-                    let _ = self.events.send(event);
-                    return true;
+                    let _ = self.events.send(event.clone());
+                    return Some(event);
                 }
             }
         }

@@ -41,6 +41,9 @@
 //!   name is in use by another process) and takes it over only once it is
 //!   stale, at the next epoch; a renewal that finds it has lost the lease;
 //!   a release never touches it.
+//!   The record's `holder_name` (`host:pid` unless
+//!   [`Contender::with_holder_name`] chose another) is for people only and
+//!   plays no part in any of this.
 //! - **A lost answer is not a lost lease.** A [`Contender`] keeps one
 //!   instance id for all its attempts, and every contender of a process
 //!   has the process's nonce, so a write that landed although its answer
@@ -113,8 +116,8 @@ use crate::clock::{system_clock, transient_backoff, Clock};
 use crate::error::{IgnoredCondition, LeaseError, OwnWrite, CONDITIONAL_ENV};
 use crate::mutant::{self, Mutant};
 use crate::record::{
-    format_stamp, lease_key, longest_key_bytes, new_instance_id, probe_key, process_nonce,
-    LeaseRecord, MAX_SANE_TTL_S,
+    check_holder_name, default_holder_name, format_stamp, lease_key, longest_key_bytes,
+    new_instance_id, probe_key, process_nonce, InvalidHolderName, LeaseRecord, MAX_SANE_TTL_S,
 };
 use crate::store::{
     named_by, DeleteMode, Delivery, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
@@ -270,6 +273,8 @@ pub struct Contender {
     /// Which process this is: [`process_nonce`] unless a test or the
     /// simulation, which run several processes in one, says otherwise.
     nonce: String,
+    /// Who holds the lease, for people; never part of identity.
+    holder_name: Option<String>,
     /// A suspect record's identity and when, on our monotonic clock, we
     /// first saw it so.
     suspect_seen: Option<(String, Instant)>,
@@ -288,6 +293,7 @@ impl Contender {
             options,
             instance_id: new_instance_id(),
             nonce: process_nonce().to_string(),
+            holder_name: default_holder_name().map(str::to_string),
             suspect_seen: None,
             free_at: None,
         }
@@ -315,6 +321,37 @@ impl Contender {
     pub fn with_instance_nonce(mut self, nonce: impl Into<String>) -> Self {
         self.nonce = nonce.into();
         self
+    }
+
+    /// The same contender writing `name` in the record's `holder_name`
+    /// instead of `host:pid` ([`default_holder_name`]): a name for people
+    /// (a job, a team, a host), shown by `inspect` and in "held by"
+    /// errors. It is informational only: who holds the lease is the
+    /// instance id and the process nonce, whatever the name says.
+    ///
+    /// # Errors
+    ///
+    /// When `name` is empty, over
+    /// [`MAX_HOLDER_NAME_BYTES`](crate::record::MAX_HOLDER_NAME_BYTES) or
+    /// holds a control or invisible character ([`check_holder_name`]).
+    pub fn with_holder_name(mut self, name: impl Into<String>) -> Result<Self, InvalidHolderName> {
+        let name = name.into();
+        check_holder_name(&name)?;
+        self.holder_name = Some(name);
+        Ok(self)
+    }
+
+    /// The same contender writing no `holder_name` at all (not even the
+    /// default `host:pid`).
+    #[must_use]
+    pub fn without_holder_name(mut self) -> Self {
+        self.holder_name = None;
+        self
+    }
+
+    /// The holder name every attempt writes, if any.
+    pub fn holder_name(&self) -> Option<&str> {
+        self.holder_name.as_deref()
     }
 
     /// The instance id every attempt writes.
@@ -398,6 +435,7 @@ impl Contender {
                 epoch,
                 released_at: None,
                 instance_nonce: Some(self.nonce.clone()),
+                holder_name: self.holder_name.clone(),
             };
             let (mode, exclusion) = match &current {
                 _ if best_effort => (PutMode::Overwrite, Exclusion::BestEffort),
@@ -451,6 +489,7 @@ impl Contender {
                 key: self.key.clone(),
                 instance_id: self.instance_id.clone(),
                 nonce: self.nonce.clone(),
+                holder_name: self.holder_name.clone(),
                 ttl_s: self.options.ttl_s,
                 acquired_at: record.acquired_at.clone(),
                 epoch,
@@ -557,6 +596,7 @@ impl Contender {
         LeaseError::Held {
             key: self.key.clone(),
             holder: rec.map_or_else(|| "unknown".to_string(), |r| r.instance_id.clone()),
+            holder_name: rec.and_then(|r| r.holder_name.clone()),
             same_instance_id: rec.is_some_and(|r| r.is_namesake_of(&self.instance_id, &self.nonce)),
         }
     }
@@ -700,6 +740,7 @@ pub struct Lease {
     key: String,
     instance_id: String,
     nonce: String,
+    holder_name: Option<String>,
     ttl_s: u64,
     acquired_at: String,
     epoch: u64,
@@ -729,6 +770,12 @@ impl Lease {
     /// record beside the instance id (see [`crate::record`]).
     pub fn instance_nonce(&self) -> &str {
         &self.nonce
+    }
+
+    /// The holder name written in the record, for people only (see
+    /// [`Contender::with_holder_name`]).
+    pub fn holder_name(&self) -> Option<&str> {
+        self.holder_name.as_deref()
     }
 
     /// The lease object's key.
@@ -939,6 +986,7 @@ impl Lease {
             epoch: self.epoch,
             released_at: None,
             instance_nonce: Some(self.nonce.clone()),
+            holder_name: self.holder_name.clone(),
         }
     }
 

@@ -5,7 +5,9 @@
 //! - [`memory`]: a strict in-memory store that can be told to misbehave.
 //! - [`record`]: the `LEASE` object's JSON and how a reader judges it.
 //! - [`lease`]: taking, renewing, fencing and releasing the lease.
-//! - [`keeper`]: the renewal thread and its events.
+//! - [`keeper`]: the renewal thread, its events and its loss callback.
+//! - [`hold`]: run a closure while holding the lease, released however it
+//!   ends ([`Contender::run_while_held`]).
 //! - [`pool`]: many leases renewed by a scheduler and a few renewal threads.
 //! - [`fence`]: writes bound to a held lease, stamped with its epoch.
 //! - [`inspect`]: reading a lease from outside, and breaking a dead holder's.
@@ -94,6 +96,7 @@ pub mod clock;
 pub mod conformance;
 pub mod error;
 pub mod fence;
+pub mod hold;
 pub mod inspect;
 pub mod keeper;
 pub mod lease;
@@ -116,7 +119,8 @@ pub use crossbeam_channel as channel;
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{IgnoredCondition, LeaseError, OwnWrite};
 pub use fence::{FencedWriter, WriteError};
-pub use keeper::{Event, Keeper, KeeperOptions};
+pub use hold::{HoldError, HoldOutcome, Holding, Ran};
+pub use keeper::{Event, Keeper, KeeperOptions, Loss};
 pub use lease::{Cancel, Contender, Exclusion, Lease, LeaseOptions, LeaseStatus, Released, Wait};
 pub use pool::{KeeperPool, LeaseId, PoolEvent, PoolOptions, PooledLease};
 pub use record::{lease_key, LeaseRecord};

@@ -37,6 +37,18 @@
 //!   record keeps its holder and epoch, has `ttl_s` 0 and `renewed_at` at
 //!   the Unix epoch, so every reader (the reference included, which knows
 //!   nothing of `released_at`) finds it stale and may take it over at once.
+//! - `holder_name` is for people: who holds the lease, in words
+//!   (`host:pid` by default, [`default_holder_name`]; the caller's choice
+//!   with `Contender::with_holder_name`). It is informational only: it is
+//!   never part of who a record's writer is ([`LeaseRecord::is_written_by`]
+//!   reads the instance id and the nonce alone), so two records that
+//!   differ only in it are the same holder's. A name is at most
+//!   [`MAX_HOLDER_NAME_BYTES`] bytes with no control or invisible
+//!   characters ([`check_holder_name`]); a record whose `holder_name` is
+//!   anything else (too long, escapes, not a string) is read as having
+//!   none, and is otherwise read as it is, so the field can never make a
+//!   record unreadable. Older readers (the async reference among them,
+//!   which does not deny unknown fields) ignore it.
 //! - Unknown fields are ignored, so a newer writer's record stays readable.
 //!
 //! A record is **fresh** while the reader's wall clock is strictly less than
@@ -126,6 +138,113 @@ pub fn format_stamp(at: SystemTime) -> String {
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_string())
 }
 
+/// The longest `holder_name`, in bytes, a record carries.
+pub const MAX_HOLDER_NAME_BYTES: usize = 128;
+
+/// Why a holder name was refused ([`check_holder_name`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidHolderName {
+    /// The name is empty.
+    Empty,
+    /// The name is longer than [`MAX_HOLDER_NAME_BYTES`].
+    TooLong {
+        /// Its length in bytes.
+        bytes: usize,
+    },
+    /// The name holds a control character or one that reorders or hides
+    /// text (a bidirectional override, a zero-width mark).
+    Unprintable {
+        /// The first such character.
+        character: char,
+    },
+}
+
+impl std::fmt::Display for InvalidHolderName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InvalidHolderName::Empty => f.write_str("invalid holder name: it is empty"),
+            InvalidHolderName::TooLong { bytes } => write!(
+                f,
+                "invalid holder name: {bytes} bytes, over the maximum of {MAX_HOLDER_NAME_BYTES}"
+            ),
+            InvalidHolderName::Unprintable { character } => write!(
+                f,
+                "invalid holder name: it holds the character {character:?}, which a terminal \
+                 could act on or which hides text; use printable characters"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InvalidHolderName {}
+
+/// Whether `name` may stand in a record's `holder_name`: 1 to
+/// [`MAX_HOLDER_NAME_BYTES`] bytes, none of them a control character or
+/// one that reorders or hides text.
+///
+/// # Errors
+///
+/// What is wrong with the name.
+pub fn check_holder_name(name: &str) -> Result<(), InvalidHolderName> {
+    if name.is_empty() {
+        return Err(InvalidHolderName::Empty);
+    }
+    if name.len() > MAX_HOLDER_NAME_BYTES {
+        return Err(InvalidHolderName::TooLong { bytes: name.len() });
+    }
+    match name.chars().find(|c| unprintable(*c)) {
+        Some(character) => Err(InvalidHolderName::Unprintable { character }),
+        None => Ok(()),
+    }
+}
+
+/// A control character, or one that reorders or hides text.
+fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
+        )
+}
+
+/// This process's holder name unless the caller gives one: `host:pid`,
+/// the host name read from `/proc/sys/kernel/hostname`, else from the
+/// `HOSTNAME` environment variable; `None` when neither gives a name
+/// (or the result would not pass [`check_holder_name`]). Read once.
+pub fn default_holder_name() -> Option<&'static str> {
+    static NAME: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .or_else(|| {
+                std::env::var("HOSTNAME")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+                    .filter(|h| !h.is_empty())
+            })?;
+        let name = format!("{host}:{}", std::process::id());
+        check_holder_name(&name).is_ok().then_some(name)
+    })
+    .as_deref()
+}
+
+/// `holder_name` as read: a string that passes [`check_holder_name`], or
+/// nothing, whatever the JSON held (so the field never makes a record
+/// unreadable).
+fn lenient_holder_name<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(match value {
+        serde_json::Value::String(name) if check_holder_name(&name).is_ok() => Some(name),
+        _ => None,
+    })
+}
+
 /// The contents of `{prefix}/LEASE`. See the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -151,6 +270,15 @@ pub struct LeaseRecord {
     /// a break. Without it a record is nobody's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_nonce: Option<String>,
+    /// Who holds the lease, for people (`host:pid` by default); never part
+    /// of who the holder is. `None` when absent or not a valid name (see
+    /// the [module docs](self)).
+    #[serde(
+        default,
+        deserialize_with = "lenient_holder_name",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub holder_name: Option<String>,
 }
 
 impl LeaseRecord {
@@ -173,7 +301,16 @@ impl LeaseRecord {
             epoch,
             released_at: None,
             instance_nonce: None,
+            holder_name: None,
         }
+    }
+
+    /// This record with the holder name `name` (for people only; see the
+    /// [module docs](self)).
+    #[must_use]
+    pub fn with_holder_name(mut self, name: impl Into<String>) -> Self {
+        self.holder_name = Some(name.into());
+        self
     }
 
     /// This record written by the process whose nonce is `nonce`.
@@ -307,6 +444,7 @@ mod tests {
             epoch: 0,
             released_at: None,
             instance_nonce: None,
+            holder_name: None,
         }
     }
 
@@ -372,6 +510,69 @@ mod tests {
         let stamp = ours["renewed_at"].as_str().unwrap();
         assert!(OffsetDateTime::parse(stamp, &Rfc3339).is_ok() && stamp.ends_with('Z'));
         assert!(LeaseRecord::parse(b"not json").is_none());
+    }
+
+    #[test]
+    fn the_holder_name_is_for_people_and_never_for_identity() {
+        let now = SystemTime::now();
+        let ours = record(now, 30)
+            .with_nonce("n1")
+            .with_holder_name("db1:4242");
+        let renamed = ours.clone().with_holder_name("someone-else:1");
+        let unnamed = LeaseRecord {
+            holder_name: None,
+            ..ours.clone()
+        };
+        for rec in [&ours, &renamed, &unnamed] {
+            assert!(rec.is_written_by("holder", "n1"), "{rec:?}");
+            assert!(!rec.is_namesake_of("holder", "n1"));
+        }
+        assert!(!ours.is_written_by("holder", "n2"), "the name is no nonce");
+        // Ours, named, reads back; the reference's four fields are there.
+        let json: serde_json::Value = serde_json::from_slice(&ours.to_bytes()).unwrap();
+        assert_eq!(json["holder_name"], "db1:4242");
+        assert_eq!(LeaseRecord::parse(&ours.to_bytes()).unwrap(), ours);
+        // The reference writes no name: none is read.
+        let old = br#"{"instance_id":"abc","acquired_at":"2026-01-02T03:04:05Z","renewed_at":"2026-01-02T03:04:15Z","ttl_s":30}"#;
+        assert_eq!(LeaseRecord::parse(old).unwrap().holder_name, None);
+    }
+
+    #[test]
+    fn a_hostile_holder_name_is_read_as_none_and_the_record_still_parses() {
+        let long = "x".repeat(MAX_HOLDER_NAME_BYTES + 1);
+        for name in [
+            serde_json::json!("a\u{1b}[2Jb"),
+            serde_json::json!("rtl\u{202e}x"),
+            serde_json::json!(""),
+            serde_json::json!(long),
+            serde_json::json!(7),
+            serde_json::json!({"nested": [1]}),
+            serde_json::Value::Null,
+        ] {
+            let body = serde_json::json!({"instance_id": "abc", "acquired_at": "x",
+                "renewed_at": "y", "ttl_s": 5, "epoch": 3, "holder_name": name});
+            let rec = LeaseRecord::parse(body.to_string().as_bytes()).expect("still a record");
+            assert_eq!((rec.epoch, rec.holder_name), (3, None), "{name}");
+        }
+        let max = "é".repeat(MAX_HOLDER_NAME_BYTES / 2);
+        assert_eq!(check_holder_name(&max), Ok(()));
+        assert_eq!(
+            check_holder_name(&format!("{max}x")),
+            Err(InvalidHolderName::TooLong {
+                bytes: MAX_HOLDER_NAME_BYTES + 1
+            })
+        );
+        assert!(check_holder_name("tab\there").is_err());
+        assert!(check_holder_name("backup@db1 (eu-west-1)").is_ok());
+    }
+
+    #[test]
+    fn the_default_holder_name_is_host_and_pid() {
+        let name = default_holder_name().expect("this machine has a host name");
+        let (host, pid) = name.rsplit_once(':').unwrap();
+        assert!(!host.is_empty());
+        assert_eq!(pid, std::process::id().to_string());
+        assert_eq!(check_holder_name(name), Ok(()));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 
 use bucket_lease_core::inspect::{break_lease, inspect};
 use bucket_lease_core::memory::MemoryStore;
-use bucket_lease_core::record::{LeaseRecord, MAX_SANE_TTL_S};
+use bucket_lease_core::record::{
+    check_holder_name, LeaseRecord, MAX_HOLDER_NAME_BYTES, MAX_SANE_TTL_S,
+};
 use bucket_lease_core::{Contender, LeaseError, LeaseOptions, TestClock};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -93,6 +95,20 @@ fn instance_id() -> impl Strategy<Value = Value> {
     ]
 }
 
+/// A `holder_name`: a fair one, or one a hostile writer chose (escapes,
+/// reordering marks, too long, not a string).
+fn holder_name() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        "[a-z0-9.-]{1,20}:[0-9]{1,7}".prop_map(Value::from),
+        Just(Value::from("evil\u{1b}]0;owned\u{7}\r\u{202e}")),
+        Just(Value::from("\u{200b}")),
+        Just(Value::from("")),
+        ".{0,64}".prop_map(Value::from),
+        Just(Value::from("n".repeat(MAX_HOLDER_NAME_BYTES + 1))),
+        odd_value(),
+    ]
+}
+
 /// A `LEASE` body: bytes that are no JSON at all, or a JSON object whose
 /// fields may be missing, mistyped, extreme or extra.
 fn body() -> impl Strategy<Value = Vec<u8>> {
@@ -105,25 +121,29 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         field(epoch().boxed()),
         field(stamp().boxed()),
         proptest::option::of(odd_value()),
+        proptest::option::of(holder_name()),
     )
-        .prop_map(|(id, acquired, renewed, ttl, epoch, released, extra)| {
-            let mut map = serde_json::Map::new();
-            let mut put = |name: &str, v: Option<Value>| {
-                if let Some(v) = v {
-                    map.insert(name.to_string(), v);
+        .prop_map(
+            |(id, acquired, renewed, ttl, epoch, released, extra, name)| {
+                let mut map = serde_json::Map::new();
+                let mut put = |name: &str, v: Option<Value>| {
+                    if let Some(v) = v {
+                        map.insert(name.to_string(), v);
+                    }
+                };
+                put("instance_id", id);
+                put("acquired_at", acquired);
+                put("renewed_at", renewed);
+                put("ttl_s", ttl);
+                put("epoch", epoch);
+                if released.as_ref().is_some_and(|_| extra.is_some()) {
+                    put("released_at", released);
                 }
-            };
-            put("instance_id", id);
-            put("acquired_at", acquired);
-            put("renewed_at", renewed);
-            put("ttl_s", ttl);
-            put("epoch", epoch);
-            if released.as_ref().is_some_and(|_| extra.is_some()) {
-                put("released_at", released);
-            }
-            put("host", extra);
-            serde_json::to_vec(&Value::Object(map)).unwrap()
-        });
+                put("host", extra);
+                put("holder_name", name);
+                serde_json::to_vec(&Value::Object(map)).unwrap()
+            },
+        );
     prop_oneof![
         4 => object,
         1 => proptest::collection::vec(any::<u8>(), 0..256),
@@ -142,6 +162,33 @@ proptest! {
             let _ = (rec.is_fresh(now), rec.is_suspect(now), rec.renewed());
             let _ = (rec.next_epoch(), rec.suspect_watch_s(30), rec.released(now).to_bytes());
             prop_assert!(!(rec.is_released() && rec.is_fresh(now)));
+            // A name is read only when it passes the check, and the field
+            // never decides whether the rest is a record.
+            if let Some(name) = &rec.holder_name {
+                prop_assert!(check_holder_name(name).is_ok(), "{:?}", name);
+            }
+        }
+        if let Ok(Value::Object(mut map)) = serde_json::from_slice::<Value>(&body) {
+            let named = LeaseRecord::parse(&body).is_some();
+            map.remove("holder_name");
+            let unnamed = LeaseRecord::parse(&serde_json::to_vec(&Value::Object(map)).unwrap());
+            prop_assert_eq!(named, unnamed.is_some(), "holder_name changed readability");
+        }
+    }
+
+    #[test]
+    fn a_held_error_names_the_holder_without_a_control_character(
+        body in body(),
+        now in wall(),
+    ) {
+        let store = Arc::new(MemoryStore::new());
+        store.insert(KEY, &body);
+        let clock = TestClock::starting_at(now);
+        let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+        if let Err(LeaseError::Held { holder_name: Some(name), .. }) =
+            Contender::new(store.clone(), "db", options).try_acquire()
+        {
+            prop_assert!(check_holder_name(&name).is_ok(), "{:?}", name);
         }
     }
 
@@ -157,6 +204,9 @@ proptest! {
         let clock = TestClock::starting_at(now);
         let seen = inspect(&store, "db", &clock).unwrap().expect("the record is there");
         let _ = (seen.expires_in(), seen.expires_in_s(), seen.age_s(), seen.holder());
+        if let Some(name) = seen.holder_name() {
+            prop_assert!(check_holder_name(name).is_ok(), "{:?}", name);
+        }
         let holder = seen.holder().unwrap_or("nobody").to_string();
         match break_lease(&store, "db", &holder, &clock) {
             Ok(broken) => prop_assert!(broken.record.epoch > broken.replaced.epoch),

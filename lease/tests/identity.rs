@@ -377,3 +377,59 @@ fn contenders_of_one_process_share_its_nonce() {
     assert_eq!(process_nonce().len(), 32);
     assert!(process_nonce().bytes().all(|b| b.is_ascii_hexdigit()));
 }
+
+/// The holder name is for people: a record that differs from ours only in
+/// it is still ours (renewed, released), and a namesake under our holder
+/// name is still another process.
+#[test]
+fn the_holder_name_never_decides_who_holds_the_lease() {
+    let w = World::new();
+    let lease = w
+        .ours()
+        .with_holder_name("job-a")
+        .unwrap()
+        .try_acquire()
+        .unwrap();
+    assert_eq!(lease.holder_name(), Some("job-a"));
+    assert_eq!(w.record().holder_name.as_deref(), Some("job-a"));
+    // Our record, rewritten under another name (a new version): still ours.
+    let renamed = w.record().with_holder_name("renamed-by-hand");
+    w.store.insert(KEY, &renamed.to_bytes());
+    lease
+        .renew()
+        .expect("our id and nonce: ours, whatever the name");
+    assert!(lease.may_write());
+    assert_eq!(
+        w.record().holder_name.as_deref(),
+        Some("job-a"),
+        "renewed under our name"
+    );
+    // A namesake process with our holder name too is another holder.
+    let other = w
+        .namesake("another-process")
+        .with_holder_name("job-a")
+        .unwrap()
+        .try_acquire();
+    assert_held_by_namesake(other);
+    match w.ours().with_instance_id("b").try_acquire() {
+        Err(e @ LeaseError::Held { .. }) => {
+            let LeaseError::Held {
+                ref holder_name, ..
+            } = e
+            else {
+                unreachable!()
+            };
+            assert_eq!(holder_name.as_deref(), Some("job-a"));
+            assert!(e.to_string().contains(&format!("{NAME} (job-a)")), "{e}");
+        }
+        other => panic!("expected Held, got {other:?}"),
+    }
+    assert_eq!(lease.release().unwrap(), Released::Freed);
+    // By default the name is host:pid; it can be left out, and a bad one
+    // is refused before anything is sent.
+    let pid = format!(":{}", std::process::id());
+    assert!(w.ours().holder_name().is_some_and(|n| n.ends_with(&pid)));
+    assert_eq!(w.ours().without_holder_name().holder_name(), None);
+    assert!(w.ours().with_holder_name("bad\u{1b}[2J").is_err());
+    assert!(w.ours().with_holder_name("x".repeat(129)).is_err());
+}

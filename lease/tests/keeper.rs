@@ -6,7 +6,7 @@ mod common;
 
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::{
-    Clock, Event, Keeper, KeeperOptions, Lease, LeaseOptions, Released, TestClock,
+    Clock, Event, Keeper, KeeperOptions, Lease, LeaseOptions, Loss, Released, TestClock,
 };
 use common::Recording;
 use crossbeam_channel::Receiver;
@@ -284,4 +284,128 @@ fn the_schedule_never_waits_for_nothing() {
             reason
         })
     );
+}
+
+// ------------------------------------------------ the loss callback
+
+/// A keeper whose loss callback sends each call's `Loss` down a channel.
+fn start_reporting(ttl_s: u64) -> (Arc<Recording>, TestClock, Keeper, Receiver<(Loss, String)>) {
+    let store = Recording::new();
+    let clock = TestClock::new();
+    let options = LeaseOptions::new(ttl_s).clock(Arc::new(clock.clone()));
+    let lease = Lease::acquire(store.clone(), "db", options).unwrap();
+    let (tx, losses) = crossbeam_channel::unbounded();
+    let keeper_options = KeeperOptions::new().on_loss(move |loss: &Loss| {
+        let thread = std::thread::current().name().unwrap_or("").to_string();
+        let _ = tx.send((loss.clone(), thread));
+    });
+    let keeper = Keeper::spawn(lease, keeper_options).unwrap();
+    (store, clock, keeper, losses)
+}
+
+#[test]
+fn the_loss_callback_hears_of_a_takeover_once_on_the_renewal_thread() {
+    let (store, clock, keeper, losses) = start_reporting(30);
+    let now = format_stamp(clock.wall());
+    store.inner.insert(
+        KEY,
+        &LeaseRecord::new("usurper", now.clone(), now, 30, 2).to_bytes(),
+    );
+    clock.advance(secs(10));
+    let (loss, thread) = losses
+        .recv_timeout(PATIENCE)
+        .expect("the callback is called");
+    match loss {
+        Loss::Lost { holder, .. } => assert_eq!(holder.as_deref(), Some("usurper")),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert_eq!(thread, "bucket-lease");
+    assert!(!keeper.may_write());
+    keeper.stop().unwrap();
+    assert!(losses.recv_timeout(QUIET).is_err(), "called exactly once");
+}
+
+#[test]
+fn the_loss_callback_hears_of_the_fence_and_cannot_delay_it() {
+    let store = Recording::new();
+    let clock = TestClock::new();
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let lease = Lease::acquire(store.clone(), "db", options).unwrap();
+    let (entered_tx, entered) = crossbeam_channel::bounded(1);
+    let (go_on_tx, go_on) = crossbeam_channel::bounded::<()>(1);
+    // A callback that blocks until the test lets it go on.
+    let keeper_options = KeeperOptions::new().on_loss(move |loss: &Loss| {
+        let _ = entered_tx.send(loss.clone());
+        let _ = go_on.recv_timeout(PATIENCE);
+    });
+    let keeper = Keeper::spawn(lease, keeper_options).unwrap();
+    let events = keeper.events().clone();
+    let deadline = keeper.write_deadline().unwrap();
+    store.inner.fail_next_requests(usize::MAX);
+    // The fence is by time, and its event comes before the callback.
+    loop {
+        clock.advance(Duration::from_millis(500));
+        match events.recv_timeout(QUIET) {
+            Ok(Event::Fenced) => break,
+            Ok(Event::RenewalFailed { .. }) | Err(_) => {}
+            Ok(other) => panic!("unexpected {other:?}"),
+        }
+        assert!(clock.now() < deadline + secs(1), "no Fenced event");
+    }
+    assert!(!keeper.may_write());
+    assert_eq!(entered.recv_timeout(PATIENCE).unwrap(), Loss::Fenced);
+    // Still blocked in the callback: the keeper is fenced all the same.
+    assert!(!keeper.may_write() && keeper.write_deadline().is_none());
+    go_on_tx.send(()).unwrap();
+    store.inner.fail_next_requests(0);
+    assert_eq!(
+        keeper.stop().unwrap(),
+        Released::Freed,
+        "our record is freed"
+    );
+}
+
+#[test]
+fn the_loss_callback_is_not_called_after_a_clean_release() {
+    let (store, _clock, keeper, losses) = start_reporting(30);
+    assert_eq!(keeper.stop().unwrap(), Released::Freed);
+    assert!(is_released(&store));
+    assert!(losses.recv_timeout(QUIET).is_err());
+    // Nor when the keeper is dropped.
+    let (_store, _clock, keeper, losses) = start_reporting(30);
+    drop(keeper);
+    assert!(losses.recv_timeout(QUIET).is_err());
+}
+
+#[test]
+fn the_loss_callback_hears_of_a_stop_that_could_not_release() {
+    let (store, _clock, keeper, losses) = start_reporting(30);
+    store.inner.fail_next_requests(usize::MAX);
+    assert!(keeper.stop().is_err(), "the release failed");
+    match losses
+        .recv_timeout(PATIENCE)
+        .expect("the callback is called")
+    {
+        (Loss::NotReleased(error), _) => {
+            assert!(error.to_string().contains("no answer"), "{error}")
+        }
+        other => panic!("expected NotReleased, got {other:?}"),
+    }
+    assert!(losses.recv_timeout(QUIET).is_err(), "called exactly once");
+}
+
+#[test]
+fn a_panicking_loss_callback_does_not_stop_the_release() {
+    let store = Recording::new();
+    let clock = TestClock::new();
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let lease = Lease::acquire(store.clone(), "db", options).unwrap();
+    let keeper_options = KeeperOptions::new().on_loss(|_: &Loss| panic!("callback panics"));
+    let keeper = Keeper::spawn(lease, keeper_options).unwrap();
+    let events = keeper.events().clone();
+    keeper.lease().mark_lost(None);
+    clock.advance(secs(10));
+    assert!(matches!(next(&events), Event::Lost { .. }));
+    assert_eq!(keeper.stop().unwrap(), Released::Freed);
+    assert!(is_released(&store));
 }

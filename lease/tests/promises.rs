@@ -645,6 +645,7 @@ fn errors_say_what_failed_and_what_to_do() {
     let held = LeaseError::Held {
         key: KEY.into(),
         holder: "abc".into(),
+        holder_name: None,
         same_instance_id: false,
     };
     assert_eq!(

@@ -1072,6 +1072,10 @@ pub fn inspect_shows_who_released_the_lease(t: &Target) {
         "{human:?}"
     );
     assert!(human.stdout.contains("), last epoch 1"), "{human:?}");
+    assert!(
+        human.stdout.contains("  holder_name  "),
+        "the last holder's name: {human:?}"
+    );
     let json = t.inspect(&url);
     assert_eq!(json["state"], "free", "{json}");
     assert_eq!(json["released"], true, "{json}");
@@ -1094,6 +1098,85 @@ pub fn inspect_shows_who_released_the_lease(t: &Target) {
     assert_eq!(second.stdout.trim(), "2", "epochs only grow: {second:?}");
     let fresh = t.url("never-taken");
     assert_eq!(t.inspect(&fresh)["released"], false);
+}
+
+/// `run --holder-name NAME` writes NAME in the record for people: `inspect`
+/// shows it (text and JSON) and a second `run` told the lease is held
+/// names it; without the option it is `host:pid` of `run`; a name with an
+/// escape is a usage error. The name never decides who holds the lease.
+pub fn the_holder_name_is_shown_where_the_holder_is_named(t: &Target) {
+    let url = t.url("named");
+    let child = t.spawn(["run", url.as_str(), "--", "true"]);
+    let pid = child.id();
+    let done = child.wait_with_output().expect("run ends");
+    assert_eq!(done.status.code(), Some(0), "{done:?}");
+    let json = t.inspect(&url);
+    let name = json["holder_name"].as_str().expect("a default holder name");
+    assert!(
+        name.ends_with(&format!(":{pid}")),
+        "host:pid of run: {json}"
+    );
+
+    let mut cmd = t.command([
+        "run",
+        "--ttl",
+        "5",
+        "--holder-name",
+        "nightly@db1",
+        url.as_str(),
+        "--",
+        "sh",
+        "-c",
+        &pid_then_sleep("pid"),
+    ]);
+    cmd.env("DIR", t.path(""))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut holder = cmd.spawn().expect("the binary starts");
+    wait_for_file(&t.path("pid"), Duration::from_secs(10));
+    let json = t.inspect(&url);
+    assert_eq!(json["holder_name"], "nightly@db1", "{json}");
+    let id = json["holder"].as_str().expect("a holder").to_string();
+    let human = t.run(["inspect", url.as_str()]);
+    assert!(
+        human.stdout.contains("holder_name  nightly@db1"),
+        "{human:?}"
+    );
+    let second = t.run([
+        "run",
+        "--holder-name",
+        "nightly@db1",
+        url.as_str(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(
+        second.code,
+        Some(75),
+        "same name, another holder: {second:?}"
+    );
+    assert!(
+        second
+            .stderr
+            .contains(&format!("held by instance {id} (nightly@db1)")),
+        "{second:?}"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    let bad = t.run([
+        "run",
+        "--holder-name",
+        "a\u{1b}[2Jb",
+        url.as_str(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(bad.code, Some(64), "{bad:?}");
+    assert!(
+        bad.stderr.contains("--holder-name") && !bad.stderr.contains('\u{1b}'),
+        "{bad:?}"
+    );
 }
 
 // ------------------------------------------- every process of the command

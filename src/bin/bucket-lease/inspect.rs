@@ -17,7 +17,9 @@
 //! - `--json` prints one object on stdout: `url`, `key`, `state` (`free`,
 //!   `held`, `expired` or `unreadable`), `released` (whether a record
 //!   says its holder released it), and for a record `holder` (for a
-//!   released one: the last holder), `instance_nonce` (the nonce of the
+//!   released one: the last holder), `holder_name` (the holder's name for
+//!   people, `host:pid` by default; `null` when the record carries no
+//!   valid one), `instance_nonce` (the nonce of the
 //!   holder's process; `null` in records of the async reference, of older
 //!   versions and of a break), `acquired_at`, `renewed_at`,
 //!   `released_at` (`null` unless released), `ttl_s`, `epoch`, `age_s`
@@ -45,7 +47,8 @@ bucket-lease inspect: show who holds the lease on URL's prefix.
 Usage: bucket-lease inspect [OPTIONS] URL
 
 Prints the holder's instance id (and the nonce of its process, which tells
-two processes under one id apart), when it took and last renewed the lease,
+two processes under one id apart), its name for people (host:pid unless
+run --holder-name set another; informational only), when it took and last renewed the lease,
 its age and freshness by this machine's clock, whether the record is
 suspect (stamped far in the future or with an absurd TTL), its epoch and
 ETag. Writes nothing. A missing lease prints that it is free and exits 0; a
@@ -120,6 +123,7 @@ pub fn to_json(url: &str, key: &str, seen: Option<&Inspection>) -> Value {
     let Some(s) = seen else { return out };
     let fields = json!({
         "holder": s.holder(),
+        "holder_name": s.holder_name(),
         "instance_nonce": s.record.as_ref().and_then(|r| r.instance_nonce.clone()),
         "acquired_at": s.record.as_ref().map(|r| r.acquired_at.clone()),
         "renewed_at": s.record.as_ref().map(|r| r.renewed_at.clone()),
@@ -163,6 +167,7 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
             record.epoch
         );
         println!("  last holder  {holder}");
+        print_name(record);
         print_nonce(record);
         println!("  acquired_at  {}", printable(&record.acquired_at));
         println!("  released_at  {}", printable(released_at));
@@ -181,6 +186,7 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
     };
     println!("lease {url} ({key}) is {verdict}");
     println!("  holder       {holder}");
+    print_name(record);
     print_nonce(record);
     println!("  acquired_at  {}", printable(&record.acquired_at));
     let age = match s.age_s() {
@@ -210,6 +216,13 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
     );
     println!("  epoch        {}", record.epoch);
     print_version(s);
+}
+
+/// The holder's name for people, when the record carries a valid one.
+fn print_name(record: &LeaseRecord) {
+    if let Some(name) = &record.holder_name {
+        println!("  holder_name  {}", printable(name));
+    }
 }
 
 /// The nonce of the holder's process, when the record carries one (records

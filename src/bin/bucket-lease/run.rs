@@ -61,6 +61,11 @@
 //!   `BUCKET_LEASE_INSTANCE_ID`, `BUCKET_LEASE_EPOCH`, `BUCKET_LEASE_TTL_S`,
 //!   `BUCKET_LEASE_ACQUIRED_AT` and `BUCKET_LEASE_EXCLUSION`
 //!   (`conditional` or `best-effort`) in its environment.
+//! - `--holder-name NAME` writes NAME in the record's `holder_name`
+//!   instead of `host:pid`, for people (`inspect`, "held by" messages);
+//!   it never changes who holds the lease (the instance id and this
+//!   process's nonce do). A name that is empty, over 128 bytes or holds a
+//!   control or invisible character is a usage error (64).
 //! - `--best-effort`, or `BUCKET_LEASE_CONDITIONAL=off`, takes a
 //!   best-effort lease on a service without conditional writes (logged as
 //!   a warning). A service caught ignoring conditions exits 69.
@@ -141,12 +146,14 @@
 //! ours that lands after the look for it: it expires after its TTL.
 
 use crate::child::Job;
+use crate::text::printable;
 use crate::{
     exit, human_secs, lease_error_code, lease_error_summary, open_store, parse_seconds, parse_ttl,
     signal_exit_code, Failure, Parser, Token,
 };
 use bucket_lease::keeper::DEFAULT_RELEASE_TIMEOUT;
 use bucket_lease::lease::DEFAULT_TTL_S;
+use bucket_lease::record::check_holder_name;
 use bucket_lease::supervision::{Plan, Seen, Stop};
 use bucket_lease::{
     Cancel, Contender, Event, Exclusion, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions,
@@ -217,6 +224,10 @@ Options:
                   end it at once, and so do SIGINT and SIGTERM
   --grace S       how long COMMAND may take to stop after SIGTERM (default 10); never
                   past the write deadline
+  --holder-name NAME
+                  the name for people written in the record (default host:pid), shown
+                  by inspect and in \"held by\" messages; at most 128 bytes, printable.
+                  Informational only: it never decides who holds the lease
   --best-effort   read-then-write instead of conditional writes, for services without
                   them (also BUCKET_LEASE_CONDITIONAL=off); logged as a warning
   -v, -q          more or less on stderr
@@ -249,6 +260,7 @@ struct Options {
     wait: Option<Duration>,
     grace: Duration,
     best_effort: bool,
+    holder_name: Option<String>,
     command: Vec<OsString>,
 }
 
@@ -258,6 +270,7 @@ fn parse(p: &mut Parser) -> Result<Option<Options>, Failure> {
     let (mut ttl_s, mut wait, mut grace, mut best_effort) =
         (DEFAULT_TTL_S, None, DEFAULT_GRACE, false);
     let mut command = Vec::new();
+    let mut holder_name = None;
     while let Some(tok) = p.option()? {
         match tok {
             Token::Help => {
@@ -272,6 +285,16 @@ fn parse(p: &mut Parser) -> Result<Option<Options>, Failure> {
             }
             Token::Long(ref name, _) if name == "grace" => {
                 grace = parse_seconds(cmd, "--grace", &p.value(&tok)?)?;
+            }
+            Token::Long(ref name, _) if name == "holder-name" => {
+                let name = p.value(&tok)?;
+                if let Err(e) = check_holder_name(&name) {
+                    return Err(Failure::usage(
+                        cmd,
+                        format!("--holder-name {:?}: {e}", printable(&name)),
+                    ));
+                }
+                holder_name = Some(name);
             }
             Token::Long(ref name, _) if name == "best-effort" => {
                 p.flag(&tok)?;
@@ -315,6 +338,7 @@ fn parse(p: &mut Parser) -> Result<Option<Options>, Failure> {
         wait,
         grace,
         best_effort,
+        holder_name,
         command,
     }))
 }
@@ -346,9 +370,13 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     }
     let lease = acquire(&store, &prefix, &options, &o, &mut signals)?;
     log::info!(
-        "holding {} as {} (epoch {}, {}, ttl {} s)",
+        "holding {} as {}{} (epoch {}, {}, ttl {} s)",
         lease.key(),
         lease.instance_id(),
+        lease
+            .holder_name()
+            .map(|name| format!(" ({})", printable(name)))
+            .unwrap_or_default(),
         lease.epoch(),
         Exclusion::name(lease.exclusion()),
         lease.ttl_s()
@@ -472,6 +500,11 @@ fn acquire(
             .cancel(cancel.clone())
     });
     let mut contender = Contender::new(Arc::clone(store), prefix, options.clone());
+    if let Some(name) = &o.holder_name {
+        contender = contender
+            .with_holder_name(name.clone())
+            .map_err(|e| Failure::usage("run", e))?;
+    }
     let id = contender.instance_id().to_string();
     let (sender, results) = mpsc::channel();
     std::thread::Builder::new()
@@ -552,8 +585,17 @@ fn take(
         return first;
     }
     match error {
-        LeaseError::Held { holder, key, .. } => log::info!(
-            "{key} is held by {holder}; waiting up to {}",
+        LeaseError::Held {
+            holder,
+            holder_name,
+            key,
+            ..
+        } => log::info!(
+            "{key} is held by {holder}{}; waiting up to {}",
+            holder_name
+                .as_deref()
+                .map(|name| format!(" ({name})"))
+                .unwrap_or_default(),
             human_secs(left.as_secs_f64())
         ),
         _ => log::warn!("taking the lease failed, retrying: {error}"),
