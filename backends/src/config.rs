@@ -203,7 +203,7 @@ impl StoreUrl {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Arc<dyn Store>, ConfigError> {
         match self {
-            StoreUrl::File { dir, .. } => open_dir(dir),
+            StoreUrl::File { dir, prefix } => open_dir(dir, prefix),
             _ => open_http(self, &env),
         }
     }
@@ -234,13 +234,13 @@ pub fn open_with_env(
 }
 
 #[cfg(feature = "fs")]
-fn open_dir(dir: &std::path::Path) -> Result<Arc<dyn Store>, ConfigError> {
-    let store = crate::fs::DirStore::open(dir).map_err(ConfigError::Open)?;
+fn open_dir(dir: &std::path::Path, prefix: &str) -> Result<Arc<dyn Store>, ConfigError> {
+    let store = crate::fs::DirStore::open_for(dir, prefix).map_err(ConfigError::Open)?;
     Ok(Arc::new(store))
 }
 
 #[cfg(not(feature = "fs"))]
-fn open_dir(_dir: &std::path::Path) -> Result<Arc<dyn Store>, ConfigError> {
+fn open_dir(_dir: &std::path::Path, _prefix: &str) -> Result<Arc<dyn Store>, ConfigError> {
     Err(ConfigError::NotBuilt {
         scheme: "file",
         feature: "fs",
@@ -752,6 +752,55 @@ pub(crate) mod tests {
         );
         assert!(e.to_string().contains("is not a directory"), "{e}");
         let _ = std::fs::remove_file(&file);
+    }
+
+    /// Two spellings of one path (`/t//jobs/nightly`, `/t/jobs//nightly`,
+    /// `/t/jobs/nightly`) would be two leases, each with its own lock and
+    /// record: whichever opens second is refused, naming the spelling the
+    /// first one uses, in both orders.
+    #[cfg(feature = "fs")]
+    #[test]
+    fn a_bucket_directory_never_nests_another() {
+        let top = std::env::temp_dir().join(format!(
+            "bucket-lease-config-nest-{:016x}",
+            getrandom::u64().unwrap()
+        ));
+        std::fs::create_dir_all(top.join("jobs/nightly")).unwrap();
+        let t = top.display().to_string();
+        let refused = |url: &str, within: &str| {
+            let e = open_with_env(url, |_| None).err().unwrap_or_else(|| {
+                panic!("{url}: opened beside a bucket that nests it or sits in it")
+            });
+            let ConfigError::Open(open) = &e else {
+                panic!("{url}: {e}");
+            };
+            assert!(open.is_permanent(), "{e}");
+            let text = e.to_string();
+            assert!(text.contains(within), "{url}: {text}");
+        };
+        // The outer directory first: the inner spellings are refused.
+        open_with_env(&format!("file://{t}//jobs/nightly"), |_| None).unwrap();
+        refused(
+            &format!("file://{t}/jobs//nightly"),
+            &format!("file://{t}//jobs"),
+        );
+        refused(
+            &format!("file://{t}/jobs/nightly"),
+            &format!("file://{t}//jobs/nightly"),
+        );
+        // The outer one again, and a sibling of the inner, still open.
+        open_with_env(&format!("file://{t}//jobs/nightly"), |_| None).unwrap();
+        std::fs::remove_file(top.join(".bucket-lease.lock")).unwrap();
+        // The inner directory first: the outer spelling is refused.
+        open_with_env(&format!("file://{t}/jobs/nightly"), |_| None).unwrap();
+        refused(
+            &format!("file://{t}//jobs/nightly"),
+            &format!("file://{t}/jobs/nightly"),
+        );
+        // The refused claims were taken back: the inner one opens again.
+        assert!(!top.join(".bucket-lease.lock").exists());
+        open_with_env(&format!("file://{t}/jobs/nightly"), |_| None).unwrap();
+        let _ = std::fs::remove_dir_all(&top);
     }
 
     /// A directory that does not exist is a missing bucket: nothing is

@@ -29,6 +29,10 @@
 //!   answers `NoSuchBucket` (permanent) when the store opens, and to a
 //!   write should it be removed later, and is never made; the folders
 //!   under it that keys with `/` need are made as writes need them;
+//! - a bucket never sits inside another: opening a directory under one
+//!   that holds the lock file, or for a prefix whose path holds a bucket's
+//!   directory, is refused, permanent, naming the URL in use (`/t//jobs`
+//!   and `/t/jobs` are one path, and must not be two leases);
 //! - errors name the object as a `file://` URL, the directory and the `//`
 //!   that ends it, then the key (`GET file:///srv/bkt//jobs/LEASE`; see
 //!   `config` for the rule), while their key stays the plain key.
@@ -113,6 +117,82 @@ use std::time::{Duration, Instant};
 const MAGIC: &str = "bucket-lease object v1";
 /// The file whose lock every write and delete holds, directly under the root.
 const LOCK_FILE: &str = ".bucket-lease.lock";
+
+/// Make the lock file in `root` (the directory's claim to be a bucket),
+/// then refuse `root` when a directory above it is a bucket already, or
+/// one on `prefix`'s path under it: `file:///t//jobs/x`,
+/// `file:///t/jobs//x` and `file:///t/jobs/x` name one path, and would
+/// otherwise be three leases, each with its own lock and record. The claim
+/// comes first so that of two stores opening at once, in a directory and
+/// in one inside it, at least one sees the other; a refused claim is taken
+/// back. A directory this process may not write to is still opened (to
+/// read it) without the claim.
+fn claim_as_bucket(request: &Request<'_>, root: &Path, prefix: &str) -> Result<(), StoreError> {
+    let lock = root.join(LOCK_FILE);
+    let claimed = match OpenOptions::new().write(true).create_new(true).open(&lock) {
+        Ok(_) => true,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::AlreadyExists
+                    | io::ErrorKind::PermissionDenied
+                    | io::ErrorKind::ReadOnlyFilesystem
+            ) =>
+        {
+            false
+        }
+        Err(e) => return Err(request.io_error("create the lock file", &lock, e)),
+    };
+    let refused = nested_bucket(request, root, prefix);
+    if refused.is_err() && claimed {
+        // The claim made a moment ago goes (no write ever held it), so the
+        // directory stays free to be named right.
+        let _ = fs::remove_file(&lock);
+    }
+    refused
+}
+
+/// A bucket above `root`, or one on `prefix`'s path under it, if any.
+fn nested_bucket(request: &Request<'_>, root: &Path, prefix: &str) -> Result<(), StoreError> {
+    let real = fs::canonicalize(root).map_err(|e| request.io_error("resolve", root, e))?;
+    for outer in real.ancestors().skip(1) {
+        if outer.join(LOCK_FILE).exists() {
+            let rest = real.strip_prefix(outer).unwrap_or(&real);
+            return Err(request
+                .error(StoreErrorKind::Rejected)
+                .permanent()
+                .with_message(format!(
+                    "the directory {} is inside {}, a bucket already (it holds {LOCK_FILE}), \
+                     and one path must have one spelling, or it would be two leases; name it \
+                     file://{}//{} (or, if {} is no longer a bucket, remove its {LOCK_FILE})",
+                    real.display(),
+                    outer.display(),
+                    url_text(&outer.display().to_string()),
+                    url_text(&rest.display().to_string()),
+                    outer.display(),
+                )));
+        }
+    }
+    let mut inner = root.to_path_buf();
+    let segments: Vec<&str> = prefix.split('/').filter(|s| !s.is_empty()).collect();
+    for (at, segment) in segments.iter().enumerate() {
+        inner.push(segment);
+        if inner.join(LOCK_FILE).exists() {
+            return Err(request
+                .error(StoreErrorKind::Rejected)
+                .permanent()
+                .with_message(format!(
+                    "the directory {} on the prefix's path is a bucket of its own (it holds \
+                     {LOCK_FILE}), so this URL would be a second lease on the same path; name \
+                     it as that bucket's users do, file://{}//{}",
+                    inner.display(),
+                    url_text(&inner.display().to_string()),
+                    url_text(&segments[at + 1..].join("/"))
+                )));
+        }
+    }
+    Ok(())
+}
 /// No object file this store writes has a longer header than this.
 const MAX_HEADER: u64 = 64 * 1024;
 /// The longest key segment: leaves room for the suffixes within the 255-byte
@@ -177,7 +257,23 @@ impl DirStore {
     /// [`StoreErrorKind::Transport`] for any other failure of the file
     /// system. The error's method is `OPEN`, its key empty, and its
     /// [`url`](StoreError::url) `file://` and the directory.
+    ///
+    /// The directory must not be inside another bucket's directory (one
+    /// that holds the lock file `.bucket-lease.lock`), which is refused,
+    /// permanent, naming the URL to use instead: one path, one lease.
     pub fn open(root: &Path) -> Result<DirStore, StoreError> {
+        DirStore::open_for(root, "")
+    }
+
+    /// [`DirStore::open`] for a lease on `prefix`, which also refuses a
+    /// prefix whose path under the directory holds another bucket's
+    /// directory (`file:///t//jobs/x` while `/t/jobs` is a bucket): the
+    /// check `config` makes for every `file://` URL.
+    ///
+    /// # Errors
+    ///
+    /// As [`DirStore::open`].
+    pub fn open_for(root: &Path, prefix: &str) -> Result<DirStore, StoreError> {
         let shown = |root: &Path| format!("file://{}", url_text(&root.display().to_string()));
         let request = Request::new("OPEN", "", shown(root).into());
         let root = std::path::absolute(root)
@@ -208,6 +304,7 @@ impl DirStore {
             }
             Err(e) => return Err(request.io_error("inspect", &root, e)),
         }
+        claim_as_bucket(&request, &root, prefix)?;
         let store_url = format!("file://{}//", url_text(&root.display().to_string())).into();
         Ok(DirStore { root, store_url })
     }
@@ -1103,8 +1200,8 @@ mod tests {
         );
         assert_eq!(
             names(&dir.0),
-            Vec::<String>::new(),
-            "nothing written, not even the lock"
+            vec![LOCK_FILE.to_string()],
+            "nothing written but the lock file the store opened with"
         );
 
         let v = put(&store, "k", b"x", PutMode::Create).unwrap();
