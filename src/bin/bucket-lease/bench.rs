@@ -281,7 +281,9 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
             "bench {url}: {rounds} rounds of acquire, {renewals} renewals, release \
              on scratch prefix {scratch} ({exclusion} lease)"
         );
-        for line in measure::render_text(&measure::table(&rows, None, None)) {
+        for line in measure::render_text(&measure::without_empty_columns(&measure::table(
+            &rows, None, None,
+        ))) {
             println!("{line}");
         }
         for row in &rows {
