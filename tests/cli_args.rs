@@ -264,3 +264,191 @@ fn conflict_exit_code_is_the_code_when_held() {
     assert!(!marker.exists(), "a held lease runs nothing");
     let _ = finish(holder, Duration::from_secs(20));
 }
+
+/// `bucket-lease --generate KIND` for the four kinds.
+fn generated(t: &Target, kind: &str) -> String {
+    let done = t.run(["--generate", kind]);
+    assert_eq!(done.code, Some(0), "{kind}: {done:?}");
+    assert!(done.stderr.is_empty(), "{kind}: {done:?}");
+    done.stdout
+}
+
+/// What the bash completion offers for the words `line` (the last one
+/// being completed).
+fn bash_completes(script: &std::path::Path, line: &[&str]) -> Vec<String> {
+    let words: Vec<String> = line.iter().map(|w| format!("'{w}'")).collect();
+    let program = format!(
+        "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; _bucket_lease; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        script.display(),
+        words.join(" "),
+        line.len() - 1
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &program])
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{line:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether every line of `text` has its single quotes paired (outside a
+/// backslash escape): a crude syntax check for shells not installed.
+fn quotes_pair(text: &str, escapes_inside: bool) {
+    for (n, line) in text.lines().enumerate() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let (mut inside, mut chars) = (false, line.chars().peekable());
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if escapes_inside || !inside => {
+                    chars.next();
+                }
+                '\'' => inside = !inside,
+                _ => {}
+            }
+        }
+        assert!(!inside, "line {}: unpaired quote in {line:?}", n + 1);
+    }
+}
+
+/// The completions and the man page come out of the option tables: bash
+/// accepts its script and completes from it; the zsh and fish scripts
+/// have the shape their shells read (checked by the shell when installed);
+/// the man page formats without a warning; every option the help lists is
+/// in each of them.
+#[test]
+fn completions_and_the_man_page_are_generated_from_the_tables() {
+    let t = Target::fs("generate");
+    let bash = generated(&t, "complete-bash");
+    let script = t.path("bucket-lease.bash");
+    std::fs::write(&script, &bash).unwrap();
+    let check = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "bash -n: {check:?}");
+    assert_eq!(
+        bash_completes(&script, &["bucket-lease", "run", "--tt"]),
+        ["--ttl"]
+    );
+    assert!(bash_completes(&script, &["bucket-lease", "run", "-"]).contains(&"-E".to_string()));
+    assert_eq!(
+        bash_completes(&script, &["bucket-lease", "inspect", "--end"]),
+        ["--endpoint-url"]
+    );
+    assert_eq!(
+        bash_completes(&script, &["bucket-lease", "--gen"]),
+        ["--generate"]
+    );
+    assert_eq!(
+        bash_completes(&script, &["bucket-lease", "--generate", "complete-f"]),
+        ["complete-fish"]
+    );
+    assert_eq!(bash_completes(&script, &["bucket-lease", "br"]), ["break"]);
+    assert_eq!(
+        bash_completes(&script, &["bucket-lease", "run", "--ttl", ""]),
+        Vec::<String>::new()
+    );
+    assert!(
+        bash_completes(&script, &["bucket-lease", "run", "u", "--", "ech"])
+            .contains(&"echo".to_string())
+    );
+
+    let zsh = generated(&t, "complete-zsh");
+    assert!(zsh.starts_with("#compdef bucket-lease\n"), "{zsh}");
+    assert!(zsh.contains("_arguments") && zsh.trim_end().ends_with("_bucket_lease \"$@\""));
+    quotes_pair(&zsh, false);
+    let fish = generated(&t, "complete-fish");
+    for line in fish
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        assert!(line.starts_with("complete -c bucket-lease "), "{line:?}");
+    }
+    quotes_pair(&fish, true);
+    for (shell, text, check) in [("zsh", &zsh, "-n"), ("fish", &fish, "--no-execute")] {
+        let path = t.path(shell);
+        std::fs::write(&path, text).unwrap();
+        match std::process::Command::new(shell)
+            .arg(check)
+            .arg(&path)
+            .output()
+        {
+            Ok(out) => assert!(out.status.success(), "{shell} {check}: {out:?}"),
+            Err(e) => {
+                eprintln!("note: {shell} is not installed ({e}); its script was checked by shape")
+            }
+        }
+    }
+
+    let man = generated(&t, "man");
+    assert!(man.contains(".TH BUCKET\\-LEASE 1"), "{man}");
+    for section in [
+        "NAME",
+        "SYNOPSIS",
+        "DESCRIPTION",
+        "OPTIONS",
+        "COMMANDS",
+        "EXIT STATUS",
+    ] {
+        assert!(man.contains(&format!(".SH {section}\n")), "{section}");
+    }
+    let page = t.path("bucket-lease.1");
+    std::fs::write(&page, &man).unwrap();
+    match std::process::Command::new("groff")
+        .args(["-man", "-Tutf8", "-ww", "-z"])
+        .arg(&page)
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "groff: {out:?}"
+        ),
+        Err(e) => eprintln!("note: groff is not installed ({e}); the page was checked by shape"),
+    }
+
+    // Every option each help lists is in every output.
+    for cmd in ["", "run", "inspect", "break", "bench"] {
+        let help = if cmd.is_empty() {
+            t.run(["--help"])
+        } else {
+            t.run([cmd, "--help"])
+        };
+        // The option lines: `  -E, --conflict-exit-code N` or `      --ttl DURATION`.
+        let options: Vec<&str> = help
+            .stdout
+            .lines()
+            .skip_while(|l| *l != "Options:")
+            .take_while(|l| !l.is_empty())
+            .filter(|l| l.trim_start().starts_with('-'))
+            .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("--")))
+            .collect();
+        assert!(
+            options.contains(&"--help") && options.len() >= 4,
+            "{cmd}: {options:?}"
+        );
+        for option in options {
+            let name = &option[2..];
+            assert!(bash.contains(option), "{cmd} {option}: bash");
+            assert!(zsh.contains(option), "{cmd} {option}: zsh");
+            assert!(fish.contains(&format!("-l {name}")), "{cmd} {option}: fish");
+            assert!(
+                man.contains(&name.replace('-', "\\-")),
+                "{cmd} {option}: man"
+            );
+        }
+    }
+    let bad = t.run(["--generate", "complete-tcsh"]);
+    assert_eq!(bad.code, Some(USAGE), "{bad:?}");
+    assert!(
+        bad.stderr
+            .contains("complete-bash, complete-zsh, complete-fish, man"),
+        "{bad:?}"
+    );
+}

@@ -36,6 +36,7 @@ mod bench;
 mod brk;
 mod child;
 mod cli;
+mod generate;
 mod inspect;
 mod log;
 // Shared with benches/renewal.rs, which uses what `bench` does not.
@@ -49,7 +50,7 @@ mod supervise;
 mod text;
 mod tty;
 
-use args::{Arg, Args, Opt, Spec};
+use args::{given, Arg, Args, Opt, Spec};
 use cli::{exit, Failure};
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -91,15 +92,27 @@ Logging: -v (info), -vv (debug), -q (errors only), or BUCKET_LEASE_LOG=error|war
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum MainKey {
     Version,
+    Generate,
 }
 
-const MAIN: &[Opt<MainKey>] = &[Opt {
-    key: MainKey::Version,
-    long: "version",
-    short: Some('V'),
-    value: None,
-    help: "the version and the stores built in",
-}];
+const MAIN: &[Opt<MainKey>] = &[
+    Opt {
+        key: MainKey::Version,
+        long: "version",
+        short: Some('V'),
+        value: None,
+        help: "the version and the stores built in",
+    },
+    Opt {
+        key: MainKey::Generate,
+        long: "generate",
+        short: None,
+        value: Some("KIND"),
+        help: "print shell completions or the man page, made from the tables this help is \
+               printed from: complete-bash, complete-zsh, complete-fish or man (the README \
+               says where to put them)",
+    },
+];
 
 /// The commands, in the order help lists them.
 const COMMANDS: &str = "run, inspect, break or bench";
@@ -160,6 +173,12 @@ fn dispatch(mut args: Args) -> Result<u8, Failure> {
                 return Err(args.unexpected(&word));
             }
             return Ok(print_version());
+        }
+        Some(Arg::Opt(MainKey::Generate, kind)) => {
+            if let Some(Arg::Word(word)) = args.next(MAIN, false)? {
+                return Err(args.unexpected(&word));
+            }
+            return generate::print(&given(kind), &specs(), URL_HELP, EXIT_CODES_HELP);
         }
         Some(Arg::Word(word)) => word.to_string_lossy().into_owned(),
     };
