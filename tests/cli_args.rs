@@ -452,3 +452,21 @@ fn completions_and_the_man_page_are_generated_from_the_tables() {
         "{bad:?}"
     );
 }
+
+/// A profile named by `--profile` that the shared files do not hold is a
+/// configuration error naming the flag, not the variable.
+#[test]
+fn a_missing_profile_named_by_the_flag_is_said_so() {
+    let t = Target::fs("no-profile");
+    let done = t.run([
+        "inspect",
+        "--profile",
+        "nope",
+        "--region",
+        "us-east-1",
+        "s3://b/p",
+    ]);
+    assert_eq!(done.code, Some(cli_common::CONFIG), "{done:?}");
+    assert!(done.stderr.contains("profile \"nope\""), "{done:?}");
+    assert!(done.stderr.contains("--profile names it"), "{done:?}");
+}

@@ -24,7 +24,7 @@ pub mod exit {
     /// (`EX_UNAVAILABLE`).
     pub const STORE: u8 = 69;
     /// The lease is held by another instance (`EX_TEMPFAIL`, as `flock -n`
-    /// can be told to exit).
+    /// can be told to exit); `run -E N` exits N instead.
     pub const HELD: u8 = 75;
     /// The lease was lost or fenced while the command ran, or before it
     /// could start (`EX_PROTOCOL`).
@@ -307,8 +307,17 @@ pub fn open_store(url: &str, flags: &StoreFlags) -> Result<(Arc<dyn Store>, Stri
     if flags.any() && url.starts_with("file:") {
         log::warn!("--profile, --region and --endpoint-url do not apply to a file:// URL: ignored");
     }
-    config::open_with_env(url, |name| flags.lookup(name, |n| std::env::var(n).ok()))
-        .map_err(|e: ConfigError| Failure::new(exit::CONFIG, e))
+    config::open_with_env(url, |name| flags.lookup(name, |n| std::env::var(n).ok())).map_err(
+        |e: ConfigError| {
+            let message = e.to_string();
+            // The backends name the variable; the flag gave the name here.
+            let message = match flags.profile {
+                Some(_) => message.replace("AWS_PROFILE names it", "--profile names it"),
+                None => message,
+            };
+            Failure::new(exit::CONFIG, message)
+        },
+    )
 }
 
 /// How long after a [`Timeout`] its [`watchdog`](Timeout::watchdog) ends

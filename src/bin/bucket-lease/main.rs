@@ -63,7 +63,8 @@ Exit codes:
   1        `break` refused: the lease is free, names another holder, or is no lease record
   64       usage: a bad or missing argument
   69       a store request failed, or the store ignores conditional writes
-  75       `run`: held by another instance (after --wait); `break`: it changed meanwhile
+  75       `run`: held by another instance (after --wait; -E N makes it N); `break`: it
+           changed meanwhile
   76       `run`: the lease was lost or fenced while the command ran (it was stopped),
            or before it could start (it was not started)
   77       the service refused the credentials or the permissions
