@@ -47,13 +47,13 @@ pub struct Doc {
 }
 
 impl Doc {
-    /// The first sentence of the help, for completions.
+    /// The help up to its first sentence, clause or parenthesis, for
+    /// completions.
     pub fn summary(&self) -> &'static str {
-        let end = self
-            .help
-            .find(". ")
-            .or_else(|| self.help.find("; "))
-            .or_else(|| self.help.find(" ("))
+        let end = [". ", "; ", " ("]
+            .iter()
+            .filter_map(|stop| self.help.find(stop))
+            .min()
             .unwrap_or(self.help.len());
         self.help[..end].trim_end_matches('.')
     }

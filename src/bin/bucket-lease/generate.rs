@@ -188,14 +188,15 @@ fn zsh_option(doc: &Doc) -> String {
             doc.short.map(|c| format!("-{c}")),
         ),
     };
-    let repeat = if doc.long == "verbose" { "*" } else { "" };
+    // `-v` may be repeated (`-vv`); the other pairs exclude each other.
+    let prefix = match (doc.long, doc.short) {
+        ("verbose", _) => "*".to_string(),
+        (long, Some(c)) => format!("(-{c} --{long})"),
+        (_, None) => String::new(),
+    };
     match short {
-        Some(short) => format!(
-            "'{repeat}(-{c} --{l})'{{{short},{long}}}'[{help}]{value}'",
-            c = doc.short.unwrap_or('-'),
-            l = doc.long
-        ),
-        None => format!("'{repeat}{long}[{help}]{value}'"),
+        Some(short) => format!("'{prefix}'{{{short},{long}}}'[{help}]{value}'"),
+        None => format!("'{long}[{help}]{value}'"),
     }
 }
 
