@@ -9,17 +9,19 @@ mod cli_common;
 use cli_common::Target;
 use std::path::Path;
 
-/// Every file under `dir` whose path mentions a bench scratch prefix.
+/// Every file or folder under `dir` whose path mentions a bench scratch
+/// prefix.
 fn bench_leftovers(dir: &Path) -> Vec<String> {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let path = entry.path();
+            if path.to_string_lossy().contains("/bench-") {
+                found.push(path.display().to_string());
+            }
             if path.is_dir() {
                 stack.push(path);
-            } else if path.to_string_lossy().contains("/bench-") {
-                found.push(path.display().to_string());
             }
         }
     }
@@ -124,4 +126,55 @@ fn bench_refuses_zero_renewals() {
     let done = t.run(["bench", "--renewals", "0", url.as_str()]);
     assert_ne!(done.code, Some(0));
     assert!(done.stderr.contains("--renewals"), "{}", done.stderr);
+}
+
+/// `--json` carries measurements only: no field bench never fills
+/// (`"clones": null`, `"syscalls": null`); and the table has no column
+/// that is `-` in every row (no floor, no previous run, no system calls).
+#[test]
+fn bench_prints_no_empty_fields_or_columns() {
+    let t = Target::fs("bench-empty");
+    let url = t.url("job");
+    let done = t.run([
+        "bench",
+        "--iters",
+        "2",
+        "--renewals",
+        "2",
+        "--json",
+        url.as_str(),
+    ]);
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let report: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    for op in ["acquire", "renew", "release"] {
+        let row = report[op].as_object().expect("a row");
+        for (field, value) in row {
+            assert!(!value.is_null(), "{op}.{field} is null: {report}");
+        }
+    }
+    let done = t.run([
+        "bench",
+        "-q",
+        "--iters",
+        "2",
+        "--renewals",
+        "2",
+        url.as_str(),
+    ]);
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| l.starts_with("row "))
+        .expect("a header");
+    for column in ["syscalls/op", "floor", "prev"] {
+        assert!(!lines[header].contains(column), "{column}: {}", done.stdout);
+    }
+    for row in &lines[header + 1..header + 4] {
+        assert!(
+            !row.split("  ").any(|cell| cell.trim() == "-"),
+            "an empty cell: {row:?} in {}",
+            done.stdout
+        );
+    }
 }

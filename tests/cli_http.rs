@@ -162,3 +162,60 @@ fn a_prefix_too_long_for_the_probe_key_is_refused_before_any_request() {
         "a request was sent to the black hole: {done:?}"
     );
 }
+
+/// `inspect`, `break` and `bench` are bounded as a whole by `--timeout`:
+/// on an endpoint that never answers, each ends by then with 69, saying
+/// what timed out and how to give it longer; the default is in the help.
+#[test]
+fn inspect_break_and_bench_end_at_their_timeout() {
+    let t = Target::http("black-hole-timeout", &black_hole(), "bucket");
+    let url = t.url("lease");
+    for args in [
+        vec!["inspect", "--timeout", "1.5s", url.as_str()],
+        vec!["break", "--holder", "h", "--timeout=1.5", url.as_str()],
+        vec!["bench", "-q", "--timeout", "1.5s", url.as_str()],
+    ] {
+        let started = Instant::now();
+        let done = t.run(&args);
+        let took = started.elapsed();
+        assert_eq!(done.code, Some(STORE), "{args:?}: {done:?}");
+        assert!(took >= Duration::from_millis(1400), "{args:?}: {took:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "{args:?} took {took:?}: {done:?}"
+        );
+        assert!(
+            done.stderr.contains("timed out after 1.5 s"),
+            "{args:?}: {done:?}"
+        );
+        assert!(done.stderr.contains("--timeout"), "{args:?}: {done:?}");
+    }
+    for (cmd, default) in [("inspect", "30s"), ("break", "30s"), ("bench", "10m")] {
+        let help = t.run([cmd, "--help"]);
+        assert!(
+            help.stdout.contains("--timeout DURATION")
+                && help.stdout.contains(&format!("default {default}")),
+            "{cmd}: {help:?}"
+        );
+    }
+}
+
+/// The bound covers opening the store too: a `credential_process` that
+/// never answers does not keep `inspect` past its `--timeout`.
+#[test]
+fn the_timeout_covers_a_hanging_credentials_source() {
+    let t = Target::http("hanging-credentials", &black_hole(), "bucket");
+    let config = t.path("config");
+    std::fs::write(&config, "[default]\ncredential_process = sleep 60\n").unwrap();
+    let t = t
+        .with_env("AWS_ACCESS_KEY_ID", None)
+        .with_env("AWS_SECRET_ACCESS_KEY", None)
+        .with_env("AWS_CONFIG_FILE", Some(&config.display().to_string()));
+    let url = t.url("lease");
+    let started = Instant::now();
+    let done = t.run(["inspect", "--timeout", "2s", url.as_str()]);
+    let took = started.elapsed();
+    assert_eq!(done.code, Some(STORE), "{done:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {done:?}");
+    assert!(done.stderr.contains("timed out after 2.0 s"), "{done:?}");
+}

@@ -187,3 +187,102 @@ fn verbose_names_the_credentials_source_never_the_keys() {
     );
     assert!(!done.stderr.contains("test-secret"), "{done:?}");
 }
+
+/// An endpoint on 127.0.0.1 where nothing listens: every connection is
+/// refused.
+fn closed_endpoint() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = listener.local_addr().expect("its address").port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}")
+}
+
+/// `--endpoint-url` and `--region` win over the environment, on every
+/// command that opens a store, as in the AWS CLI: with the environment's
+/// endpoint refusing connections and no region set, the flags reach moto.
+#[test]
+fn endpoint_url_and_region_flags_win_over_the_environment() {
+    let Some(t) = Target::moto("aws-flags") else {
+        return;
+    };
+    let moto = t.endpoint().expect("moto's endpoint").to_string();
+    let t = t
+        .through(&closed_endpoint())
+        .with_env("AWS_ENDPOINT_URL_S3", Some(&closed_endpoint()))
+        .with_env("AWS_REGION", None);
+    let url = t.url("lease");
+    let no_region = t.run(["inspect", url.as_str()]);
+    assert_eq!(no_region.code, Some(78), "{no_region:?}");
+    assert!(
+        no_region.stderr.contains("region is not set"),
+        "{no_region:?}"
+    );
+    let refused = t.run(["inspect", "--region", "us-east-1", url.as_str()]);
+    assert_eq!(
+        refused.code,
+        Some(69),
+        "the environment's endpoint: {refused:?}"
+    );
+    let flags = ["--region", "us-east-1", "--endpoint-url", moto.as_str()];
+    let mut inspect = vec!["inspect", "--json"];
+    inspect.extend(flags);
+    inspect.push(&url);
+    let done = t.run(&inspect);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    assert!(done.stdout.contains("\"state\":\"free\""), "{done:?}");
+    let mut run = vec!["run"];
+    run.extend(flags);
+    run.extend([url.as_str(), "--", "sh", "-c", "echo $BUCKET_LEASE_EPOCH"]);
+    let done = t.run(&run);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    assert_eq!(done.stdout.trim(), "1", "{done:?}");
+    let mut bench = vec!["bench", "-q", "--iters", "1", "--renewals", "1"];
+    bench.extend(flags);
+    bench.push(&url);
+    let done = t.run(&bench);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    let mut brk = vec!["break", "--holder", "nobody"];
+    brk.extend(flags);
+    brk.push(&url);
+    let done = t.run(&brk);
+    assert_eq!(done.code, Some(1), "a released lease is free: {done:?}");
+}
+
+/// `--profile` picks the shared files' profile (its region, endpoint and
+/// keys) over AWS_PROFILE, and as in the AWS CLI its keys win over the
+/// environment's.
+#[test]
+fn profile_flag_picks_the_profile() {
+    let Some(t) = Target::moto("aws-profile") else {
+        return;
+    };
+    let moto = t.endpoint().expect("moto's endpoint").to_string();
+    let config = t.path("config");
+    let credentials = t.path("credentials");
+    std::fs::write(
+        &config,
+        format!("[profile other]\nregion = us-east-1\nendpoint_url = {moto}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        &credentials,
+        "[other]\naws_access_key_id = profile-key\naws_secret_access_key = profile-secret\n",
+    )
+    .unwrap();
+    let t = t
+        .with_env("AWS_ENDPOINT_URL", None)
+        .with_env("AWS_REGION", None)
+        .with_env("AWS_PROFILE", Some("missing"))
+        .with_env("AWS_CONFIG_FILE", Some(&config.display().to_string()))
+        .with_env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            Some(&credentials.display().to_string()),
+        );
+    let url = t.url("lease");
+    let without = t.run(["inspect", url.as_str()]);
+    assert_ne!(without.code, Some(0), "AWS_PROFILE=missing: {without:?}");
+    let done = t.run(["inspect", "-v", "--profile", "other", url.as_str()]);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    assert!(done.stderr.contains("profile \"other\""), "{done:?}");
+    assert!(!done.stderr.contains("the environment"), "{done:?}");
+}

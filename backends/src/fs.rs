@@ -99,8 +99,9 @@
 //!   object.
 //! - A process killed in the middle of a write leaves a `NAME.<hex>.tmp` file;
 //!   reads ignore it, and it may be removed while no writer runs.
-//! - Folders are never removed, and a folder made for a new prefix is not
-//!   itself synced to its parent.
+//! - A delete removes the folders it leaves empty (S3 has no folders to
+//!   leave behind); a folder made for a new prefix is not itself synced to
+//!   its parent.
 
 use crate::settings::url_text;
 use bucket_lease_core::store::{
@@ -208,6 +209,10 @@ pub const MAX_BODY: usize = 64 * 1024;
 pub const MAX_LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// The longest pause between two attempts at the bucket's lock.
+/// How many times a put makes its folder again when a delete removed it
+/// (empty) between the making and the writing.
+const FOLDER_TRIES: u32 = 5;
+
 const LOCK_POLL: Duration = Duration::from_millis(10);
 
 /// A local directory used as a bucket. See the [module docs](self).
@@ -370,6 +375,20 @@ impl DirStore {
             name: (*name).to_string(),
             dir,
         })
+    }
+
+    /// Remove `dir` and the folders above it (never the root) while they
+    /// are empty, as S3 has no folders to leave behind; called under the
+    /// lock. Returns the folder whose entries changed last: the first one
+    /// left in place.
+    fn remove_empty_folders(&self, dir: &Path) -> PathBuf {
+        let mut dir = dir.to_path_buf();
+        // `remove_dir` removes only an empty folder: one with a temporary
+        // file being written (a put in progress) stays.
+        while dir != self.root && dir.starts_with(&self.root) && fs::remove_dir(&dir).is_ok() {
+            dir.pop();
+        }
+        dir
     }
 
     /// Take the bucket's lock, waiting no later than `deadline` and no
@@ -807,10 +826,23 @@ impl Store for DirStore {
         let request = self.request("PUT", key);
         request.check_deadline(options.deadline)?;
         let at = self.locate(&request)?;
-        self.make_folders(&request, &at.dir)?;
         let etag = fresh_etag(&request)?;
         let header = encode_header(&etag, &options.metadata);
-        let temp = TempFile::write(&request, &at, &etag, &header, body)?;
+        // A delete removes the folders it leaves empty (under the lock), so
+        // a folder just made may be gone before the temporary file is in
+        // it: make it again. Once the file is in it, it is not empty.
+        // (`create_dir_all` itself fails when a folder it found is removed
+        // before it looks again.) A lasting failure is tried a few times.
+        let mut tries = 0;
+        let temp = loop {
+            let written = self
+                .make_folders(&request, &at.dir)
+                .and_then(|()| TempFile::write(&request, &at, &etag, &header, body));
+            match written {
+                Err(_) if tries < FOLDER_TRIES => tries += 1,
+                written => break written?,
+            }
+        };
 
         let lock = self.lock(&request, options.deadline)?;
         match &options.mode {
@@ -865,9 +897,10 @@ impl Store for DirStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(request.io_error("remove", &at.object, e)),
         }
+        let changed = self.remove_empty_folders(&at.dir);
         drop(lock);
 
-        request.sync_dir(&at.dir)
+        request.sync_dir(&changed)
     }
 }
 
@@ -1020,6 +1053,59 @@ mod tests {
         let b = store.get("a/b", None).unwrap();
         assert_eq!((a.body, a.version), (b"one".to_vec(), v1));
         assert_eq!((b.body, b.version), (b"two".to_vec(), v2));
+    }
+
+    #[test]
+    fn a_delete_removes_the_folders_it_leaves_empty() {
+        let (dir, store) = store();
+        put(&store, "a", b"1", PutMode::Create).unwrap();
+        put(&store, "a/b/c", b"2", PutMode::Create).unwrap();
+        put(&store, "a/x/y", b"3", PutMode::Create).unwrap();
+        store
+            .delete("a/b/c", &DeleteMode::Unconditional, None)
+            .unwrap();
+        assert_eq!(names(&dir.0.join("a.dir")), ["x.dir"]);
+        store
+            .delete("a/x/y", &DeleteMode::Unconditional, None)
+            .unwrap();
+        assert_eq!(names(&dir.0), [".bucket-lease.lock", "a.obj"]);
+        store.delete("a", &DeleteMode::Unconditional, None).unwrap();
+        assert_eq!(names(&dir.0), [".bucket-lease.lock"]);
+        assert!(dir.0.is_dir(), "the root stays");
+        assert_eq!(
+            store.get("a/b/c", None).unwrap_err().kind(),
+            StoreErrorKind::NotFound
+        );
+    }
+
+    /// Puts into a folder that deletes keep emptying and removing all
+    /// land: a put whose new folder was removed before its temporary file
+    /// was in it makes it again.
+    #[test]
+    fn puts_race_deletes_that_remove_their_folder() {
+        let (dir, store) = store();
+        let store = std::sync::Arc::new(store);
+        let deleter = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..300 {
+                    let key = format!("p/q/d{}", i % 3);
+                    let _ = put(&store, &key, b"x", PutMode::Overwrite);
+                    store
+                        .delete(&key, &DeleteMode::Unconditional, None)
+                        .unwrap();
+                }
+            })
+        };
+        for i in 0..300 {
+            let key = format!("p/q/k{i}");
+            put(&store, &key, b"y", PutMode::Create).unwrap();
+            store
+                .delete(&key, &DeleteMode::Unconditional, None)
+                .unwrap();
+        }
+        deleter.join().unwrap();
+        assert_eq!(names(&dir.0), [".bucket-lease.lock"]);
     }
 
     #[test]

@@ -156,6 +156,15 @@ impl Target {
         self
     }
 
+    /// This target with the variable `name` set to `value`, or removed.
+    pub fn with_env(mut self, name: &'static str, value: Option<&str>) -> Target {
+        self.env.retain(|(n, _)| *n != name);
+        if let Some(value) = value {
+            self.env.push((name, value.to_string()));
+        }
+        self
+    }
+
     /// The HTTP endpoint the command is pointed at, if any.
     pub fn endpoint(&self) -> Option<&str> {
         self.env

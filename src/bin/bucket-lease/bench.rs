@@ -22,14 +22,19 @@
 //! - SIGINT or SIGTERM stops it after the current round, releasing the
 //!   lease, and reports what was measured (exit 130 or 143). A failed
 //!   request exits 69.
+//! - It is bounded by `--timeout` (default 10 min): every request has that
+//!   deadline (and at most the library's 30 s per call), opening the store
+//!   is cut off at it, and once it passes `bench` releases and removes its
+//!   scratch lease within 2 s and exits 69, saying so.
 
-use crate::measure::{self, Row};
-use crate::{
-    exit, lease_error_code, lease_error_summary, open_store, parse_ttl, require_url, set_url,
-    Failure, Parser, Token,
+use crate::args::{given, require_url, set_url, Arg, Args, Opt, Spec};
+use crate::cli::{
+    exit, lease_error_code, lease_error_summary, open_store, parse_count, parse_duration,
+    parse_ttl, Failure, Timeout, WATCHDOG_SLACK,
 };
+use crate::measure::{self, Row};
 use bucket_lease::record::{lease_key, longest_key_bytes, max_prefix_bytes, new_instance_id};
-use bucket_lease::{DeleteMode, Exclusion, Lease, LeaseOptions, Store};
+use bucket_lease::{Contender, DeleteMode, Exclusion, LeaseOptions, Store};
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -37,12 +42,8 @@ use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// `bucket-lease bench --help`.
-pub const HELP: &str = "\
-bucket-lease bench: measure acquire, renew and release against URL's bucket.
-
-Usage: bucket-lease bench [OPTIONS] URL
-
+/// What `bench` does, for its help and the man page.
+const ABOUT: &str = "\
 Takes, renews and releases a lease N times on a scratch prefix under URL's
 ({prefix}/bench-XXXXXXXX), never on the real lease, and prints per operation
 the latency (p50, the range of p50 across rounds, p99, max), the CPU the
@@ -52,16 +53,10 @@ refused writes that check the service honours conditions, one accepted on
 the record's own ETag, the write a renewal is); a renewal one; a
 release one. The table is the one `cargo bench --bench renewal` prints
 (docs/BENCHMARKS.md).
+";
 
-Options:
-  --iters N       how many acquire/renew/release rounds (default 20)
-  --renewals K    renewals per round (default 10)
-  --ttl S         the TTL of the scratch leases in whole seconds, 1 to 3600 (default 30)
-  --best-effort   measure a best-effort lease (also BUCKET_LEASE_CONDITIONAL=off)
-  --json          one JSON object on stdout
-  -v, -q          more or less on stderr (-q: no progress)
-  -h, --help      this help
-
+/// After the options in `bench`'s help.
+const FOOTER: &str = "\
 System calls per renewal (not counted in-process): run it twice under
 strace with different --renewals and divide the difference:
   strace -f -c -o a.txt bucket-lease bench -q --iters 1 --renewals 100 URL
@@ -69,55 +64,125 @@ strace with different --renewals and divide the difference:
   (total calls in b.txt - total calls in a.txt) / 500
 ";
 
+/// The options of `bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Iters,
+    Renewals,
+    Ttl,
+    BestEffort,
+    Json,
+    Timeout,
+}
+
+/// `bench`'s table: parsing, help, completions and the man page.
+const OPTIONS: &[Opt<Key>] = &[
+    Opt {
+        key: Key::Iters,
+        long: "iters",
+        short: None,
+        value: Some("N"),
+        help: "how many acquire/renew/release rounds (default 20)",
+    },
+    Opt {
+        key: Key::Renewals,
+        long: "renewals",
+        short: None,
+        value: Some("K"),
+        help: "renewals per round (default 10)",
+    },
+    Opt {
+        key: Key::Ttl,
+        long: "ttl",
+        short: None,
+        value: Some("DURATION"),
+        help: "the TTL of the scratch leases, a whole number of seconds from 1 to 3600 (30, \
+               30s, 1m; default 30)",
+    },
+    Opt {
+        key: Key::BestEffort,
+        long: "best-effort",
+        short: None,
+        value: None,
+        help: "measure a best-effort lease (also BUCKET_LEASE_CONDITIONAL=off)",
+    },
+    Opt {
+        key: Key::Json,
+        long: "json",
+        short: None,
+        value: None,
+        help: "one JSON object on stdout",
+    },
+    Opt {
+        key: Key::Timeout,
+        long: "timeout",
+        short: None,
+        value: Some("DURATION"),
+        help: "give up after DURATION (exit 69; default 10m), then take at most 2 s more to \
+               release and remove the scratch lease",
+    },
+];
+
+/// How long `bench` may take by default.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How long the release and the removal of the scratch lease may take
+/// after a failure or the `--timeout`.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `bench`'s documentation.
+pub fn spec() -> Spec {
+    Spec::new(
+        "bench",
+        "measure acquire, renew and release against URL's bucket.",
+        "bucket-lease bench [OPTIONS] URL",
+        ABOUT,
+        FOOTER,
+        OPTIONS,
+        true,
+    )
+}
+
 const DEFAULT_ITERS: u64 = 20;
 const DEFAULT_RENEWALS: u32 = 10;
-
-fn whole(cmd: &'static str, flag: &str, value: &str) -> Result<u64, Failure> {
-    match value.parse::<u64>() {
-        Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
-        _ => Err(Failure::usage(
-            cmd,
-            format!("{flag}: expected a whole number from 1 to 1000000, got {value:?}"),
-        )),
-    }
-}
 
 /// Parse and run `bench`.
 ///
 /// # Errors
 ///
 /// A usage, configuration or store failure.
-pub fn main(mut p: Parser) -> Result<u8, Failure> {
+pub fn main(mut p: Args) -> Result<u8, Failure> {
     let cmd = p.command;
     let (mut url, mut iters, mut renewals, mut ttl_s, mut json, mut best_effort) =
         (None, DEFAULT_ITERS, DEFAULT_RENEWALS, 30, false, false);
-    while let Some(tok) = p.option()? {
-        match tok {
-            Token::Help => return Ok(crate::print_help(HELP)),
-            Token::Long(ref name, _) if name == "iters" => {
-                iters = whole(cmd, "--iters", &p.value(&tok)?)?;
+    let mut limit = DEFAULT_TIMEOUT;
+    while let Some(arg) = p.next(OPTIONS, true)? {
+        match arg {
+            Arg::Help => return Ok(crate::print_help(&spec())),
+            Arg::Opt(key, value) => {
+                let value = given(value);
+                match key {
+                    Key::Iters => iters = parse_count(cmd, "--iters", &value)?,
+                    // At most 10^6: the cast is exact.
+                    Key::Renewals => renewals = parse_count(cmd, "--renewals", &value)? as u32,
+                    Key::Ttl => ttl_s = parse_ttl(cmd, "--ttl", &value)?,
+                    Key::Json => json = true,
+                    Key::BestEffort => best_effort = true,
+                    Key::Timeout => limit = parse_duration(cmd, "--timeout", &value)?,
+                }
             }
-            Token::Long(ref name, _) if name == "renewals" => {
-                renewals = whole(cmd, "--renewals", &p.value(&tok)?)? as u32;
-            }
-            Token::Long(ref name, _) if name == "ttl" => {
-                ttl_s = parse_ttl(cmd, "--ttl", &p.value(&tok)?)?;
-            }
-            Token::Long(ref name, _) if name == "json" => {
-                p.flag(&tok)?;
-                json = true;
-            }
-            Token::Long(ref name, _) if name == "best-effort" => {
-                p.flag(&tok)?;
-                best_effort = true;
-            }
-            Token::Word(word) => set_url(cmd, &mut url, word)?,
-            other => return Err(p.unexpected(&other)),
+            Arg::Word(word) => set_url(cmd, &mut url, word)?,
         }
     }
     let url = require_url(cmd, url)?;
     p.init_logging();
-    let (store, prefix) = open_store(&url)?;
+    let timeout = Timeout::start(cmd, limit);
+    // Opening the store takes no deadline; once it is open, every request
+    // has one, and the scratch lease is cleaned up after a timeout.
+    let watchdog = timeout.watchdog("opening the store", WATCHDOG_SLACK);
+    let (store, prefix) = open_store(&url, &p.shared.store)?;
+    drop(watchdog);
+    let timed_out = |round: u64| timeout.failure(&format!("in round {round} of {iters}"));
     let mut signals = Signals::new([SIGINT, SIGTERM])
         .map_err(|e| Failure::new(exit::STORE, format!("bench: cannot handle signals: {e}")))?;
     let scratch = match prefix.trim_end_matches('/') {
@@ -133,7 +198,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         store: store.clone(),
         key: lease_key(&scratch),
     };
-    let progress = Progress::new(iters, p.quiet);
+    let progress = Progress::new(iters, p.shared.quiet);
     let (mut acquire, mut renew, mut release) =
         (Row::new("acquire"), Row::new("renew"), Row::new("release"));
     let mut exclusion = None;
@@ -143,13 +208,20 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
             interrupted = Some(sig);
             break;
         }
+        if timeout.passed() {
+            return Err(timed_out(i + 1));
+        }
         let mut lease = None;
         acquire
             .batch(1, || {
-                lease = Some(Lease::acquire(store.clone(), &scratch, options.clone())?);
+                let mut contender = Contender::new(store.clone(), &scratch, options.clone());
+                lease = Some(contender.try_acquire_before(timeout.call_deadline())?);
                 Ok(())
             })
             .map_err(|e| {
+                if timeout.passed() {
+                    return timed_out(i + 1);
+                }
                 let code = match lease_error_code(&e) {
                     code @ (exit::NO_PERMISSION | exit::CONFIG) => code,
                     _ => exit::STORE,
@@ -161,16 +233,26 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
             unreachable!("a successful acquire leaves its lease")
         };
         exclusion = Some(lease.exclusion());
-        if let Err(e) = renew.batch(renewals, || lease.renew()) {
-            let _ = lease.release();
+        if let Err(e) = renew.batch(renewals, || lease.renew_before(timeout.call_deadline())) {
+            let _ = lease.release_before(Instant::now().checked_add(CLEANUP_TIMEOUT));
+            if timeout.passed() {
+                return Err(timed_out(i + 1));
+            }
             return Err(Failure::new(
                 exit::STORE,
                 format!("bench: renewal in round {}: {e}", i + 1),
             ));
         }
         release
-            .batch(1, || lease.release().map(drop))
-            .map_err(|e| Failure::new(exit::STORE, format!("bench: release {}: {e}", i + 1)))?;
+            .batch(1, || {
+                lease.release_before(timeout.call_deadline()).map(drop)
+            })
+            .map_err(|e| {
+                if timeout.passed() {
+                    return timed_out(i + 1);
+                }
+                Failure::new(exit::STORE, format!("bench: release {}: {e}", i + 1))
+            })?;
         progress.update(i + 1);
     }
     progress.done();
@@ -199,7 +281,9 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
             "bench {url}: {rounds} rounds of acquire, {renewals} renewals, release \
              on scratch prefix {scratch} ({exclusion} lease)"
         );
-        for line in measure::render_text(&measure::table(&rows, None, None)) {
+        for line in measure::render_text(&measure::without_empty_columns(&measure::table(
+            &rows, None, None,
+        ))) {
             println!("{line}");
         }
         for row in &rows {
@@ -213,7 +297,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
     match interrupted {
         Some(sig) => {
             eprintln!("bucket-lease: bench: interrupted after {rounds} rounds");
-            Ok(crate::signal_exit_code(sig))
+            Ok(crate::cli::signal_exit_code(sig))
         }
         None => Ok(exit::OK),
     }
@@ -299,7 +383,7 @@ struct ScratchLease {
 
 impl Drop for ScratchLease {
     fn drop(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + CLEANUP_TIMEOUT;
         match self
             .store
             .delete(&self.key, &DeleteMode::Unconditional, Some(deadline))

@@ -16,27 +16,26 @@
 //!   record changed between the read and the write (the holder renewed,
 //!   released, or someone took over) it says so: exit 75. A failed request
 //!   exits 69 (a write with no answer may have landed: inspect to see).
-//! - Its reads and writes share one deadline, 30 s after it starts
-//!   ([`bucket_lease::lease::DEFAULT_CALL_TIMEOUT`]): it never takes
-//!   longer, whatever the store does (exit 69 when it runs out).
+//! - It is bounded as a whole by `--timeout` (default 30 s, as
+//!   [`bucket_lease::lease::DEFAULT_CALL_TIMEOUT`]): its reads and writes
+//!   share that deadline, and opening the store is cut off at it too; it
+//!   never takes longer, whatever the store does (exit 69, saying so).
 //! - Text from the records is escaped in the human output and in messages
 //!   ([`printable`]); `--json` carries it exactly, JSON-escaped.
 
-use crate::text::printable;
-use crate::{
-    exit, open_store, require_url, set_url, store_error_code, store_error_summary, Failure, Parser,
-    Token,
+use crate::args::{given, require_url, set_url, Arg, Args, Opt, Spec};
+use crate::cli::{
+    exit, open_store, parse_duration, store_error_code, store_error_summary, Failure, Timeout,
+    WATCHDOG_SLACK,
 };
-use bucket_lease::inspect::{break_lease, BreakError, Broken};
+use crate::text::printable;
+use bucket_lease::inspect::{break_lease_before, BreakError, Broken};
 use bucket_lease::SystemClock;
 use serde_json::json;
+use std::time::Duration;
 
-/// `bucket-lease break --help`.
-pub const HELP: &str = "\
-bucket-lease break: take the lease on URL's prefix away from a holder known to be dead.
-
-Usage: bucket-lease break --holder ID [OPTIONS] URL
-
+/// What `break` does, for its help and the man page.
+const ABOUT: &str = "\
 Replaces the record naming ID, with a write conditional on the version just
 read (never a delete), by one that is already expired: the next contender
 takes the lease at once, and ID's next renewal fails (a `bucket-lease run`
@@ -44,39 +43,87 @@ holding it stops its command and exits 76). Refuses when the lease is free
 or names another holder (exit 1), and when it changed meanwhile (exit 75).
 A holder that is still alive may keep writing until its next renewal fails:
 break only a holder you know is dead or stuck. `bucket-lease inspect URL`
-shows the holder's id. Gives up 30 s after it starts, reads and writes
-included (exit 69; a write may have landed: inspect to see).
-
-Options:
-  --holder ID     the instance id the lease must name (required)
-  --json          one JSON object on stdout
-  -v, -q          more or less on stderr
-  -h, --help      this help
+shows the holder's id. Gives up after --timeout (default 30s), reads and
+writes included (exit 69; a write may have landed: inspect to see).
 ";
+
+/// The options of `break`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Holder,
+    Json,
+    Timeout,
+}
+
+/// `break`'s table: parsing, help, completions and the man page.
+const OPTIONS: &[Opt<Key>] = &[
+    Opt {
+        key: Key::Holder,
+        long: "holder",
+        short: None,
+        value: Some("ID"),
+        help: "the instance id the lease must name (required; `bucket-lease inspect URL` \
+               shows it)",
+    },
+    Opt {
+        key: Key::Json,
+        long: "json",
+        short: None,
+        value: None,
+        help: "one JSON object on stdout",
+    },
+    Opt {
+        key: Key::Timeout,
+        long: "timeout",
+        short: None,
+        value: Some("DURATION"),
+        help: "give up after DURATION, opening the store, reads and writes included (exit 69; \
+               a write may have landed: inspect to see; default 30s)",
+    },
+];
+
+/// How long `break` may take by default.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a timed-out break was doing.
+const BREAKING: &str = "breaking the lease (a write may have landed: `bucket-lease inspect URL` \
+                        shows it)";
+
+/// `break`'s documentation.
+pub fn spec() -> Spec {
+    Spec::new(
+        "break",
+        "take the lease on URL's prefix away from a holder known to be dead.",
+        "bucket-lease break --holder ID [OPTIONS] URL",
+        ABOUT,
+        "",
+        OPTIONS,
+        true,
+    )
+}
 
 /// Parse and run `break`.
 ///
 /// # Errors
 ///
 /// A usage, configuration, refusal or store failure.
-pub fn main(mut p: Parser) -> Result<u8, Failure> {
-    let (mut url, mut holder, mut json) = (None, None, false);
-    while let Some(tok) = p.option()? {
-        match tok {
-            Token::Help => return Ok(crate::print_help(HELP)),
-            Token::Long(ref name, _) if name == "json" => {
-                p.flag(&tok)?;
-                json = true;
-            }
-            Token::Long(ref name, _) if name == "holder" => {
-                let id = p.value(&tok)?;
+pub fn main(mut p: Args) -> Result<u8, Failure> {
+    let (mut url, mut holder, mut json, mut limit) = (None, None, false, DEFAULT_TIMEOUT);
+    while let Some(arg) = p.next(OPTIONS, true)? {
+        match arg {
+            Arg::Help => return Ok(crate::print_help(&spec())),
+            Arg::Opt(Key::Json, _) => json = true,
+            Arg::Opt(Key::Holder, id) => {
+                let id = given(id);
                 if id.is_empty() {
                     return Err(Failure::usage(p.command, "--holder: the id is empty"));
                 }
                 holder = Some(id);
             }
-            Token::Word(word) => set_url(p.command, &mut url, word)?,
-            other => return Err(p.unexpected(&other)),
+            Arg::Opt(Key::Timeout, value) => {
+                limit = parse_duration(p.command, "--timeout", &given(value))?;
+            }
+            Arg::Word(word) => set_url(p.command, &mut url, word)?,
         }
     }
     let url = require_url(p.command, url)?;
@@ -87,8 +134,10 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         ));
     };
     p.init_logging();
-    let (store, prefix) = open_store(&url)?;
-    match break_lease(&*store, &prefix, &holder, &SystemClock) {
+    let timeout = Timeout::start(p.command, limit);
+    let _watchdog = timeout.watchdog(BREAKING, WATCHDOG_SLACK);
+    let (store, prefix) = open_store(&url, &p.shared.store)?;
+    match break_lease_before(&*store, &prefix, &holder, &SystemClock, timeout.deadline()) {
         Ok(broken) => {
             if json {
                 println!("{}", crate::text::json_line(&to_json(&url, &broken)));
@@ -97,6 +146,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
             }
             Ok(exit::OK)
         }
+        Err(BreakError::Store(e)) if timeout.is_cause(&e) => Err(timeout.failure(BREAKING)),
         Err(e) => {
             let code = match &e {
                 BreakError::Changed { .. } => exit::HELD,

@@ -3,10 +3,12 @@
 //!
 //! What it promises:
 //!
-//! - One read of `{prefix}/LEASE`; nothing is written. The read has one
-//!   deadline, 30 s after the command starts its work
-//!   ([`bucket_lease::lease::DEFAULT_CALL_TIMEOUT`]): credentials and the
-//!   store's own retries included, it gives up by then (exit 69).
+//! - One read of `{prefix}/LEASE`; nothing is written. The command is
+//!   bounded as a whole by `--timeout` (default 30 s, as
+//!   [`bucket_lease::lease::DEFAULT_CALL_TIMEOUT`]): the read has that
+//!   deadline, credentials and the store's own retries included, and
+//!   opening the store (which may ask a credentials source) is cut off at
+//!   it too; it gives up by then with exit 69, saying so.
 //! - Age and freshness are judged by this machine's wall clock against the
 //!   TTL the holder wrote, exactly as a contender here would judge them.
 //! - A missing lease is not an error: it prints that the lease is free and
@@ -30,22 +32,20 @@
 //!   output ([`printable`]): a record cannot send escape sequences to the
 //!   terminal. `--json` carries it exactly, JSON-escaped.
 
-use crate::text::printable;
-use crate::{
-    exit, human_secs, open_store, require_url, set_url, store_error_code, store_error_summary,
-    Failure, Parser, Token,
+use crate::args::{given, require_url, set_url, Arg, Args, Opt, Spec};
+use crate::cli::{
+    exit, human_secs, open_store, parse_duration, store_error_code, store_error_summary, Failure,
+    Timeout, WATCHDOG_SLACK,
 };
-use bucket_lease::inspect::{inspect, Inspection};
+use crate::text::printable;
+use bucket_lease::inspect::{inspect_before, Inspection};
 use bucket_lease::record::{format_stamp, LeaseRecord};
 use bucket_lease::SystemClock;
 use serde_json::{json, Value};
+use std::time::Duration;
 
-/// `bucket-lease inspect --help`.
-pub const HELP: &str = "\
-bucket-lease inspect: show who holds the lease on URL's prefix.
-
-Usage: bucket-lease inspect [OPTIONS] URL
-
+/// What `inspect` does, for its help and the man page.
+const ABOUT: &str = "\
 Prints the holder's instance id (and the nonce of its process, which tells
 two processes under one id apart), its name for people (host:pid unless
 run --holder-name set another; informational only), when it took and last renewed the lease,
@@ -53,38 +53,82 @@ its age and freshness by this machine's clock, whether the record is
 suspect (stamped far in the future or with an absurd TTL), its epoch and
 ETag. Writes nothing. A missing lease prints that it is free and exits 0; a
 released one prints who released it, when, and the last epoch. Text from
-the record is shown with control characters escaped. Gives up 30 s after it
-starts reading, whatever the store does (exit 69).
-
-Options:
-  --json          one JSON object on stdout (state: free, held, expired or unreadable;
-                  released: true for a released record)
-  -v, -q          more or less on stderr
-  -h, --help      this help
+the record is shown with control characters escaped. Gives up after
+--timeout (default 30s), whatever the store or the credentials source
+does (exit 69).
 ";
+
+/// The options of `inspect`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Json,
+    Timeout,
+}
+
+/// `inspect`'s table: parsing, help, completions and the man page.
+const OPTIONS: &[Opt<Key>] = &[
+    Opt {
+        key: Key::Json,
+        long: "json",
+        short: None,
+        value: None,
+        help: "one JSON object on stdout (state: free, held, expired or unreadable; released: \
+               true for a released record)",
+    },
+    Opt {
+        key: Key::Timeout,
+        long: "timeout",
+        short: None,
+        value: Some("DURATION"),
+        help: "give up after DURATION, opening the store and its credentials included (exit \
+               69; default 30s)",
+    },
+];
+
+/// How long `inspect` may take by default.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `inspect`'s documentation.
+pub fn spec() -> Spec {
+    Spec::new(
+        "inspect",
+        "show who holds the lease on URL's prefix.",
+        "bucket-lease inspect [OPTIONS] URL",
+        ABOUT,
+        "",
+        OPTIONS,
+        true,
+    )
+}
 
 /// Parse and run `inspect`.
 ///
 /// # Errors
 ///
 /// A usage, configuration or store failure.
-pub fn main(mut p: Parser) -> Result<u8, Failure> {
-    let (mut url, mut json) = (None, false);
-    while let Some(tok) = p.option()? {
-        match tok {
-            Token::Help => return Ok(crate::print_help(HELP)),
-            Token::Long(ref name, _) if name == "json" => {
-                p.flag(&tok)?;
-                json = true;
+pub fn main(mut p: Args) -> Result<u8, Failure> {
+    let (mut url, mut json, mut limit) = (None, false, DEFAULT_TIMEOUT);
+    while let Some(arg) = p.next(OPTIONS, true)? {
+        match arg {
+            Arg::Help => return Ok(crate::print_help(&spec())),
+            Arg::Opt(Key::Json, _) => json = true,
+            Arg::Opt(Key::Timeout, value) => {
+                limit = parse_duration(p.command, "--timeout", &given(value))?;
             }
-            Token::Word(word) => set_url(p.command, &mut url, word)?,
-            other => return Err(p.unexpected(&other)),
+            Arg::Word(word) => set_url(p.command, &mut url, word)?,
         }
     }
     let url = require_url(p.command, url)?;
     p.init_logging();
-    let (store, prefix) = open_store(&url)?;
-    let seen = inspect(&*store, &prefix, &SystemClock).map_err(|e| {
+    let timeout = Timeout::start(p.command, limit);
+    // Opening the store takes no deadline: this ends the process if it
+    // (or anything else) outlasts the bound.
+    let _watchdog = timeout.watchdog("reading the lease", WATCHDOG_SLACK);
+    let (store, prefix) = open_store(&url, &p.shared.store)?;
+    let seen = inspect_before(&*store, &prefix, &SystemClock, timeout.deadline()).map_err(|e| {
+        if timeout.is_cause(&e) {
+            return timeout.failure("reading the lease");
+        }
         Failure::new(
             store_error_code(&e),
             format!("inspect: {}reading the lease: {e}", store_error_summary(&e)),

@@ -261,6 +261,30 @@ pub fn table(rows: &[Row], floor: Option<&str>, previous: Option<&Value>) -> Vec
     out
 }
 
+/// `cells` without the columns that are `-` in every row below the
+/// header (no floor, no previous run, no system calls counted).
+pub fn without_empty_columns(cells: &[Vec<String>]) -> Vec<Vec<String>> {
+    let columns = cells.first().map_or(0, Vec::len);
+    let keep: Vec<bool> = (0..columns)
+        .map(|i| {
+            cells
+                .iter()
+                .skip(1)
+                .any(|row| row.get(i).is_some_and(|cell| cell != "-"))
+        })
+        .collect();
+    cells
+        .iter()
+        .map(|row| {
+            row.iter()
+                .zip(&keep)
+                .filter(|(_, keep)| **keep)
+                .map(|(cell, _)| cell.clone())
+                .collect()
+        })
+        .collect()
+}
+
 /// `cells` as aligned text columns (the first left-aligned).
 pub fn render_text(cells: &[Vec<String>]) -> Vec<String> {
     let columns = cells.iter().map(Vec::len).max().unwrap_or(0);
@@ -318,7 +342,7 @@ pub fn row_json(row: &Row) -> Value {
             json!({ "le_ms": if le.is_finite() { json!(le) } else { json!("inf") }, "count": count })
         })
         .collect();
-    json!({
+    let mut out = json!({
         "name": row.name,
         "samples": row.latencies.len(),
         "batches": row.batches.len(),
@@ -330,10 +354,18 @@ pub fn row_json(row: &Row) -> Value {
         "cpu_us": us(cpu.map(|c| c.median)),
         "cpu_min_us": us(cpu.map(|c| c.min)),
         "cpu_max_us": us(cpu.map(|c| c.max)),
-        "syscalls": row.syscalls.map(round3),
-        "clones": row.clones.map(round3),
         "histogram": buckets,
-    })
+    });
+    // Counted only by the cargo bench (under strace): absent, not null,
+    // when they were not.
+    if let Value::Object(map) = &mut out {
+        for (field, value) in [("syscalls", row.syscalls), ("clones", row.clones)] {
+            if let Some(value) = value {
+                map.insert(field.to_string(), json!(round3(value)));
+            }
+        }
+    }
+    out
 }
 
 /// Every row as `{"rows": [...]}`.
@@ -480,6 +512,14 @@ mod tests {
         assert_eq!(cells[2][col("p50 ÷ prev")], "0.50x");
         assert_eq!(cells[2][col("CPU ÷ prev")], "2.00x");
         assert_eq!(cells[1][col("p50 ÷ prev")], "-");
+        let kept = without_empty_columns(&cells);
+        let mut expected = cells[0].clone();
+        expected.retain(|h| h != "syscalls/op");
+        assert_eq!(kept[0], expected, "only syscalls/op is empty");
+        assert_eq!(
+            without_empty_columns(&cells[..1]),
+            vec![Vec::<String>::new()]
+        );
         let md = render_markdown(&cells);
         assert!(md[1].starts_with("|---|"));
         assert_eq!(render_text(&cells).len(), 3);

@@ -1,12 +1,15 @@
-//! `bucket-lease run URL [--ttl S] [--wait S] [--grace S] [--best-effort]
-//! -- COMMAND [ARG...]`: run COMMAND only while this process holds the
-//! lease, like `flock` for a bucket prefix.
+//! `bucket-lease run [--ttl DURATION] [--wait DURATION] [--grace DURATION]
+//! [-E N] [--best-effort] URL [--] COMMAND [ARG...]`: run COMMAND only
+//! while this process holds the lease, like `flock` for a bucket prefix.
+//! The options are [`OPTIONS`], the table that also prints the help, the
+//! completions and the man page.
 //!
 //! What it promises:
 //!
 //! - **COMMAND starts only while the lease may be written under.** Without
 //!   `--wait` there is one attempt; a lease held by another instance exits
-//!   75 naming the holder. With `--wait S` the same [`Contender`] (one
+//!   75 naming the holder (or N, given `-E N` / `--conflict-exit-code N`,
+//!   as `flock -E`). With `--wait S` the same [`Contender`] (one
 //!   instance id, so a write of ours whose answer was lost is recognised as
 //!   ours) then waits with [`Contender::acquire_with`]: it sleeps until the
 //!   holder's record can expire by this machine's clock, re-reading it at
@@ -69,9 +72,11 @@
 //! - `--best-effort`, or `BUCKET_LEASE_CONDITIONAL=off`, takes a
 //!   best-effort lease on a service without conditional writes (logged as
 //!   a warning). A service caught ignoring conditions exits 69.
-//! - `--ttl` is 1 to 3600 s (a longer TTL makes every contender treat the
-//!   record as suspect); `--wait` and `--grace` up to 10^9 s. Anything else
-//!   is a usage error (64), never an overflow.
+//! - Durations are seconds (`1.5`) or take a unit (`90s`, `1m`, `0.5h`,
+//!   `1d`). `--ttl` is a whole number of seconds from 1 to 3600 (a longer
+//!   TTL makes every contender treat the record as suspect); `--wait` and
+//!   `--grace` up to 10^9 s. Anything else is a usage error (64), never an
+//!   overflow.
 //!
 //! - **COMMAND's processes die with `bucket-lease`.** On Linux, if `run`
 //!   itself is killed with SIGKILL (it can then release nothing), its
@@ -145,12 +150,13 @@
 //! it when it wakes. A wait interrupted by a signal may leave a record of
 //! ours that lands after the look for it: it expires after its TTL.
 
+use crate::args::{given, Arg, Args, Opt, Spec};
 use crate::child::Job;
-use crate::text::printable;
-use crate::{
-    exit, human_secs, lease_error_code, lease_error_summary, open_store, parse_seconds, parse_ttl,
-    signal_exit_code, Failure, Parser, Token,
+use crate::cli::{
+    exit, human_secs, lease_error_code, lease_error_summary, open_store, parse_duration,
+    parse_exit_code, parse_ttl, signal_exit_code, Failure,
 };
+use crate::text::printable;
 use bucket_lease::keeper::DEFAULT_RELEASE_TIMEOUT;
 use bucket_lease::lease::DEFAULT_TTL_S;
 use bucket_lease::record::check_holder_name;
@@ -167,12 +173,8 @@ use std::process::ExitStatus;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-/// `bucket-lease run --help`.
-pub const HELP: &str = "\
-bucket-lease run: run COMMAND while holding the lease on URL's prefix.
-
-Usage: bucket-lease run [OPTIONS] URL [--] COMMAND [ARG...]
-
+/// What `run` does, for its help and the man page.
+const ABOUT: &str = "\
 Takes the lease ({prefix}/LEASE), runs COMMAND while a thread renews the
 lease every third of the TTL, and releases it when COMMAND exits. COMMAND
 starts only while the lease may be written under.
@@ -215,24 +217,85 @@ signalled.
 COMMAND's environment gains BUCKET_LEASE_URL, BUCKET_LEASE_KEY,
 BUCKET_LEASE_INSTANCE_ID, BUCKET_LEASE_EPOCH, BUCKET_LEASE_TTL_S,
 BUCKET_LEASE_ACQUIRED_AT and BUCKET_LEASE_EXCLUSION.
-
-Options:
-  --ttl S         the lease's TTL in whole seconds, 1 to 3600 (default 30)
-  --wait S        wait up to S seconds for a held lease (default: one attempt, exit 75
-                  if held). Every request is bounded: run gives up within max(S, 10)
-                  seconds plus 2; refused credentials (77) or a missing bucket (78)
-                  end it at once, and so do SIGINT and SIGTERM
-  --grace S       how long COMMAND may take to stop after SIGTERM (default 10); never
-                  past the write deadline
-  --holder-name NAME
-                  the name for people written in the record (default host:pid), shown
-                  by inspect and in \"held by\" messages; at most 128 bytes, printable.
-                  Informational only: it never decides who holds the lease
-  --best-effort   read-then-write instead of conditional writes, for services without
-                  them (also BUCKET_LEASE_CONDITIONAL=off); logged as a warning
-  -v, -q          more or less on stderr
-  -h, --help      this help
 ";
+
+/// The options of `run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Ttl,
+    Wait,
+    Grace,
+    ConflictExitCode,
+    BestEffort,
+    HolderName,
+}
+
+/// `run`'s table: parsing, help, completions and the man page.
+const OPTIONS: &[Opt<Key>] = &[
+    Opt {
+        key: Key::Ttl,
+        long: "ttl",
+        short: None,
+        value: Some("DURATION"),
+        help: "the lease's TTL, a whole number of seconds from 1 to 3600 (30, 30s, 1m; \
+               default 30)",
+    },
+    Opt {
+        key: Key::Wait,
+        long: "wait",
+        short: None,
+        value: Some("DURATION"),
+        help: "wait up to DURATION for a held lease (1.5, 90s, 5m, 1h; default: one attempt, \
+               then the conflict exit code if held). Every request is bounded: run gives up \
+               within max(DURATION, 10 s) plus 2 s; refused credentials (77) or a missing \
+               bucket (78) end it at once, and so do SIGINT and SIGTERM",
+    },
+    Opt {
+        key: Key::Grace,
+        long: "grace",
+        short: None,
+        value: Some("DURATION"),
+        help: "how long COMMAND may take to stop after SIGTERM (default 10s); never past the \
+               write deadline",
+    },
+    Opt {
+        key: Key::ConflictExitCode,
+        long: "conflict-exit-code",
+        short: Some('E'),
+        value: Some("N"),
+        help: "the exit code when the lease is held by another instance (after --wait), 0 to \
+               255 (default 75), as flock -E: so that COMMAND's own 75 is not taken for \
+               \"held\"",
+    },
+    Opt {
+        key: Key::BestEffort,
+        long: "best-effort",
+        short: None,
+        value: None,
+        help: "read-then-write instead of conditional writes, for services without them (also \
+               BUCKET_LEASE_CONDITIONAL=off); logged as a warning",
+    },
+    Opt {
+        key: Key::HolderName,
+        long: "holder-name",
+        short: None,
+        value: Some("NAME"),
+        help: "a readable name for the holder, shown by inspect; default host:pid",
+    },
+];
+
+/// `run`'s documentation.
+pub fn spec() -> Spec {
+    Spec::new(
+        "run",
+        "run COMMAND while holding the lease on URL's prefix.",
+        "bucket-lease run [OPTIONS] URL [--] COMMAND [ARG...]",
+        ABOUT,
+        "",
+        OPTIONS,
+        true,
+    )
+}
 
 /// How often the supervising loop looks at the command and the signals, at
 /// the least: it also wakes for each SIGTERM and SIGKILL instant.
@@ -260,47 +323,61 @@ struct Options {
     wait: Option<Duration>,
     grace: Duration,
     best_effort: bool,
+    /// The exit code when the lease is held (`-E`).
+    conflict_exit_code: u8,
+    /// A readable name for the holder (`--holder-name`).
     holder_name: Option<String>,
     command: Vec<OsString>,
 }
 
-fn parse(p: &mut Parser) -> Result<Option<Options>, Failure> {
+fn parse(p: &mut Args) -> Result<Option<Options>, Failure> {
     let cmd = p.command;
     let mut url: Option<String> = None;
-    let (mut ttl_s, mut wait, mut grace, mut best_effort) =
-        (DEFAULT_TTL_S, None, DEFAULT_GRACE, false);
-    let mut command = Vec::new();
-    let mut holder_name = None;
-    while let Some(tok) = p.option()? {
-        match tok {
-            Token::Help => {
-                crate::print_help(HELP);
+    let mut o = Options {
+        url: String::new(),
+        ttl_s: DEFAULT_TTL_S,
+        wait: None,
+        grace: DEFAULT_GRACE,
+        best_effort: false,
+        conflict_exit_code: exit::HELD,
+        holder_name: None,
+        command: Vec::new(),
+    };
+    loop {
+        if url.is_none() && p.dashes_next() {
+            return Err(Failure::usage(cmd, "missing URL before `--`"));
+        }
+        let Some(arg) = p.next(OPTIONS, true)? else {
+            break;
+        };
+        match arg {
+            Arg::Help => {
+                crate::print_help(&spec());
                 return Ok(None);
             }
-            Token::Long(ref name, _) if name == "ttl" => {
-                ttl_s = parse_ttl(cmd, "--ttl", &p.value(&tok)?)?;
-            }
-            Token::Long(ref name, _) if name == "wait" => {
-                wait = Some(parse_seconds(cmd, "--wait", &p.value(&tok)?)?);
-            }
-            Token::Long(ref name, _) if name == "grace" => {
-                grace = parse_seconds(cmd, "--grace", &p.value(&tok)?)?;
-            }
-            Token::Long(ref name, _) if name == "holder-name" => {
-                let name = p.value(&tok)?;
-                if let Err(e) = check_holder_name(&name) {
-                    return Err(Failure::usage(
-                        cmd,
-                        format!("--holder-name {:?}: {e}", printable(&name)),
-                    ));
+            Arg::Opt(key, value) => {
+                let value = given(value);
+                match key {
+                    Key::Ttl => o.ttl_s = parse_ttl(cmd, "--ttl", &value)?,
+                    Key::Wait => o.wait = Some(parse_duration(cmd, "--wait", &value)?),
+                    Key::Grace => o.grace = parse_duration(cmd, "--grace", &value)?,
+                    Key::ConflictExitCode => {
+                        o.conflict_exit_code =
+                            parse_exit_code(cmd, "-E/--conflict-exit-code", &value)?;
+                    }
+                    Key::BestEffort => o.best_effort = true,
+                    Key::HolderName => {
+                        if let Err(e) = check_holder_name(&value) {
+                            return Err(Failure::usage(
+                                cmd,
+                                format!("--holder-name {:?}: {e}", printable(&value)),
+                            ));
+                        }
+                        o.holder_name = Some(value);
+                    }
                 }
-                holder_name = Some(name);
             }
-            Token::Long(ref name, _) if name == "best-effort" => {
-                p.flag(&tok)?;
-                best_effort = true;
-            }
-            Token::Word(word) if url.is_none() => match word.into_string() {
+            Arg::Word(word) if url.is_none() => match word.into_string() {
                 Ok(s) => url = Some(s),
                 Err(word) => {
                     return Err(Failure::usage(
@@ -309,15 +386,12 @@ fn parse(p: &mut Parser) -> Result<Option<Options>, Failure> {
                     ))
                 }
             },
-            Token::Word(word) => {
-                command.push(word);
-                command.extend(p.rest());
+            // COMMAND's first word: the rest is its own, exactly as given.
+            Arg::Word(word) => {
+                o.command.push(word);
+                o.command.extend(p.rest());
+                break;
             }
-            Token::Dashes if url.is_some() => command.extend(p.rest()),
-            Token::Dashes => {
-                return Err(Failure::usage(cmd, "missing URL before `--`"));
-            }
-            other => return Err(p.unexpected(&other)),
         }
     }
     let Some(url) = url else {
@@ -326,21 +400,14 @@ fn parse(p: &mut Parser) -> Result<Option<Options>, Failure> {
             "missing URL (such as s3://bucket/prefix)",
         ));
     };
-    if command.is_empty() {
+    if o.command.is_empty() {
         return Err(Failure::usage(
             cmd,
             "missing COMMAND to run (after the URL and `--`)",
         ));
     }
-    Ok(Some(Options {
-        url,
-        ttl_s,
-        wait,
-        grace,
-        best_effort,
-        holder_name,
-        command,
-    }))
+    o.url = url;
+    Ok(Some(o))
 }
 
 /// Parse and run `run`.
@@ -349,7 +416,7 @@ fn parse(p: &mut Parser) -> Result<Option<Options>, Failure> {
 ///
 /// A usage, configuration, held, lost or store failure; the command's
 /// status is returned as `Ok`.
-pub fn main(mut p: Parser) -> Result<u8, Failure> {
+pub fn main(mut p: Args) -> Result<u8, Failure> {
     // Before any thread starts (the store's, the renewal thread), so that
     // every thread inherits the mask: a message written from the
     // background of the terminal under `stty tostop` must not stop run,
@@ -361,7 +428,7 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         return Ok(exit::OK);
     };
     p.init_logging();
-    let (store, prefix) = open_store(&o.url)?;
+    let (store, prefix) = open_store(&o.url, &p.shared.store)?;
     let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])
         .map_err(|e| Failure::new(exit::STORE, format!("run: cannot handle signals: {e}")))?;
     let mut options = LeaseOptions::from_env(o.ttl_s);
@@ -388,8 +455,8 @@ pub fn main(mut p: Parser) -> Result<u8, Failure> {
         &o.command[0],
         &o.command[1..],
         o.grace,
-        p.verbose,
-        p.quiet,
+        p.shared.verbose,
+        p.shared.quiet,
         interactive,
     );
     start
@@ -560,8 +627,13 @@ fn acquire(
     if matches!(error, LeaseError::Store(_)) && !no_bucket {
         abandon(&contender);
     }
+    let code = match error {
+        // Held (after --wait, if given): the code -E chose.
+        LeaseError::Held { .. } => o.conflict_exit_code,
+        _ => lease_error_code(&error),
+    };
     Err(Failure::new(
-        lease_error_code(&error),
+        code,
         format!("run: {}{error}", lease_error_summary(&error)),
     ))
 }

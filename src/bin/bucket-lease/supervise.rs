@@ -45,7 +45,8 @@
 //! not signal) ends after [`KILL_BOUND`], naming the processes left.
 
 use crate::child::{SUPERVISE, TTY};
-use crate::{exit, procs, tty};
+use crate::cli::exit;
+use crate::{procs, tty};
 use rustix::io::Errno;
 use rustix::process::{
     getpgid, getpid, getppid, getrlimit, kill_process, kill_process_group, set_child_subreaper,
@@ -463,5 +464,5 @@ fn mirror(status: Option<WaitStatus>) -> u8 {
     let _ = signal_hook::low_level::emulate_default_handler(sig);
     // A signal that does not kill by default (or that could not be
     // raised): the status a shell would give.
-    crate::signal_exit_code(sig)
+    crate::cli::signal_exit_code(sig)
 }

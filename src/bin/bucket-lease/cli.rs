@@ -1,0 +1,609 @@
+//! What every command module shares: the exit codes, [`Failure`], the
+//! meaning of a failed request as an exit code, the parsers of option
+//! values (durations, the TTL, exit codes) and the opening of a store with
+//! the AWS CLI's flags laid over the environment ([`StoreFlags`]). Nothing
+//! here depends on a command module or on `main.rs`.
+
+use bucket_lease::backends::config::{self, ConfigError};
+use bucket_lease::lease::DEFAULT_CALL_TIMEOUT;
+use bucket_lease::store::{StoreError, StoreErrorKind};
+use bucket_lease::{LeaseError, Store};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The exit codes of every command; see the [crate docs](crate).
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// `break` refused: nothing to break, or another holder.
+    pub const REFUSED: u8 = 1;
+    /// A bad or missing argument (sysexits `EX_USAGE`).
+    pub const USAGE: u8 = 64;
+    /// A store request failed, or the store ignores conditions
+    /// (`EX_UNAVAILABLE`).
+    pub const STORE: u8 = 69;
+    /// The lease is held by another instance (`EX_TEMPFAIL`, as `flock -n`
+    /// can be told to exit); `run -E N` exits N instead.
+    pub const HELD: u8 = 75;
+    /// The lease was lost or fenced while the command ran, or before it
+    /// could start (`EX_PROTOCOL`).
+    pub const LOST: u8 = 76;
+    /// The service refused the credentials or the permissions
+    /// (`EX_NOPERM`).
+    pub const NO_PERMISSION: u8 = 77;
+    /// The configuration cannot be used (`EX_CONFIG`).
+    pub const CONFIG: u8 = 78;
+    /// The command was found but could not be executed (as shells do).
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// The command was not found (as shells do).
+    pub const NOT_FOUND: u8 = 127;
+}
+
+/// Why a command ended early: the exit code and what to say on stderr.
+#[derive(Debug)]
+pub struct Failure {
+    /// The process's exit code.
+    pub code: u8,
+    /// What went wrong, printed after `bucket-lease: `.
+    pub message: String,
+    /// For usage errors: the command whose `--help` to point at.
+    pub usage_of: Option<&'static str>,
+}
+
+impl Failure {
+    /// A failure with exit code `code`.
+    pub fn new(code: u8, message: impl fmt::Display) -> Self {
+        Failure {
+            code,
+            message: message.to_string(),
+            usage_of: None,
+        }
+    }
+
+    /// A usage error in `command` (empty for the top level).
+    pub fn usage(command: &'static str, message: impl fmt::Display) -> Self {
+        let message = if command.is_empty() {
+            message.to_string()
+        } else {
+            format!("{command}: {message}")
+        };
+        Failure {
+            code: exit::USAGE,
+            message,
+            usage_of: Some(command),
+        }
+    }
+}
+
+/// The exit code for a failed store request: [`exit::NO_PERMISSION`] for
+/// refused credentials or permissions, [`exit::CONFIG`] for another
+/// permanent failure (a bucket that does not exist, a server certificate
+/// not trusted, a proxy that refuses), else [`exit::STORE`].
+pub fn store_error_code(error: &StoreError) -> u8 {
+    if error.kind() == StoreErrorKind::PermissionDenied {
+        exit::NO_PERMISSION
+    } else if error.is_permanent() {
+        // A missing bucket, a certificate not trusted, a refusing proxy.
+        exit::CONFIG
+    } else {
+        exit::STORE
+    }
+}
+
+/// What a failed store request means and what to fix, to go before its
+/// message: for the exit codes [`store_error_code`] gives besides
+/// [`exit::STORE`]; empty otherwise.
+pub fn store_error_summary(error: &StoreError) -> &'static str {
+    match store_error_code(error) {
+        exit::NO_PERMISSION => {
+            "the service refused the credentials or their permissions (check the credentials \
+             -v names the source of, and that they may read and write this prefix): "
+        }
+        // The store's error says it, and what to do, itself.
+        exit::CONFIG if error.code() == Some("NoSuchBucket") => "",
+        exit::CONFIG => "no retry can succeed until a setting changes (the message names it): ",
+        _ => "",
+    }
+}
+
+/// The exit code for a lease error: [`exit::HELD`], [`exit::LOST`] for an
+/// acquire that outlasted its own fence, [`exit::USAGE`] for a TTL out of
+/// range, [`exit::CONFIG`] for a prefix too long for the store's keys,
+/// [`store_error_code`] for a failed request, else [`exit::STORE`].
+pub fn lease_error_code(error: &LeaseError) -> u8 {
+    match error {
+        LeaseError::Held { .. } => exit::HELD,
+        LeaseError::Fenced { .. } => exit::LOST,
+        LeaseError::TtlTooLong { .. } => exit::USAGE,
+        LeaseError::KeyTooLong { .. } => exit::CONFIG,
+        LeaseError::Store(e) => store_error_code(e),
+        _ => exit::STORE,
+    }
+}
+
+/// [`store_error_summary`] for the request behind a lease error, if any.
+pub fn lease_error_summary(error: &LeaseError) -> &'static str {
+    error.store_error().map_or("", store_error_summary)
+}
+
+/// The exit code for "stopped by signal `sig`": 128 + `sig`, as shells
+/// report it (255 for a number that does not fit).
+pub fn signal_exit_code(sig: i32) -> u8 {
+    sig.checked_add(128)
+        .and_then(|code| u8::try_from(code).ok())
+        .unwrap_or(u8::MAX)
+}
+
+/// The longest duration [`parse_duration`] accepts: 10^9 s, about 31
+/// years, far from any overflow when added to an instant.
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// How durations are written, for help texts and messages.
+pub const DURATION_FORMS: &str = "seconds (1.5), or with a unit: 90s, 1m, 0.5h, 1d";
+
+/// A duration in seconds as written for `option`: a number of seconds,
+/// fractions allowed, optionally followed by `s`, `m`, `h` or `d` (as
+/// `timeout(1)` takes them); `None` when it is not one (negative, not
+/// finite, no number).
+fn duration_seconds(value: &str) -> Option<f64> {
+    let (number, unit) = match value.char_indices().last()? {
+        (i, 's') => (&value[..i], 1.0),
+        (i, 'm') => (&value[..i], 60.0),
+        (i, 'h') => (&value[..i], 3600.0),
+        (i, 'd') => (&value[..i], 86_400.0),
+        _ => (value, 1.0),
+    };
+    // Digits and one point only: no sign, exponent, `inf` or `NaN`.
+    let digits = number.bytes().filter(u8::is_ascii_digit).count();
+    let points = number.bytes().filter(|&b| b == b'.').count();
+    if digits == 0 || digits + points != number.len() || points > 1 {
+        return None;
+    }
+    let seconds = number.parse::<f64>().ok()? * unit;
+    seconds.is_finite().then_some(seconds)
+}
+
+/// Parse a duration for `option` (see [`DURATION_FORMS`]), from 0 up to
+/// [`MAX_SECONDS`].
+///
+/// # Errors
+///
+/// A usage failure naming the option, the value, the forms and the range.
+pub fn parse_duration(
+    command: &'static str,
+    option: &str,
+    value: &str,
+) -> Result<Duration, Failure> {
+    duration_seconds(value)
+        .filter(|s| (0.0..=MAX_SECONDS).contains(s))
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| {
+            Failure::usage(
+                command,
+                format!(
+                    "{option}: expected a duration from 0 up to {MAX_SECONDS:.0} seconds, as \
+                     {DURATION_FORMS}; got {value:?}"
+                ),
+            )
+        })
+}
+
+/// Parse a lease TTL for `option`: a duration (see [`DURATION_FORMS`])
+/// that is a whole number of seconds from 1 to
+/// [`MAX_SANE_TTL_S`](bucket_lease::record::MAX_SANE_TTL_S).
+///
+/// # Errors
+///
+/// A usage failure naming the option, the value, the range and why.
+pub fn parse_ttl(command: &'static str, option: &str, value: &str) -> Result<u64, Failure> {
+    use bucket_lease::record::MAX_SANE_TTL_S;
+    let seconds = duration_seconds(value);
+    let why = match seconds {
+        Some(s) if s.fract() == 0.0 && (1.0..=MAX_SANE_TTL_S as f64).contains(&s) => {
+            // Whole and at most 3600: the cast is exact.
+            return Ok(s as u64);
+        }
+        Some(s) if s > MAX_SANE_TTL_S as f64 => LONG_TTL,
+        Some(s) if s.fract() != 0.0 => " (a TTL is a whole number of seconds)",
+        _ => "",
+    };
+    Err(Failure::usage(
+        command,
+        format!(
+            "{option}: expected a whole number of seconds from 1 to {MAX_SANE_TTL_S} (such as \
+             30, 30s or 1m), got {value:?}{why}"
+        ),
+    ))
+}
+
+const LONG_TTL: &str = " (every contender treats a record with a longer TTL as suspect, and \
+                        may take it over from a live holder)";
+
+/// Parse an exit code for `option`: a whole number from 0 to 255.
+///
+/// # Errors
+///
+/// A usage failure naming the option, the value and the range.
+pub fn parse_exit_code(command: &'static str, option: &str, value: &str) -> Result<u8, Failure> {
+    value
+        .parse::<u8>()
+        .ok()
+        .filter(|_| value.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| {
+            Failure::usage(
+                command,
+                format!(
+                    "{option}: expected an exit code, a whole number from 0 to 255, got {value:?}"
+                ),
+            )
+        })
+}
+
+/// A whole number from 1 to 1,000,000 for `option`.
+///
+/// # Errors
+///
+/// A usage failure naming the option, the value and the range.
+pub fn parse_count(command: &'static str, option: &str, value: &str) -> Result<u64, Failure> {
+    match value.parse::<u64>() {
+        Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
+        _ => Err(Failure::usage(
+            command,
+            format!("{option}: expected a whole number from 1 to 1000000, got {value:?}"),
+        )),
+    }
+}
+
+/// The AWS CLI's `--profile`, `--region` and `--endpoint-url`, laid over
+/// the environment the store is configured from, as the AWS CLI lays
+/// them: each wins over every variable and profile setting for the same
+/// thing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreFlags {
+    /// `--profile`: the shared files' profile, as `AWS_PROFILE`. As in the
+    /// AWS CLI, a profile named on the command line also wins over the
+    /// environment's keys (`AWS_ACCESS_KEY_ID` and its kin are not read).
+    pub profile: Option<String>,
+    /// `--region`: as `AWS_REGION`, so it wins over `AWS_DEFAULT_REGION`
+    /// and the profile's `region`.
+    pub region: Option<String>,
+    /// `--endpoint-url`: the S3 endpoint, over `AWS_ENDPOINT_URL_S3`,
+    /// `AWS_ENDPOINT_URL` and the profile's `endpoint_url`.
+    pub endpoint_url: Option<String>,
+}
+
+impl StoreFlags {
+    /// The value of the variable `name` with the flags laid over `env`.
+    pub fn lookup(&self, name: &str, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+        let flag = match name {
+            "AWS_PROFILE" => &self.profile,
+            "AWS_REGION" => &self.region,
+            "AWS_ENDPOINT_URL_S3" | "AWS_ENDPOINT_URL" => &self.endpoint_url,
+            "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" | "AWS_SESSION_TOKEN"
+                if self.profile.is_some() =>
+            {
+                return None
+            }
+            _ => &None,
+        };
+        flag.clone().or_else(|| env(name))
+    }
+
+    /// Whether any flag is given.
+    pub fn any(&self) -> bool {
+        self.profile.is_some() || self.region.is_some() || self.endpoint_url.is_some()
+    }
+}
+
+/// Open the store `url` names, from the process environment with `flags`
+/// laid over it.
+///
+/// # Errors
+///
+/// A configuration failure ([`exit::CONFIG`]) saying what to set.
+pub fn open_store(url: &str, flags: &StoreFlags) -> Result<(Arc<dyn Store>, String), Failure> {
+    if flags.any() && url.starts_with("file:") {
+        log::warn!("--profile, --region and --endpoint-url do not apply to a file:// URL: ignored");
+    }
+    config::open_with_env(url, |name| flags.lookup(name, |n| std::env::var(n).ok())).map_err(
+        |e: ConfigError| {
+            let message = e.to_string();
+            // The backends name the variable; the flag gave the name here.
+            let message = match flags.profile {
+                Some(_) => message.replace("AWS_PROFILE names it", "--profile names it"),
+                None => message,
+            };
+            Failure::new(exit::CONFIG, message)
+        },
+    )
+}
+
+/// How long after a [`Timeout`] its [`watchdog`](Timeout::watchdog) ends
+/// the process: a request bounded by the deadline returns within the
+/// store's slack (200 ms), so the watchdog only cuts off what has none.
+pub const WATCHDOG_SLACK: Duration = Duration::from_millis(500);
+
+/// The overall bound of a command (`--timeout`): when it passes, the
+/// command ends with [`exit::STORE`], the code of a request that failed
+/// for now, saying what timed out and how to give it longer.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeout {
+    command: &'static str,
+    limit: Duration,
+    end: Option<Instant>,
+}
+
+impl Timeout {
+    /// A bound of `limit` from now for `command`.
+    pub fn start(command: &'static str, limit: Duration) -> Timeout {
+        Timeout {
+            command,
+            limit,
+            end: Instant::now().checked_add(limit),
+        }
+    }
+
+    /// When it passes (`None`: too far to say).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.end
+    }
+
+    /// The deadline of one call: the library's default bound for a call
+    /// ([`DEFAULT_CALL_TIMEOUT`]), or this bound if it comes first.
+    pub fn call_deadline(&self) -> Option<Instant> {
+        let call = Instant::now().checked_add(DEFAULT_CALL_TIMEOUT);
+        match (call, self.end) {
+            (Some(call), Some(end)) => Some(call.min(end)),
+            (call, end) => call.or(end),
+        }
+    }
+
+    /// Whether it has passed.
+    pub fn passed(&self) -> bool {
+        self.end.is_some_and(|end| Instant::now() >= end)
+    }
+
+    /// The failure once it has passed while `doing` (such as "reading the
+    /// lease").
+    pub fn failure(&self, doing: &str) -> Failure {
+        let longer = (self.limit.as_secs_f64() * 2.0).ceil().max(1.0);
+        Failure::new(
+            exit::STORE,
+            format!(
+                "{}: timed out after {} (--timeout) {doing}. Give it longer with --timeout, such as --timeout {longer:.0}s",
+                self.command,
+                human_secs(self.limit.as_secs_f64())
+            ),
+        )
+    }
+
+    /// Whether `error` is this bound passing (rather than a request's own
+    /// failure).
+    pub fn is_cause(&self, error: &StoreError) -> bool {
+        error.is_timeout() && self.passed()
+    }
+
+    /// A guard that ends the process with [`failure`](Self::failure)
+    /// `slack` after the bound, unless dropped first: the backstop for a
+    /// step that takes no deadline (opening a store asks its credentials
+    /// source once, for up to 30 s).
+    pub fn watchdog(&self, doing: &'static str, slack: Duration) -> Watchdog {
+        let (disarm, disarmed) = std::sync::mpsc::channel::<()>();
+        let fire = self.end.and_then(|end| end.checked_add(slack));
+        let this = *self;
+        let spawned = std::thread::Builder::new()
+            .name("timeout".to_string())
+            .spawn(move || {
+                let Some(fire) = fire else { return };
+                let left = fire.saturating_duration_since(Instant::now());
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = disarmed.recv_timeout(left)
+                {
+                    let failure = this.failure(doing);
+                    kill_credential_helpers();
+                    failure.print();
+                    std::process::exit(i32::from(failure.code));
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("cannot start the --timeout thread ({e}): the requests keep their bounds");
+        }
+        Watchdog { _disarm: disarm }
+    }
+}
+
+/// Kill the `credential_process` runs in flight (each in a process group
+/// of its own), which would outlive a process that exits at once and
+/// keep its output open.
+fn kill_credential_helpers() {
+    use rustix::process::{kill_process_group, Pid, Signal};
+    bucket_lease_backends::credentials::with_running_groups(|groups| {
+        for group in groups {
+            if let Some(pid) = i32::try_from(*group).ok().and_then(Pid::from_raw) {
+                let _ = kill_process_group(pid, Signal::KILL);
+            }
+        }
+    });
+}
+
+/// See [`Timeout::watchdog`]: dropping it disarms it.
+#[derive(Debug)]
+pub struct Watchdog {
+    _disarm: std::sync::mpsc::Sender<()>,
+}
+
+/// A number of seconds for people: `850 ms`, `3.2 s`, `4 min 5 s`, `5.1 h`,
+/// `12.5 days`, `2026 years`; never a panic, whatever the number.
+pub fn human_secs(seconds: f64) -> String {
+    if !seconds.is_finite() {
+        return "an unknown time".to_string();
+    }
+    let a = seconds.abs();
+    let sign = if seconds < 0.0 { "-" } else { "" };
+    if a < 1.0 {
+        format!("{sign}{:.0} ms", a * 1000.0)
+    } else if a < 120.0 {
+        format!("{sign}{a:.1} s")
+    } else if a < 7200.0 {
+        // Below 7200, so both casts are exact.
+        format!("{sign}{} min {} s", (a / 60.0) as u64, (a % 60.0) as u64)
+    } else if a < 172_800.0 {
+        format!("{sign}{:.1} h", a / 3600.0)
+    } else if a < 3.0e7 {
+        format!("{sign}{:.1} days", a / 86_400.0)
+    } else {
+        format!("{sign}{:.0} years", a / 31_557_600.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_secs_reads_any_number() {
+        assert_eq!(human_secs(0.25), "250 ms");
+        assert_eq!(human_secs(-3.21), "-3.2 s");
+        assert_eq!(human_secs(245.0), "4 min 5 s");
+        assert_eq!(human_secs(7200.0), "2.0 h");
+        assert_eq!(human_secs(864_000.0), "10.0 days");
+        assert_eq!(human_secs(-3.15576e10), "-1000 years");
+        assert_eq!(human_secs(f64::NAN), "an unknown time");
+        assert_eq!(human_secs(f64::INFINITY), "an unknown time");
+    }
+
+    /// A failure no retry can cure (an untrusted certificate, a refusing
+    /// proxy) is a configuration problem, as a missing bucket is.
+    #[test]
+    fn permanent_store_failures_exit_as_configuration() {
+        let certificate = StoreError::new(StoreErrorKind::Rejected, "GET", "k")
+            .with_code("InvalidCertificate")
+            .permanent();
+        assert_eq!(store_error_code(&certificate), exit::CONFIG);
+        assert!(store_error_summary(&certificate).contains("until a setting changes"));
+        let bucket =
+            StoreError::new(StoreErrorKind::Rejected, "GET", "k").with_code("NoSuchBucket");
+        assert_eq!(store_error_code(&bucket), exit::CONFIG);
+        // Said once, by the store error itself.
+        assert_eq!(store_error_summary(&bucket), "");
+        assert!(bucket.to_string().contains("the bucket does not exist"));
+        let other = StoreError::new(StoreErrorKind::Rejected, "GET", "k");
+        assert_eq!(store_error_code(&other), exit::STORE);
+        assert_eq!(store_error_summary(&other), "");
+    }
+
+    #[test]
+    fn signal_exit_codes_never_overflow() {
+        assert_eq!(signal_exit_code(2), 130);
+        assert_eq!(signal_exit_code(15), 143);
+        assert_eq!(signal_exit_code(127), 255);
+        assert_eq!(signal_exit_code(128), 255);
+        assert_eq!(signal_exit_code(i32::MAX), 255);
+    }
+
+    #[test]
+    fn durations_take_fractions_and_units() {
+        let d = |v: &str| parse_duration("t", "--wait", v).map(|d| d.as_secs_f64());
+        assert_eq!(d("1.5").unwrap(), 1.5);
+        assert_eq!(d("90s").unwrap(), 90.0);
+        assert_eq!(d("1m").unwrap(), 60.0);
+        assert_eq!(d("0.5h").unwrap(), 1800.0);
+        assert_eq!(d("1d").unwrap(), 86_400.0);
+        assert_eq!(d(".5").unwrap(), 0.5);
+        assert_eq!(d("0").unwrap(), 0.0);
+        for bad in [
+            "", "s", "-1", "+1", "1e3", "inf", "NaN", "1.2.3", "1 s", "1ms", "2y", "1e10",
+        ] {
+            let e = d(bad).expect_err(bad);
+            assert!(e.message.contains("90s, 1m, 0.5h"), "{bad}: {}", e.message);
+        }
+        assert!(d("1000000000").is_ok() && d("1000000001").is_err());
+    }
+
+    #[test]
+    fn a_ttl_is_whole_seconds_from_1_to_3600() {
+        let t = |v: &str| parse_ttl("t", "--ttl", v);
+        assert_eq!(t("30").unwrap(), 30);
+        assert_eq!(t("30s").unwrap(), 30);
+        assert_eq!(t("0.5m").unwrap(), 30);
+        assert_eq!(t("1h").unwrap(), 3600);
+        assert_eq!(t("0.1h").unwrap(), 360);
+        assert!(t("1.5")
+            .unwrap_err()
+            .message
+            .contains("whole number of seconds)"));
+        assert!(t("2h").unwrap_err().message.contains("suspect"));
+        assert!(t("99999999999999999999999")
+            .unwrap_err()
+            .message
+            .contains("suspect"));
+        assert!(t("0").unwrap_err().message.contains("1 to 3600"));
+    }
+
+    #[test]
+    fn exit_codes_are_0_to_255() {
+        assert_eq!(parse_exit_code("t", "-E", "0").unwrap(), 0);
+        assert_eq!(parse_exit_code("t", "-E", "255").unwrap(), 255);
+        for bad in ["256", "-1", "+1", "", "x", "1.0"] {
+            assert!(parse_exit_code("t", "-E", bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The flags win over the environment's variables for the same thing;
+    /// `--profile` hides the environment's keys, as in the AWS CLI.
+    #[test]
+    fn store_flags_are_laid_over_the_environment() {
+        let env = |name: &str| Some(format!("env-{name}"));
+        let none = StoreFlags::default();
+        assert_eq!(
+            none.lookup("AWS_REGION", env).as_deref(),
+            Some("env-AWS_REGION")
+        );
+        assert_eq!(
+            none.lookup("AWS_ACCESS_KEY_ID", env).as_deref(),
+            Some("env-AWS_ACCESS_KEY_ID")
+        );
+        let flags = StoreFlags {
+            profile: Some("p".into()),
+            region: Some("r".into()),
+            endpoint_url: Some("http://e".into()),
+        };
+        assert_eq!(flags.lookup("AWS_PROFILE", env).as_deref(), Some("p"));
+        assert_eq!(flags.lookup("AWS_REGION", env).as_deref(), Some("r"));
+        assert_eq!(
+            flags.lookup("AWS_ENDPOINT_URL_S3", env).as_deref(),
+            Some("http://e")
+        );
+        assert_eq!(
+            flags.lookup("AWS_ENDPOINT_URL", env).as_deref(),
+            Some("http://e")
+        );
+        for key in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+        ] {
+            assert_eq!(flags.lookup(key, env), None, "{key}");
+        }
+        // Unrelated variables pass through; the STS endpoint stays the
+        // environment's (--endpoint-url is S3's, as in the AWS CLI).
+        assert_eq!(
+            flags.lookup("AWS_ENDPOINT_URL_STS", env).as_deref(),
+            Some("env-AWS_ENDPOINT_URL_STS")
+        );
+        // The region a store is opened with: --region over AWS_REGION and
+        // AWS_DEFAULT_REGION (config.rs reads AWS_REGION first).
+        let region_only = StoreFlags {
+            region: Some("eu-west-3".into()),
+            ..StoreFlags::default()
+        };
+        let env = |name: &str| match name {
+            "AWS_DEFAULT_REGION" => Some("us-west-1".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            region_only.lookup("AWS_REGION", env).as_deref(),
+            Some("eu-west-3")
+        );
+    }
+}
