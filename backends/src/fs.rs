@@ -1019,7 +1019,7 @@ mod tests {
             e.to_string().starts_with(&format!("GET {url}: not found")),
             "{e}"
         );
-        crate::settings::assert_said_once(&e, &url);
+        bucket_lease_core::conformance::assert_said_once(&e, &url);
     }
 
     #[test]

@@ -480,31 +480,10 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-/// Walk `error`'s `source()` chain and fail when one level's text holds
-/// another's, or when `cause` is not said exactly once along it.
-#[cfg(test)]
-pub(crate) fn assert_said_once(error: &(dyn std::error::Error + 'static), cause: &str) {
-    let mut texts = Vec::new();
-    let mut level = Some(error);
-    while let Some(e) = level {
-        texts.push(e.to_string());
-        level = e.source();
-    }
-    for (i, outer) in texts.iter().enumerate() {
-        for inner in &texts[i + 1..] {
-            assert!(
-                !outer.contains(inner.as_str()),
-                "said twice: {outer:?} holds its source's {inner:?}"
-            );
-        }
-    }
-    let told: usize = texts.iter().map(|t| t.matches(cause).count()).sum();
-    assert_eq!(told, 1, "{cause:?} is said {told} times along {texts:?}");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bucket_lease_core::conformance::assert_said_once;
 
     #[test]
     fn a_wrapped_error_is_said_once_along_the_chain() {

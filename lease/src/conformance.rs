@@ -764,3 +764,31 @@ impl<'a> Check<'a> {
         ))
     }
 }
+
+/// Fail when `error`'s `source()` chain says something twice: one level's
+/// text holds another's, or `cause` (the wrapped error's text) is not said
+/// exactly once along the chain. Every error type of a store crate is
+/// checked with it: each level says its cause once (see
+/// [`crate::error`]'s convention).
+///
+/// # Panics
+///
+/// When the chain repeats itself, or `cause` is missing or said twice.
+pub fn assert_said_once(error: &(dyn std::error::Error + 'static), cause: &str) {
+    let mut texts = Vec::new();
+    let mut level = Some(error);
+    while let Some(e) = level {
+        texts.push(e.to_string());
+        level = e.source();
+    }
+    for (i, outer) in texts.iter().enumerate() {
+        for inner in &texts[i + 1..] {
+            assert!(
+                !outer.contains(inner.as_str()),
+                "said twice: {outer:?} holds its source's {inner:?}"
+            );
+        }
+    }
+    let told: usize = texts.iter().map(|t| t.matches(cause).count()).sum();
+    assert_eq!(told, 1, "{cause:?} is said {told} times along {texts:?}");
+}

@@ -358,29 +358,6 @@ impl From<StoreError> for LeaseError {
     }
 }
 
-/// Walk `error`'s `source()` chain and fail when one level's text holds
-/// another's, or when `cause` (the wrapped error's text) is not said
-/// exactly once along the chain: each level says its cause once.
-#[cfg(test)]
-pub(crate) fn assert_said_once(error: &(dyn std::error::Error + 'static), cause: &str) {
-    let mut texts = Vec::new();
-    let mut level = Some(error);
-    while let Some(e) = level {
-        texts.push(e.to_string());
-        level = e.source();
-    }
-    for (i, outer) in texts.iter().enumerate() {
-        for inner in &texts[i + 1..] {
-            assert!(
-                !outer.contains(inner.as_str()),
-                "said twice: {outer:?} holds its source's {inner:?}"
-            );
-        }
-    }
-    let told: usize = texts.iter().map(|t| t.matches(cause).count()).sum();
-    assert_eq!(told, 1, "{cause:?} is said {told} times along {texts:?}");
-}
-
 /// ` (NAME)` for a holder with a name, nothing for one without.
 fn named(holder_name: &Option<String>) -> String {
     holder_name
@@ -409,7 +386,7 @@ mod tests {
             .with_code("NoSuchBucket")
             .with_store_url("s3://b/");
         let e = LeaseError::Store(store.clone());
-        assert_said_once(&e, &store.to_string());
+        crate::conformance::assert_said_once(&e, &store.to_string());
         assert!(e
             .to_string()
             .starts_with("lease store request failed: GET s3://b/p/LEASE"));

@@ -653,7 +653,7 @@ impl FencedReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::assert_said_once;
+    use crate::conformance::assert_said_once;
 
     #[test]
     fn a_store_failure_behind_a_fenced_write_or_read_is_said_once() {

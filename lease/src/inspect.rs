@@ -456,7 +456,7 @@ mod tests {
         let store = StoreError::new(StoreErrorKind::Transport, "PUT", "jobs/a/LEASE")
             .with_store_url("memory:///");
         let e = BreakError::Store(store.clone());
-        crate::error::assert_said_once(&e, &store.to_string());
+        crate::conformance::assert_said_once(&e, &store.to_string());
         assert!(e.to_string().contains("PUT memory:///jobs/a/LEASE"), "{e}");
     }
 

@@ -92,7 +92,7 @@ macro_rules! internal {
 }
 
 pub mod clock;
-#[cfg(feature = "conformance")]
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod error;
 pub mod fence;
