@@ -33,7 +33,9 @@ use ureq::http;
 /// never appear in `Debug` output, logs or panics. (`aws-sigv4` emits the
 /// canonical request, which includes `x-amz-security-token`, as a `tracing`
 /// TRACE event: an application that installs a `tracing` subscriber at
-/// TRACE for `aws_sigv4` would see a session token there.)
+/// TRACE for `aws_sigv4` would see a session token there. The store's own
+/// requests are signed without aws-sigv4's signer, so only a request of
+/// another shape would.)
 #[derive(Clone)]
 pub struct Credentials {
     inner: aws_credential_types::Credentials,
