@@ -19,7 +19,9 @@
 //!   through a store opened afresh, so a new connection, each time), and
 //!   `floor`: the same If-Match PUT of a LEASE-sized body, signed with
 //!   aws-sigv4, written by hand on one kept-alive `TcpStream`
-//!   (`benches/renewal/floor.rs`).
+//!   (`benches/renewal/floor.rs`); and `floor, direct signing`, the same
+//!   signed as the stores sign now (the canonical request by hand, a key
+//!   derived once a day; its first requests checked against aws-sigv4's).
 //!
 //! Every row runs one batch per repetition (`BUCKET_LEASE_BENCH_REPS`,
 //! default 5), the rows interleaved (their order rotated each repetition),
@@ -202,22 +204,30 @@ fn http(prefix: &str, setup: &mut Setup) {
 
     let (endpoint, bucket) = moto().expect("moto is running");
     let floor_key = format!("{prefix}/floor/LEASE");
-    let mut floor = floor::floor(
-        &endpoint,
-        &bucket,
-        &floor_key,
-        body,
-        "test-key",
-        "test-secret",
-        "us-east-1",
-    )
-    .expect("the floor connects");
-    floor().expect("the floor creates its object");
-    setup.add("floor", floor);
+    let direct_key = format!("{prefix}/floor-direct/LEASE");
+    for (name, signing, key) in [
+        ("floor", floor::Signing::AwsSigv4, &floor_key),
+        ("floor, direct signing", floor::Signing::Direct, &direct_key),
+    ] {
+        let mut floor = floor::floor(
+            signing,
+            &endpoint,
+            &bucket,
+            key,
+            body.clone(),
+            "test-key",
+            "test-secret",
+            "us-east-1",
+        )
+        .expect("the floor connects");
+        floor().expect("the floor creates its object");
+        floor().expect("the floor replaces its object");
+        setup.add(name, floor);
+    }
 
     setup.cleanups.push(Box::new(move || {
         lease.release().unwrap();
-        for key in [key, floor_key] {
+        for key in [key, floor_key, direct_key] {
             let _ = store.delete(&key, &DeleteMode::Unconditional, None);
         }
     }));

@@ -35,7 +35,7 @@ use crate::net::proxy::{ProxyConnector, ProxyResolver};
 use crate::net::tls::TlsConnector;
 use crate::net::{not_sent_of, CachingResolver, Stage, TcpConnector};
 use crate::settings::{redact_user_info, url_text, ConfigError, Named, Proxies, Proxy, Trust};
-use crate::sign::{sign_request, Credentials};
+use crate::sign::{sign_request, Credentials, KeyCache};
 use crate::spelling::{same_etag, Spelling};
 use crate::xml::ErrorBody;
 use bucket_lease_core::clock::{jittered, transient_backoff};
@@ -623,6 +623,7 @@ impl HttpStoreBuilder {
             bucket,
             credentials,
             region,
+            keys: KeyCache::new(),
             delete_conditions: DeleteCheck::new(self.conditional_delete),
             spelling: Spelling::new(self.unquoted_etags, self.etag_spelling_set),
             timeout: self.timeout,
@@ -696,6 +697,10 @@ pub struct HttpStore {
     store_url: Arc<str>,
     credentials: Arc<CredentialsProvider>,
     region: String,
+    /// The last signing key derived, for its credentials, day and region
+    /// (derived once a day and once per set of credentials, not per
+    /// request).
+    keys: KeyCache,
     /// Whether conditional deletes are sent: checked on the service first.
     delete_conditions: DeleteCheck,
     /// How `If-Match` spells ETags, learned from the service.
@@ -921,7 +926,15 @@ impl HttpStore {
         body: &[u8],
         time: SystemTime,
     ) -> Result<http::Request<()>, StoreError> {
-        sign_request(credentials, &self.region, &mut request, body, time).map_err(|e| {
+        sign_request(
+            credentials,
+            &self.region,
+            &self.keys,
+            &mut request,
+            body,
+            time,
+        )
+        .map_err(|e| {
             StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(e.to_string())
         })?;
         Ok(request)

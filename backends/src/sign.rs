@@ -5,6 +5,14 @@
 //! `Authorization` to an `http::Request`, signing every header the request
 //! already carries. The time is a parameter so tests can pin it and compare
 //! with AWS's published examples and with botocore.
+//!
+//! The store's requests (no query string, none of the headers aws-sigv4
+//! sets or leaves unsigned) are signed here directly: the canonical request
+//! written into one buffer, its SHA-256, the string to sign, and one HMAC
+//! with a signing key derived once per day, region, service and set of
+//! credentials ([`KeyCache`]) rather than four HMACs per request. Any other
+//! request goes through aws-sigv4's full signer, which the tests hold the
+//! direct path to, byte for byte.
 
 use aws_sigv4::http_request::{
     sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
@@ -12,7 +20,10 @@ use aws_sigv4::http_request::{
 };
 use aws_sigv4::sign::v4;
 use aws_smithy_runtime_api::client::identity::Identity;
+use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::Mutex;
 use std::time::SystemTime;
 use ureq::http;
 
@@ -22,7 +33,9 @@ use ureq::http;
 /// never appear in `Debug` output, logs or panics. (`aws-sigv4` emits the
 /// canonical request, which includes `x-amz-security-token`, as a `tracing`
 /// TRACE event: an application that installs a `tracing` subscriber at
-/// TRACE for `aws_sigv4` would see a session token there.)
+/// TRACE for `aws_sigv4` would see a session token there. The store's own
+/// requests are signed without aws-sigv4's signer, so only a request of
+/// another shape would.)
 #[derive(Clone)]
 pub struct Credentials {
     inner: aws_credential_types::Credentials,
@@ -92,10 +105,11 @@ impl fmt::Debug for Credentials {
 /// Signs requests for one set of credentials in one region, for S3
 /// (service name `s3`).
 #[cfg(test)]
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Signer {
     credentials: Credentials,
     region: String,
+    keys: KeyCache,
 }
 
 /// Signing failed: the request could not be put in canonical form. Its
@@ -115,6 +129,7 @@ impl Signer {
         Signer {
             credentials,
             region: region.into(),
+            keys: KeyCache::new(),
         }
     }
 
@@ -126,19 +141,365 @@ impl Signer {
         payload: &[u8],
         time: SystemTime,
     ) -> Result<(), SignError> {
-        sign_request(&self.credentials, &self.region, request, payload, time)
+        sign_request(
+            &self.credentials,
+            &self.region,
+            &self.keys,
+            request,
+            payload,
+            time,
+        )
+    }
+}
+
+/// The service every request is signed for.
+const SERVICE: &str = "s3";
+
+/// Sign `request`, whose body is `payload`, with `credentials` for `region`
+/// as of `time`, taking the signing key from `keys` when it holds the one
+/// for these credentials, this day and `region`. The request's URI must
+/// already be percent-encoded as it will be sent.
+///
+/// A request of the store's shapes is signed directly ([`sign_directly`]);
+/// any other by aws-sigv4 ([`sign_with_aws_sigv4`]), with the same result.
+pub(crate) fn sign_request<B>(
+    credentials: &Credentials,
+    region: &str,
+    keys: &KeyCache,
+    request: &mut http::Request<B>,
+    payload: &[u8],
+    time: SystemTime,
+) -> Result<(), SignError> {
+    if sign_directly(credentials, region, keys, request, payload, time)? {
+        return Ok(());
+    }
+    sign_with_aws_sigv4(credentials, region, request, payload, time)
+}
+
+/// The headers aws-sigv4 sets itself or never signs: a request carrying
+/// one goes to aws-sigv4.
+const SPECIAL_HEADERS: [&str; 8] = [
+    "host",
+    "authorization",
+    "user-agent",
+    "x-amzn-trace-id",
+    "transfer-encoding",
+    "x-amz-date",
+    "x-amz-content-sha256",
+    "x-amz-security-token",
+];
+
+/// Sign `request` as aws-sigv4 does with the store's settings (single
+/// percent-encoding, no path normalization, `x-amz-content-sha256`), but
+/// with the canonical request written directly and the signing key from
+/// `keys`. `Ok(false)`, with the request untouched, for a request of
+/// another shape: a query string, one of [`SPECIAL_HEADERS`], no host, a
+/// session token that is not a header value, a year outside 0 to 9999.
+pub(crate) fn sign_directly<B>(
+    credentials: &Credentials,
+    region: &str,
+    keys: &KeyCache,
+    request: &mut http::Request<B>,
+    payload: &[u8],
+    time: SystemTime,
+) -> Result<bool, SignError> {
+    let uri = request.uri();
+    let (Some(authority), Some(host), None) = (uri.authority(), uri.host(), uri.query()) else {
+        return Ok(false);
+    };
+    let token = credentials.inner.session_token();
+    if token.is_some_and(|t| !t.bytes().all(is_header_value_byte)) {
+        return Ok(false);
+    }
+    let Some(stamp) = Stamp::of(time) else {
+        return Ok(false);
+    };
+    // The host as aws-sigv4 signs it: without the scheme's default port.
+    let default_port = match (uri.scheme_str(), uri.port()) {
+        (Some(scheme), Some(port)) => {
+            matches!((scheme, port.as_str()), ("http", "80") | ("https", "443"))
+        }
+        _ => false,
+    };
+    let host = if default_port {
+        host
+    } else {
+        authority.as_str()
+    };
+
+    let mut headers: Vec<(&str, Cow<'_, str>)> = Vec::with_capacity(request.headers().len() + 4);
+    for (name, value) in request.headers() {
+        if SPECIAL_HEADERS.contains(&name.as_str()) {
+            return Ok(false);
+        }
+        let value = value
+            .to_str()
+            .map_err(|_| SignError(format!("header {name} is not visible ASCII")))?;
+        headers.push((name.as_str(), trim_all(value)));
+    }
+    let payload_hash = hex(&Sha256::digest(payload));
+    let date_time = stamp.date_time();
+    headers.push(("host", Cow::Borrowed(host)));
+    headers.push(("x-amz-date", Cow::Borrowed(&date_time)));
+    headers.push(("x-amz-content-sha256", Cow::Borrowed(&payload_hash)));
+    if let Some(token) = token {
+        headers.push(("x-amz-security-token", Cow::Borrowed(token)));
+    }
+    // Stable: the values of one name keep their order, joined by commas.
+    headers.sort_by(|a, b| a.0.cmp(b.0));
+
+    let path = request.uri().path();
+    let mut canonical = String::with_capacity(512 + path.len());
+    canonical.push_str(request.method().as_str());
+    canonical.push('\n');
+    canonical.push_str(path);
+    canonical.push_str("\n\n");
+    let mut signed_headers = String::with_capacity(128);
+    for (i, (name, value)) in headers.iter().enumerate() {
+        if i > 0 && headers[i - 1].0 == *name {
+            canonical.push(',');
+        } else {
+            if i > 0 {
+                canonical.push('\n');
+                signed_headers.push(';');
+            }
+            canonical.push_str(name);
+            canonical.push(':');
+            signed_headers.push_str(name);
+        }
+        canonical.push_str(value);
+    }
+    canonical.push_str("\n\n");
+    canonical.push_str(&signed_headers);
+    canonical.push('\n');
+    canonical.push_str(&payload_hash);
+
+    let scope = format!("{}/{region}/{SERVICE}/aws4_request", stamp.date());
+    let mut string_to_sign = String::with_capacity(128);
+    string_to_sign.push_str("AWS4-HMAC-SHA256\n");
+    string_to_sign.push_str(&date_time);
+    string_to_sign.push('\n');
+    string_to_sign.push_str(&scope);
+    string_to_sign.push('\n');
+    string_to_sign.push_str(&hex(&Sha256::digest(canonical.as_bytes())));
+
+    let key = keys.key(credentials, stamp, region, time);
+    let signature = v4::calculate_signature(key.0, string_to_sign.as_bytes());
+    let authorization = format!(
+        "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed_headers}, \
+         Signature={signature}",
+        credentials.access_key_id()
+    );
+
+    // As aws-sigv4 applies them: replacing, in this order.
+    let value = |text: &str| {
+        http::HeaderValue::from_str(text)
+            .map_err(|_| SignError("a signing header is not a header value".into()))
+    };
+    let date_time = value(&date_time)?;
+    let mut authorization = value(&authorization)?;
+    authorization.set_sensitive(true);
+    let payload_hash = value(&payload_hash)?;
+    let token = token.map(value).transpose()?;
+    let headers = request.headers_mut();
+    headers.insert("x-amz-date", date_time);
+    headers.insert("authorization", authorization);
+    headers.insert("x-amz-content-sha256", payload_hash);
+    if let Some(mut token) = token {
+        token.set_sensitive(true);
+        headers.insert("x-amz-security-token", token);
+    }
+    Ok(true)
+}
+
+/// Whether `b` may be in a header value (`http::HeaderValue::from_str`).
+fn is_header_value_byte(b: u8) -> bool {
+    (b >= 32 && b != 127) || b == b'\t'
+}
+
+/// `text` without leading and trailing spaces, its runs of spaces made one
+/// (spaces only, not other white space), as aws-sigv4 and S3 normalize a
+/// header value.
+fn trim_all(text: &str) -> Cow<'_, str> {
+    let text = text.trim_matches(' ');
+    if !text.contains("  ") {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut space = false;
+    for c in text.chars() {
+        if c == ' ' && space {
+            continue;
+        }
+        space = c == ' ';
+        out.push(c);
+    }
+    Cow::Owned(out)
+}
+
+/// Lower-case hexadecimal.
+fn hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    out
+}
+
+/// A request's time in UTC, in the parts SigV4 writes: `YYYYMMDD` and
+/// `HHMMSS`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    date: [u8; 8],
+    time: [u8; 6],
+}
+
+impl Stamp {
+    /// `None` for a year outside 0 to 9999 (aws-sigv4 signs those).
+    fn of(time: SystemTime) -> Option<Stamp> {
+        let t = time::OffsetDateTime::from(time);
+        let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
+        let mut date = [0u8; 8];
+        let mut clock = [0u8; 6];
+        digits(&mut date[..4], year);
+        digits(&mut date[4..6], u32::from(u8::from(t.month())));
+        digits(&mut date[6..], u32::from(t.day()));
+        digits(&mut clock[..2], u32::from(t.hour()));
+        digits(&mut clock[2..4], u32::from(t.minute()));
+        digits(&mut clock[4..], u32::from(t.second()));
+        Some(Stamp { date, time: clock })
+    }
+
+    /// `YYYYMMDD`.
+    fn date(&self) -> &str {
+        std::str::from_utf8(&self.date).unwrap_or_default()
+    }
+
+    /// `YYYYMMDDTHHMMSSZ`.
+    fn date_time(&self) -> String {
+        let mut text = String::with_capacity(16);
+        text.push_str(self.date());
+        text.push('T');
+        text.push_str(std::str::from_utf8(&self.time).unwrap_or_default());
+        text.push('Z');
+        text
+    }
+}
+
+/// `n`'s last `out.len()` decimal digits into `out`, zero-padded.
+fn digits(out: &mut [u8], mut n: u32) {
+    for slot in out.iter_mut().rev() {
+        *slot = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+}
+
+/// A derived signing key (`kSigning`). Secret: no `Debug`.
+#[derive(Clone, Copy)]
+struct SigningKey([u8; 32]);
+
+/// The last signing key a store derived, and what it was derived from.
+///
+/// One entry: a store signs for one region and service, and its
+/// credentials and the day change seldom. A hit needs the same access key
+/// id *and* secret (the credentials it was derived from are kept, not
+/// copied: a refresh that changes only the secret misses), the same UTC
+/// day, region and service. The lock is only ever tried, never waited on,
+/// and held for a comparison or a copy: a signer that finds it taken
+/// derives the key itself (four HMACs), so no request waits for another.
+/// `Debug` shows nothing of the key or the credentials.
+pub(crate) struct KeyCache {
+    entry: Mutex<Option<CachedKey>>,
+}
+
+struct CachedKey {
+    /// The credentials the key was derived from (an `Arc` inside).
+    credentials: aws_credential_types::Credentials,
+    date: [u8; 8],
+    region: String,
+    service: &'static str,
+    key: SigningKey,
+}
+
+impl CachedKey {
+    fn is_for(&self, credentials: &Credentials, date: &[u8; 8], region: &str) -> bool {
+        self.date == *date
+            && self.service == SERVICE
+            && self.region == region
+            && self.credentials.access_key_id() == credentials.inner.access_key_id()
+            && self.credentials.secret_access_key() == credentials.inner.secret_access_key()
+    }
+}
+
+impl KeyCache {
+    pub(crate) fn new() -> Self {
+        KeyCache {
+            entry: Mutex::new(None),
+        }
+    }
+
+    /// The signing key for `credentials` on `stamp`'s day in `region`:
+    /// the cached one when it was derived from exactly these, else derived
+    /// now (and cached, unless another signer holds the lock).
+    fn key(
+        &self,
+        credentials: &Credentials,
+        stamp: Stamp,
+        region: &str,
+        time: SystemTime,
+    ) -> SigningKey {
+        if let Ok(entry) = self.entry.try_lock() {
+            if let Some(cached) = entry
+                .as_ref()
+                .filter(|c| c.is_for(credentials, &stamp.date, region))
+            {
+                return cached.key;
+            }
+        }
+        let derived =
+            v4::generate_signing_key(credentials.inner.secret_access_key(), time, region, SERVICE);
+        let mut key = [0u8; 32];
+        key.copy_from_slice(derived.as_ref());
+        let key = SigningKey(key);
+        if let Ok(mut entry) = self.entry.try_lock() {
+            *entry = Some(CachedKey {
+                credentials: credentials.inner.clone(),
+                date: stamp.date,
+                region: region.to_string(),
+                service: SERVICE,
+                key,
+            });
+        }
+        key
+    }
+
+    /// Whether a key is cached (for tests).
+    #[cfg(test)]
+    fn is_warm(&self) -> bool {
+        self.entry.lock().is_ok_and(|e| e.is_some())
+    }
+}
+
+impl Default for KeyCache {
+    fn default() -> Self {
+        KeyCache::new()
+    }
+}
+
+impl fmt::Debug for KeyCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyCache").finish_non_exhaustive()
     }
 }
 
 /// Sign `request`, whose body is `payload`, with `credentials` for `region`
-/// as of `time`. The request's URI must already be percent-encoded as it
-/// will be sent.
-///
-/// aws-sigv4 derives the signing key (four HMACs) on every call: its API
-/// takes no derived key, and the functions that would take one
-/// (`v4::calculate_signature`) need the canonical request, which only its
-/// private code builds.
-pub(crate) fn sign_request<B>(
+/// as of `time`, with aws-sigv4's full signer (which derives the signing
+/// key on every call). The request's URI must already be percent-encoded
+/// as it will be sent. The tests' oracle, and the signer of any request
+/// [`sign_directly`] does not take.
+pub(crate) fn sign_with_aws_sigv4<B>(
     credentials: &Credentials,
     region: &str,
     request: &mut http::Request<B>,
@@ -155,7 +516,7 @@ pub(crate) fn sign_request<B>(
     let params = v4::SigningParams::builder()
         .identity(&credentials.identity)
         .region(region)
-        .name("s3")
+        .name(SERVICE)
         .time(time)
         .settings(settings)
         .build()
@@ -301,18 +662,269 @@ mod tests {
         assert!(auth.contains("x-amz-security-token"), "{auth}");
     }
 
+    /// Every header of `request`, in a comparable form: name, value and
+    /// whether it is marked sensitive, sorted.
+    fn header_list<B>(request: &http::Request<B>) -> Vec<(String, Vec<u8>)> {
+        let mut list: Vec<(String, Vec<u8>)> = request
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+            .collect();
+        list.sort();
+        list
+    }
+
+    /// Sign `request` directly with `keys` (asserting that the direct path
+    /// took it) and with aws-sigv4, and assert that every header is the
+    /// same, byte for byte; the direct one's `Authorization`.
+    fn assert_same_as_aws_sigv4(
+        credentials: &Credentials,
+        region: &str,
+        keys: &KeyCache,
+        request: &http::Request<()>,
+        payload: &[u8],
+        time: SystemTime,
+    ) -> String {
+        let mut ours = copy(request);
+        assert!(
+            sign_directly(credentials, region, keys, &mut ours, payload, time).unwrap(),
+            "not signed directly: {} {}",
+            request.method(),
+            request.uri()
+        );
+        let mut theirs = copy(request);
+        sign_with_aws_sigv4(credentials, region, &mut theirs, payload, time).unwrap();
+        assert_eq!(
+            header_list(&ours),
+            header_list(&theirs),
+            "{} {}",
+            request.method(),
+            request.uri()
+        );
+        if credentials.has_session_token() {
+            assert!(ours.headers()["x-amz-security-token"].is_sensitive());
+        }
+        authorization(&ours).to_string()
+    }
+
+    fn copy(request: &http::Request<()>) -> http::Request<()> {
+        let mut again = http::Request::new(());
+        *again.method_mut() = request.method().clone();
+        *again.uri_mut() = request.uri().clone();
+        *again.headers_mut() = request.headers().clone();
+        again
+    }
+
+    #[test]
+    fn direct_signatures_match_aws_sigv4_for_raw_requests() {
+        let plain = Credentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY");
+        let temporary = plain
+            .clone()
+            .with_session_token("FwoGZXIvYXdzEJr//////////token+/=");
+        let uris = [
+            "https://examplebucket.s3.amazonaws.com/test.txt",
+            "http://127.0.0.1:9000/bucket/a%20key/with%2Bplus",
+            "http://h:80/b/k",
+            "https://h:443/b/k",
+            "https://h:8443/base/b/k",
+            "http://[::1]:9000/b/k",
+            "https://H.example.com/b/%E6%97%A5%2F//x~",
+            "http://h/",
+        ];
+        let keys = KeyCache::new();
+        for uri in uris {
+            for credentials in [&plain, &temporary] {
+                for (method, payload) in [
+                    ("GET", &b""[..]),
+                    ("HEAD", b""),
+                    ("PUT", b"{\"holder\":1}"),
+                    ("PUT", b""),
+                    ("DELETE", b""),
+                ] {
+                    let request = http::Request::builder()
+                        .method(method)
+                        .uri(uri)
+                        .header("content-type", "application/octet-stream")
+                        .header("if-match", "\"5d41402abc4b2a76b9719d911017c592\"")
+                        .header("if-none-match", "*")
+                        .header("x-amz-meta-owner", "  host-7   pid-42  ")
+                        .header("x-amz-meta-owner", "second\tvalue")
+                        .header("x-amz-meta-a", "")
+                        .header("content-length", payload.len().to_string())
+                        .header("range", "bytes=0-9")
+                        .body(())
+                        .unwrap();
+                    for region in ["us-east-1", "auto"] {
+                        assert_same_as_aws_sigv4(
+                            credentials,
+                            region,
+                            &keys,
+                            &request,
+                            payload,
+                            example_time(),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// 2026-03-01T23:59:59Z, one second before a new UTC day (after a
+    /// 29 February that is not there).
+    fn before_midnight() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_772_409_599)
+    }
+
+    fn put() -> http::Request<()> {
+        http::Request::put("http://127.0.0.1:9000/b/LEASE")
+            .header("if-match", "\"abc\"")
+            .body(())
+            .unwrap()
+    }
+
+    #[test]
+    fn a_new_day_with_the_key_cached_signs_with_the_new_days_key() {
+        let credentials = Credentials::new("AKID", "SECRET");
+        let keys = KeyCache::new();
+        let before = assert_same_as_aws_sigv4(
+            &credentials,
+            "us-east-1",
+            &keys,
+            &put(),
+            b"x",
+            before_midnight(),
+        );
+        assert!(before.contains("/20260301/"), "{before}");
+        assert!(keys.is_warm());
+        let after = assert_same_as_aws_sigv4(
+            &credentials,
+            "us-east-1",
+            &keys,
+            &put(),
+            b"x",
+            before_midnight() + Duration::from_secs(1),
+        );
+        assert!(after.contains("/20260302/"), "{after}");
+        // And back: the entry holds one day at a time.
+        assert_same_as_aws_sigv4(
+            &credentials,
+            "us-east-1",
+            &keys,
+            &put(),
+            b"x",
+            before_midnight(),
+        );
+    }
+
+    #[test]
+    fn rotated_credentials_with_the_key_cached_sign_with_the_new_secret() {
+        let keys = KeyCache::new();
+        let time = before_midnight();
+        let old = Credentials::new("AKID", "SECRET-ONE").with_session_token("TOKEN-ONE");
+        let first = assert_same_as_aws_sigv4(&old, "us-east-1", &keys, &put(), b"x", time);
+        assert!(keys.is_warm());
+        // The same key id, a new secret (and token): a refresh.
+        let new = Credentials::new("AKID", "SECRET-TWO").with_session_token("TOKEN-TWO");
+        let second = assert_same_as_aws_sigv4(&new, "us-east-1", &keys, &put(), b"x", time);
+        assert_ne!(first, second);
+        // A new key id with the old secret.
+        let other = Credentials::new("AKID2", "SECRET-TWO");
+        assert_same_as_aws_sigv4(&other, "us-east-1", &keys, &put(), b"x", time);
+        // Only the secret changed, same token: still the new secret's key.
+        let same_token = Credentials::new("AKID2", "SECRET-THREE");
+        assert_same_as_aws_sigv4(&same_token, "us-east-1", &keys, &put(), b"x", time);
+        // Another region with the same cache.
+        assert_same_as_aws_sigv4(&same_token, "eu-west-1", &keys, &put(), b"x", time);
+    }
+
+    #[test]
+    fn a_cache_held_by_another_signer_is_not_waited_for() {
+        let credentials = Credentials::new("AKID", "SECRET");
+        let keys = KeyCache::new();
+        let time = example_time();
+        assert_same_as_aws_sigv4(&credentials, "us-east-1", &keys, &put(), b"x", time);
+        let held = keys.entry.lock().unwrap();
+        // Held elsewhere: the key is derived, not waited for, and right.
+        assert_same_as_aws_sigv4(&credentials, "us-east-1", &keys, &put(), b"x", time);
+        let rotated = Credentials::new("AKID", "ROTATED");
+        assert_same_as_aws_sigv4(&rotated, "us-east-1", &keys, &put(), b"x", time);
+        drop(held);
+        assert_same_as_aws_sigv4(&rotated, "us-east-1", &keys, &put(), b"x", time);
+    }
+
+    #[test]
+    fn other_shapes_go_to_aws_sigv4() {
+        let credentials = Credentials::new("AKID", "SECRET");
+        let keys = KeyCache::new();
+        let time = example_time();
+        for request in [
+            http::Request::get("https://h/b/?lifecycle")
+                .body(())
+                .unwrap(),
+            http::Request::get("https://h/b/k")
+                .header("x-amz-date", "20130524T000000Z")
+                .body(())
+                .unwrap(),
+            http::Request::get("https://h/b/k")
+                .header("user-agent", "u")
+                .body(())
+                .unwrap(),
+            http::Request::get("https://h/b/k")
+                .header("host", "other")
+                .body(())
+                .unwrap(),
+        ] {
+            let mut direct = copy(&request);
+            assert!(!sign_directly(&credentials, "r", &keys, &mut direct, b"", time).unwrap());
+            assert_eq!(header_list(&direct), header_list(&request), "untouched");
+            let mut ours = copy(&request);
+            sign_request(&credentials, "r", &keys, &mut ours, b"", time).unwrap();
+            let mut theirs = copy(&request);
+            sign_with_aws_sigv4(&credentials, "r", &mut theirs, b"", time).unwrap();
+            assert_eq!(header_list(&ours), header_list(&theirs));
+        }
+        assert!(!keys.is_warm());
+    }
+
+    #[test]
+    fn dates_are_written_as_aws_sigv4_writes_them() {
+        for secs in [0, 951_782_400, 1_369_353_600, 1_709_164_800, 4_102_444_799] {
+            let time = UNIX_EPOCH + Duration::from_secs(secs);
+            let credentials = Credentials::new("AKID", "SECRET");
+            assert_same_as_aws_sigv4(
+                &credentials,
+                "us-east-1",
+                &KeyCache::new(),
+                &put(),
+                b"",
+                time,
+            );
+        }
+    }
+
     #[test]
     fn debug_shows_the_key_id_and_never_the_secrets() {
         let credentials = Credentials::new("AKIDVISIBLE", "very-secret-key")
             .with_session_token("very-secret-token");
         let signer = Signer::new(credentials.clone(), "us-east-1");
+        // With a key cached, and a signed request beside it.
+        let mut request = put();
+        signer.sign(&mut request, b"x", example_time()).unwrap();
+        assert!(signer.keys.is_warm());
+        let auth = authorization(&request).to_string();
+        let signature = auth.rsplit_once("Signature=").unwrap().1;
         for text in [
             format!("{credentials:?}"),
             format!("{credentials:#?}"),
             format!("{signer:?}"),
+            format!("{signer:#?}"),
         ] {
             assert!(text.contains("AKIDVISIBLE"), "{text}");
             assert!(!text.contains("very-secret"), "{text}");
+            assert!(!text.contains(signature), "{text}");
         }
+        let text = format!("{request:?}");
+        assert!(!text.contains(signature), "{text}");
+        assert!(!text.contains("very-secret"), "{text}");
     }
 }
