@@ -27,6 +27,8 @@
 //!   acquires left behind as well as the leases (the allocator keeps freed
 //!   memory), so it is an upper bound. The column "after" is the same
 //!   difference at the end of the window, after every lease renewed.
+//! - **Renewal p50, p99**: each renewal's own latency (its request, from
+//!   the pool's `Renewed` events), in the window.
 //! - **CPU per renewal**: the whole process's CPU time
 //!   (`CLOCK_PROCESS_CPUTIME_ID`: every thread, user and kernel, the fs
 //!   store's own work included) over the window, divided by the renewals
@@ -99,11 +101,12 @@ fn main() {
     println!("load average after: {}", load_average());
     println!();
     println!(
-        "| store | leases | TTL | acquire | renewals/s | renewals | lateness p50 | p99 | max | failed | fenced or lost | memory per lease | after | CPU per renewal | ÷ one lease's |"
+        "| store | leases | TTL | acquire | renewals/s | renewals | lateness p50 | p99 | max | failed | fenced or lost | renewal p50 | p99 | memory per lease | after | CPU per renewal | ÷ one lease's |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (store, run) in &rows {
         let (p50, p99, max) = percentiles(run.lateness.clone());
+        let (took50, took99, _) = percentiles(run.latency.clone());
         let cpu = run.cpu_per_renewal();
         // Only the first run's memory means something: later runs reuse
         // what the allocator kept from the runs before them.
@@ -120,7 +123,7 @@ fn main() {
             ("-".to_string(), "-".to_string(), "-".to_string())
         };
         println!(
-            "| {store} | {} | {} s | {:.1} s | {:.0} | {} | {p50:.2} ms | {p99:.2} ms | {max:.2} ms | {} | {} | {memory} | {after} | {:.0} µs | {ratio} |",
+            "| {store} | {} | {} s | {:.1} s | {:.0} | {} | {p50:.2} ms | {p99:.2} ms | {max:.2} ms | {} | {} | {took50:.2} ms | {took99:.2} ms | {memory} | {after} | {:.0} µs | {ratio} |",
             run.leases,
             run.ttl_s,
             run.acquire.as_secs_f64(),
@@ -178,6 +181,8 @@ struct Run {
     acquire: Duration,
     window: Duration,
     lateness: Vec<Duration>,
+    /// The renewals' own latency (request sent to answer).
+    latency: Vec<Duration>,
     renewals: usize,
     cpu: Duration,
     failed: usize,
@@ -198,18 +203,25 @@ impl Run {
 struct Tally {
     failed: AtomicUsize,
     ended: AtomicUsize,
+    /// Each renewal's latency (its request, as the event reports it).
+    latency: Mutex<Vec<Duration>>,
 }
 
-fn tally(pool: &KeeperPool) -> Arc<Tally> {
+fn tally(pool: &KeeperPool, leases: usize) -> Arc<Tally> {
     let tally = Arc::new(Tally {
         failed: AtomicUsize::new(0),
         ended: AtomicUsize::new(0),
+        latency: Mutex::new(Vec::with_capacity(4 * leases + 100)),
     });
     let events = pool.events().clone();
     let t = Arc::clone(&tally);
     std::thread::spawn(move || {
         for e in events {
             match e.event {
+                Event::Renewed { latency } => {
+                    t.latency.lock().unwrap().push(latency);
+                    0
+                }
                 Event::RenewalFailed { .. } => t.failed.fetch_add(1, Ordering::Relaxed),
                 Event::Fenced | Event::Lost { .. } => t.ended.fetch_add(1, Ordering::Relaxed),
                 _ => 0,
@@ -224,7 +236,7 @@ fn single(store: Arc<dyn Store>) -> Run {
     let run = format!("single-{}", std::process::id());
     let timed = Timed::new(store, Duration::from_millis(333), &[format!("{run}/LEASE")]);
     let pool = KeeperPool::spawn(PoolOptions::new()).expect("threads start");
-    let tally = tally(&pool);
+    let tally = tally(&pool, 1);
     let store: Arc<dyn Store> = Arc::clone(&timed) as Arc<dyn Store>;
     let started = Instant::now();
     let lease = Contender::new(store, &run, LeaseOptions::new(1))
@@ -234,7 +246,7 @@ fn single(store: Arc<dyn Store>) -> Run {
     let held = pool.add(lease);
     let acquire = started.elapsed();
     let window = Duration::from_secs(10);
-    let (lateness, cpu) = window_of(&timed, window);
+    let (lateness, cpu, latency) = window_of(&timed, &tally, window);
     drop(held);
     pool.stop();
     Run {
@@ -244,6 +256,7 @@ fn single(store: Arc<dyn Store>) -> Run {
         window,
         renewals: lateness.len(),
         lateness,
+        latency,
         cpu,
         failed: tally.failed.load(Ordering::Relaxed),
         ended: tally.ended.load(Ordering::Relaxed),
@@ -265,7 +278,7 @@ fn many(store: Arc<dyn Store>, n: usize, ttl_s: u64) -> Result<Run, LeaseError> 
     drop(keys);
     let store: Arc<dyn Store> = Arc::clone(&timed) as Arc<dyn Store>;
     let pool = KeeperPool::spawn(PoolOptions::new()).expect("threads start");
-    let tally = tally(&pool);
+    let tally = tally(&pool, n);
     let mut held: Vec<Vec<PooledLease>> = (0..ACQUIRERS)
         .map(|_| Vec::with_capacity(n / ACQUIRERS + 1))
         .collect();
@@ -296,7 +309,7 @@ fn many(store: Arc<dyn Store>, n: usize, ttl_s: u64) -> Result<Run, LeaseError> 
     taken?;
     let acquire = started.elapsed();
     let bytes_per_lease = resident_bytes().saturating_sub(before) as f64 / n as f64;
-    let (lateness, cpu) = window_of(&timed, window);
+    let (lateness, cpu, latency) = window_of(&timed, &tally, window);
     let bytes_per_lease_after = resident_bytes().saturating_sub(before) as f64 / n as f64;
     let (failed, ended) = (
         tally.failed.load(Ordering::Relaxed),
@@ -311,6 +324,7 @@ fn many(store: Arc<dyn Store>, n: usize, ttl_s: u64) -> Result<Run, LeaseError> 
         window,
         renewals: lateness.len(),
         lateness,
+        latency,
         cpu,
         failed,
         ended,
@@ -321,13 +335,19 @@ fn many(store: Arc<dyn Store>, n: usize, ttl_s: u64) -> Result<Run, LeaseError> 
 
 /// The renewals' lateness over `window` from now, and the process's CPU
 /// time in it.
-fn window_of(timed: &Timed, window: Duration) -> (Vec<Duration>, Duration) {
+fn window_of(
+    timed: &Timed,
+    tally: &Tally,
+    window: Duration,
+) -> (Vec<Duration>, Duration, Vec<Duration>) {
     timed.lateness.lock().unwrap().clear();
+    tally.latency.lock().unwrap().clear();
     let cpu = process_cpu();
     std::thread::sleep(window);
     let cpu = process_cpu() - cpu;
+    let latency = std::mem::take(&mut *tally.latency.lock().unwrap());
     let mut lateness = timed.lateness.lock().unwrap();
-    (std::mem::take(&mut *lateness), cpu)
+    (std::mem::take(&mut *lateness), cpu, latency)
 }
 
 /// A store that notes how late each renewal of a LEASE key is sent. Its
