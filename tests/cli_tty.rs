@@ -136,7 +136,9 @@ impl Terminal {
             }
             assert!(
                 Instant::now() < deadline,
-                "the terminal did not show {what:?} within {WAIT:?}; it showed:\n{text}"
+                "the terminal did not show {what:?} within {WAIT:?}; it showed:\n{text}\n\
+                 processes (pid ppid pgid tpgid state wchan command):\n{}",
+                processes()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -195,6 +197,22 @@ impl Drop for Terminal {
         if std::thread::panicking() {
             eprintln!("--- the terminal session ---\n{}", self.transcript());
         }
+    }
+}
+
+/// What every process of the test's sessions is doing (state, where it
+/// sleeps, its threads' states, its signal masks), for a failure's message:
+/// a hang shows who waits on whom.
+fn processes() -> String {
+    let script = "ps -eo pid,ppid,pgid,tpgid,stat,wchan:24,args | \
+                  grep -E 'bucket-lease|sh -c|sleep|bash --norc' | grep -v grep; \
+                  for p in $(pgrep -x bucket-lease); do echo \"== $p\"; \
+                  for t in /proc/$p/task/*; do \
+                  echo \"  thread $(cut -d' ' -f3 $t/stat) $(cat $t/wchan) $(cat $t/comm)\"; done; \
+                  grep -E 'SigPnd|ShdPnd|SigBlk|SigIgn|SigCgt' /proc/$p/status; done";
+    match Command::new("sh").arg("-c").arg(script).output() {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Err(e) => format!("(ps failed: {e})"),
     }
 }
 
@@ -493,6 +511,98 @@ fn without_the_terminal_on_stdin_nothing_changes() {
     term.expect("got:hello");
     term.type_keys("\x1a");
     term.expect("SIGTSTP ignored");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Ctrl-Z while COMMAND itself is inside a fork (dash's `vfork`: the
+/// parent waits, unstoppable, until its child execs, and the child is the
+/// one the terminal stops). Only a grandchild is then stopped, which the
+/// supervisor is never told of by `wait`: it used to miss the stop, and the
+/// terminal hung with no prompt. A loop that forks all the time is caught
+/// inside a fork on most tries; each must suspend, and `fg` continue it.
+#[test]
+fn ctrl_z_while_the_command_forks_suspends_the_job() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-z-fork");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "\"$BL\" run --ttl 30 \"$URL\" -- sh -c 'echo st\"\"arted; while [ ! -e \"$DIR/go\" ]; do /bin/true; done; echo fin\"\"ished'; echo R\"C=$?\"\n",
+    );
+    term.expect("started");
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(100));
+        term.type_keys("\x1a");
+        term.expect("Stopped");
+        term.expect(PROMPT);
+        term.type_keys("fg\n");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(t.path("go"), b"").expect("the go file is written");
+    term.expect("finished");
+    term.expect(PROMPT);
+    term.type_keys("echo R\"C=$?\"\n");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Ctrl-Z while `run` waits for the lease, its input not the terminal: as
+/// while the command runs, it is ignored, not a stop of `run` (which
+/// would renew nothing once it holds the lease). It used to stop `run`
+/// with the default action until the command had started.
+#[test]
+fn ctrl_z_while_the_lease_is_taken_is_ignored_without_the_terminal() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-z-wait");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys("\"$BL\" run -q \"$URL\" -- sleep 2 < /dev/null & sleep 0.5\n");
+    term.expect(PROMPT);
+    term.type_keys(
+        "echo hello | \"$BL\" run --wait 20s \"$URL\" -- sh -c 'read x; echo got:$x'; echo R\"C=$?\"\n",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    term.type_keys("\x1a");
+    term.expect("SIGTSTP ignored");
+    term.expect("got:hello");
+    assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// Ctrl-Z while `run` waits for the lease in the terminal's foreground
+/// suspends the job as at the shell; `fg` goes on waiting, and the
+/// command then gets the terminal.
+#[test]
+fn ctrl_z_while_the_lease_is_taken_suspends_in_the_terminal() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-z-wait-fg");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys("\"$BL\" run -q \"$URL\" -- sleep 2 < /dev/null & sleep 0.5\n");
+    term.expect(PROMPT);
+    term.type_keys(
+        "\"$BL\" run --wait 20s \"$URL\" -- sh -c 'printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    term.type_keys("\x1a");
+    term.expect("Stopped");
+    term.expect(PROMPT);
+    term.type_keys("fg\n");
+    term.expect("ask> ");
+    term.type_keys("hello\n");
+    term.expect("got:hello");
+    term.expect(PROMPT);
+    term.type_keys("echo R\"C=$?\"\n");
     assert_eq!(term.exit_code_after(), 0, "{}", term.transcript());
     assert_released(&t, &url, &term);
     println!("--- the terminal session ---\n{}", term.transcript());

@@ -429,7 +429,10 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     };
     p.init_logging();
     let (store, prefix) = open_store(&o.url, &p.shared.store)?;
-    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])
+    // SIGTSTP too, from the start: never the default stop, which would
+    // leave a `run` that holds the lease renewing nothing (see `supervise`
+    // and `acquire` for what Ctrl-Z does).
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP, SIGTSTP])
         .map_err(|e| Failure::new(exit::STORE, format!("run: cannot handle signals: {e}")))?;
     let mut options = LeaseOptions::from_env(o.ttl_s);
     if o.best_effort {
@@ -582,7 +585,11 @@ fn acquire(
         })
         .map_err(|e| Failure::new(exit::STORE, format!("run: cannot start a thread: {e}")))?;
     let (contender, result) = loop {
-        if let Some(sig) = signals.pending().next() {
+        let mut pending = signals.pending().peekable();
+        while pending.next_if_eq(&SIGTSTP).is_some() {
+            wait_suspended();
+        }
+        if let Some(sig) = pending.next() {
             cancel.cancel();
             // The attempt in flight ends by its deadline; give it a moment,
             // then hand back whatever of ours it may have written.
@@ -716,12 +723,10 @@ fn supervise(
     let mut events_open = true;
     let mut killed_at: Option<Instant> = None;
     let mut supervisor_killed = false;
-    // Without a terminal, a suspended run could not renew the lease nor
-    // stop the command, which runs in a process group of its own and would
-    // go on: SIGTSTP is ignored. In a terminal it suspends the whole job.
-    if let Err(e) = signals.add_signal(SIGTSTP) {
-        log::warn!("cannot handle SIGTSTP: {e}");
-    }
+    // SIGTSTP (handled since run started): without a terminal a suspended
+    // run could not renew the lease nor stop the command, which runs in a
+    // process group of its own and would go on, so it is ignored; in a
+    // terminal it suspends the whole job.
     loop {
         match job.try_wait() {
             Ok(Some(status)) => {
@@ -839,6 +844,29 @@ fn supervise(
                 reported = Some(Seen::Lost("the renewal thread ended".to_string()));
             }
         }
+    }
+}
+
+/// Ctrl-Z (SIGTSTP) while the lease is being taken: in the terminal's
+/// foreground, with a shell that can continue it, run's job stops as at
+/// the shell (the attempt's thread too; `fg` goes on waiting, and the
+/// lease's deadline is checked before the command starts); otherwise it is
+/// ignored, as while the command runs.
+fn wait_suspended() {
+    use rustix::process::{getpid, kill_process, Signal};
+    if !(crate::tty::interactive() && crate::tty::job_control()) {
+        log::warn!(
+            "SIGTSTP ignored: a suspended run could not renew the lease it is taking (SIGINT or \
+             SIGTERM stop it)"
+        );
+        return;
+    }
+    log::info!("suspended while taking the lease; `fg` or `bg` go on");
+    // Ctrl-Z reached the rest of run's job from the terminal itself; run,
+    // which handles SIGTSTP, stops on its own (a SIGTSTP sent to the group
+    // would come back to it, and stop it again once continued).
+    if let Err(e) = kill_process(getpid(), Signal::STOP) {
+        log::warn!("run could not stop itself ({e}): it goes on taking the lease");
     }
 }
 

@@ -33,6 +33,7 @@
 //! |---|---|
 //! | COMMAND stopped by a job-control signal (Ctrl-Z: SIGTSTP; SIGSTOP; SIGTTIN or SIGTTOU in the background) | SIGSTOP to its group and every descendant (the whole tree frozen), then SIGTSTP to `run`, which suspends its own job; while stopping (after SIGTERM), SIGCONT to its group instead, so that it can finish |
 //! | SIGTSTP (from `run`: suspend; not once stopping) | the whole tree frozen, if it is not already |
+//! | in a terminal, another member of COMMAND's group found stopped (looked for every 250 ms: COMMAND inside `vfork` is never reported stopped while the child the terminal stopped waits) | as COMMAND stopped |
 //! | SIGCONT (from `run`: go on, `run` checked that the lease may still be written under; not once stopping) | COMMAND's group gets the terminal if `run`'s group has it (`fg`), else it goes on in the background (`bg`); SIGCONT to the group and every descendant |
 //!
 //! Without it (`-`), COMMAND runs in the background of any terminal: one
@@ -157,6 +158,7 @@ pub fn main(args: &[OsString]) -> u8 {
         phase: Phase::Running,
         termed: procs::Sent::default(),
         terminal,
+        next_stop_scan: Instant::now(),
     }
     .run(&mut signals);
     mirror(status)
@@ -177,6 +179,8 @@ struct Supervisor {
     termed: procs::Sent,
     /// With TTY `tty`: COMMAND has the terminal's foreground.
     terminal: Option<Terminal>,
+    /// When the tree is next looked at for a process the terminal stopped.
+    next_stop_scan: Instant,
 }
 
 /// COMMAND in the foreground of the terminal (TTY `tty`).
@@ -225,6 +229,15 @@ impl Supervisor {
             }
             match self.phase {
                 Phase::Running if took_signals => {}
+                Phase::Running if self.watches_for_a_stop() => {
+                    // COMMAND itself may not be told stopped by `wait`: see
+                    // `look_for_a_stop`. Signals are taken every tick.
+                    std::thread::sleep(TICK);
+                    if now >= self.next_stop_scan {
+                        self.next_stop_scan = now + RESCAN;
+                        self.look_for_a_stop();
+                    }
+                }
                 Phase::Running => {
                     // Nothing is timed: sleep until a signal (SIGCHLD too).
                     for sig in signals.wait() {
@@ -319,6 +332,24 @@ impl Supervisor {
             let _ = kill_process_group(self.command, Signal::CONT);
             return;
         }
+        self.suspend_with(run);
+    }
+
+    /// A process of COMMAND's group other than COMMAND was found stopped
+    /// (see [`look_for_a_stop`](Self::look_for_a_stop)); as
+    /// [`on_stopped`](Self::on_stopped), the signal unknown.
+    fn on_stopped_member(&mut self) {
+        let Some((run, frozen)) = self.terminal.as_ref().map(|t| (t.run, t.frozen)) else {
+            return;
+        };
+        if self.phase != Phase::Running || frozen {
+            return;
+        }
+        self.suspend_with(run);
+    }
+
+    /// Freeze the tree and tell `run`, which suspends its own job.
+    fn suspend_with(&mut self, run: Pid) {
         self.freeze();
         if let Err(e) = kill_process(run, Signal::TSTP) {
             log::warn!(
@@ -326,6 +357,27 @@ impl Supervisor {
                  until this supervisor (pid {}) gets SIGCONT",
                 getpid().as_raw_nonzero()
             );
+        }
+    }
+
+    /// Whether the tree must be looked at for a stop `wait` cannot report:
+    /// in a terminal, while it runs and is not frozen.
+    fn watches_for_a_stop(&self) -> bool {
+        self.terminal.as_ref().is_some_and(|t| !t.frozen)
+    }
+
+    /// Ctrl-Z stops every process of COMMAND's group, but `wait` tells only
+    /// of COMMAND: one inside `vfork` (dash, for each command it runs)
+    /// waits, unstoppable, for a child that the terminal stopped before it
+    /// could exec, and is never reported stopped. A member of COMMAND's
+    /// group found stopped is taken as COMMAND stopped, every [`RESCAN`].
+    fn look_for_a_stop(&mut self) {
+        let group = self.command.as_raw_nonzero().get();
+        let stopped = procs::descendants(getpid())
+            .into_iter()
+            .any(|p| p.pgid == group && p.state == 'T');
+        if stopped {
+            self.on_stopped_member();
         }
     }
 
