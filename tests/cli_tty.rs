@@ -200,6 +200,18 @@ impl Drop for Terminal {
     }
 }
 
+/// Whether signal number `signal` is ignored by this process (SigIgn in
+/// /proc/self/status), so by everything it starts.
+fn ignored_here(signal: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("SigIgn:"))?;
+            u64::from_str_radix(line.trim_start_matches("SigIgn:").trim(), 16).ok()
+        })
+        .is_some_and(|mask| mask & (1 << (signal - 1)) != 0)
+}
+
 /// What every process of the test's sessions is doing (state, where it
 /// sleeps, its threads' states, its signal masks), for a failure's message:
 /// a hang shows who waits on whom.
@@ -319,7 +331,15 @@ fn ctrl_c_and_ctrl_backslash_reach_the_command() {
     let t = Target::fs("tty-ctrl-c");
     let url = t.url("p");
     let mut term = Terminal::start(&t, &url);
-    for (key, code) in [("\x03", 130), ("\x1c", 131)] {
+    for (key, code, signal) in [("\x03", 130, 2), ("\x1c", 131, 3)] {
+        if ignored_here(signal) {
+            // Ignored when this test started (an asynchronous list of a
+            // shell without job control ignores SIGINT and SIGQUIT), it
+            // stays ignored down to the command, as under flock: the key
+            // cannot stop it.
+            println!("signal {signal} is ignored by this test process: its key is not tried");
+            continue;
+        }
         let _ = std::fs::remove_file(t.path("pid"));
         term.type_keys(
             "\"$BL\" run \"$URL\" -- sh -c 'echo $$ > \"$DIR/pid\"; exec sleep 100'; echo R\"C=$?\"\n",
