@@ -669,7 +669,14 @@ fn a_failing_source_is_warned_about_once_and_its_recovery_noted() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let lines = logged("profile \"warn-once\"");
+    // The refresher logs its note after it hands the new credentials out
+    // (never under its lock): the note may come a moment after the key.
+    let noted = Instant::now();
+    let mut lines = logged("profile \"warn-once\"");
+    while !lines.iter().any(|l| l.starts_with("INFO")) && noted.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(10));
+        lines = logged("profile \"warn-once\"");
+    }
     let warnings: Vec<_> = lines.iter().filter(|l| l.starts_with("WARN")).collect();
     assert_eq!(warnings.len(), 1, "{calls} calls, {lines:?}");
     assert!(warnings[0].contains("failed"), "{warnings:?}");
