@@ -427,3 +427,81 @@ fn every_process_dies_when_the_supervisor_is_killed() {
 fn what_the_command_leaves_behind_is_stopped() {
     cli_common::what_the_command_leaves_behind_is_stopped(&Target::fs("leftovers"));
 }
+
+/// `cmd` started as the first process of a new PID namespace, as a
+/// container starts its entry point (`docker run … bucket-lease run`): its
+/// group and session were made outside the namespace, so the kernel shows
+/// their ids as 0 inside it. `None` (with a note) where `unshare --pid`
+/// is not allowed.
+fn in_a_new_pid_namespace(cmd: &std::process::Command) -> Option<std::process::Command> {
+    let allowed = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !allowed {
+        eprintln!("note: skipping: `unshare --pid --fork --mount-proc` is not allowed here");
+        return None;
+    }
+    let mut wrapped = std::process::Command::new("unshare");
+    wrapped
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    Some(wrapped)
+}
+
+/// `run` as a container's first process: SIGTERM, and then a lost lease,
+/// stop the command as anywhere else (it is sent SIGTERM, cleans up and
+/// exits 0), and `run` exits as it would there: with the command's status
+/// after SIGTERM, with 76 once the lease is lost. (It panicked once it signalled the
+/// command: the ids of its group, 0 there, were taken for nonzero.)
+#[test]
+fn run_as_a_containers_first_process_stops_its_command() {
+    let t = Target::fs("pid-namespace");
+    let script = "trap 'echo cleaned > \"$DIR/$NAME\"; exit 0' TERM; \
+                  echo up > \"$DIR/$NAME.up\"; while :; do sleep 0.1; done";
+    for (name, code) in [("term", 0), ("lost", 76)] {
+        let url = t.url(name);
+        let mut cmd = t.command([
+            "run", "--ttl", "3", "--grace", "2", &url, "--", "sh", "-c", script,
+        ]);
+        cmd.env("DIR", t.path(".")).env("NAME", name);
+        let Some(mut cmd) = in_a_new_pid_namespace(&cmd) else {
+            return;
+        };
+        let out = std::fs::File::create(t.path("run.out")).unwrap();
+        let err = std::fs::File::create(t.path("run.err")).unwrap();
+        let unshare = cmd.stdout(out).stderr(err).spawn().expect("unshare starts");
+        cli_common::wait_for_file(&t.path(&format!("{name}.up")), Duration::from_secs(10));
+        if name == "term" {
+            // run is unshare's only child (pid 1 inside).
+            let run = cli_common::children_of(unshare.id());
+            assert_eq!(run.len(), 1, "{run:?}");
+            let run = rustix::process::Pid::from_raw(run[0]).expect("a pid");
+            rustix::process::kill_process(run, rustix::process::Signal::TERM).expect("sent");
+        } else {
+            let id = t.holder(&url).expect("held");
+            let broke = t.run(["break", "--holder", id.as_str(), url.as_str()]);
+            assert_eq!(broke.code, Some(0), "{broke:?}");
+        }
+        let done = cli_common::finish_run(&t, unshare, Duration::from_secs(20));
+        assert!(!done.stderr.contains("panicked"), "{name}: {done:?}");
+        assert_eq!(done.code, Some(code), "{name}: {done:?}");
+        let cleaned = std::fs::read_to_string(t.path(name)).unwrap_or_default();
+        assert_eq!(
+            cleaned.trim(),
+            "cleaned",
+            "{name}: the command was not signalled: {done:?}"
+        );
+        if name == "term" {
+            assert_eq!(t.inspect(&url)["state"], "free", "{done:?}");
+        }
+    }
+}

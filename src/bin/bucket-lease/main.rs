@@ -37,6 +37,7 @@ mod brk;
 mod child;
 mod cli;
 mod generate;
+mod ids;
 mod inspect;
 mod log;
 // Shared with benches/renewal.rs, which uses what `bench` does not.

@@ -30,8 +30,7 @@
 use rustix::fd::AsFd;
 use rustix::io::Errno;
 use rustix::process::{
-    getpgrp, kill_process, kill_process_group, pidfd_open, pidfd_send_signal, Pid, PidfdFlags,
-    Signal,
+    kill_process, kill_process_group, pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal,
 };
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -221,10 +220,11 @@ fn signal_one(p: &Proc, sig: Signal) -> Result<(), Errno> {
 /// The process groups to signal for the processes `found`: those led by
 /// one of them (zombies included: a group's id is not reused while its
 /// leader is unreaped) or by `leader`, that still hold a live member, and
-/// never the caller's own.
+/// never the caller's own (nor one whose id `/proc` shows as 0: not
+/// visible in this PID namespace, as the caller's own may be).
 fn groups(found: &[Proc], leader: Option<i32>) -> Vec<i32> {
     let pids: HashSet<i32> = found.iter().map(|p| p.pid).chain(leader).collect();
-    let own = getpgrp().as_raw_nonzero().get();
+    let own = crate::ids::own_group_raw();
     let mut out: Vec<i32> = found
         .iter()
         .filter(|p| p.alive() && p.pgid != own && pids.contains(&p.pgid))

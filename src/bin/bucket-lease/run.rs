@@ -877,7 +877,7 @@ fn wait_suspended() {
 /// continued only while the lease may still be written under; false when
 /// it may not (the caller kills the command, still stopped).
 fn suspend(job: &Job, keeper: &Keeper) -> bool {
-    use rustix::process::{getpgrp, getpid, kill_process, kill_process_group, Signal};
+    use rustix::process::{getpid, kill_process, kill_process_group, Signal};
     log::info!(
         "suspended: the command and run stop, and the lease is not renewed; `fg` or `bg` \
          continue the command only if the lease may still be written under"
@@ -886,7 +886,9 @@ fn suspend(job: &Job, keeper: &Keeper) -> bool {
     // The others in run's job (a pipeline's other commands, a script
     // that started run) stop as the shell expects; run, which handles
     // SIGTSTP, stops itself.
-    let _ = kill_process_group(getpgrp(), Signal::TSTP);
+    if let Some(own) = crate::ids::own_group() {
+        let _ = kill_process_group(own, Signal::TSTP);
+    }
     if let Err(e) = kill_process(getpid(), Signal::STOP) {
         log::warn!("run could not stop itself ({e}): the command goes on");
     }

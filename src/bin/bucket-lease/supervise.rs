@@ -50,7 +50,7 @@ use crate::cli::exit;
 use crate::{procs, tty};
 use rustix::io::Errno;
 use rustix::process::{
-    getpgid, getpid, getppid, getrlimit, kill_process, kill_process_group, set_child_subreaper,
+    getpid, getppid, getrlimit, kill_process, kill_process_group, set_child_subreaper,
     set_parent_process_death_signal, setrlimit, wait, Pid, Resource, Rlimit, Signal, WaitOptions,
     WaitStatus,
 };
@@ -195,7 +195,7 @@ impl Terminal {
     /// Give COMMAND's group (led by `command`) the terminal, if `run`'s
     /// group has it: not after `bg`, nor once `run` is in the background.
     fn give_to(&self, command: Pid) {
-        let runs_group = getpgid(Some(self.run)).ok();
+        let runs_group = crate::ids::group_of(self.run);
         if runs_group.is_none() || tty::foreground() != runs_group {
             return;
         }

@@ -22,13 +22,13 @@
 //!   after `bg`) is left alone.
 
 use rustix::io::Errno;
-use rustix::process::{getpgrp, test_kill_process_group, Pid};
+use rustix::process::{test_kill_process_group, Pid};
 use rustix::termios::{isatty, tcgetpgrp, tcsetpgrp};
 
 /// Whether standard input is this process's controlling terminal and this
 /// process's group is in its foreground.
 pub fn interactive() -> bool {
-    isatty(std::io::stdin()) && foreground() == Some(getpgrp())
+    isatty(std::io::stdin()) && crate::ids::own_group().is_some_and(|own| foreground() == Some(own))
 }
 
 /// The foreground process group of the terminal on standard input, if it
@@ -63,25 +63,56 @@ pub fn give(group: Pid) -> Result<(), Errno> {
 /// shell that started the job, above a script that ran `run`, say) is in
 /// this session. (In an orphaned group a stopped job would stay stopped:
 /// the kernel discards SIGTSTP from the terminal there, for that reason.)
+/// A group or session not visible in this PID namespace (a container's
+/// first process) counts as orphaned.
 #[cfg(target_os = "linux")]
 pub fn job_control() -> bool {
-    use rustix::process::{getpgid, getppid, getsid};
-    let own = getpgrp();
-    let session = getsid(None).ok();
-    let mut next = getppid();
+    use crate::ids::{group_of, own_group, session_of};
+    let (Some(own), Some(session)) = (own_group(), session_of(None)) else {
+        return false;
+    };
+    let parent = |pid: Pid| {
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero()))
+            .ok()
+            .and_then(|text| crate::procs::parse_stat(&text))
+            .and_then(|p| Pid::from_raw(p.ppid))
+    };
+    in_session_above(own, session, rustix::process::getppid(), |pid| Ancestor {
+        group: group_of(pid),
+        session: session_of(Some(pid)),
+        parent: parent(pid),
+    })
+}
+
+/// What [`in_session_above`] asks of an ancestor.
+#[cfg(target_os = "linux")]
+struct Ancestor {
+    group: Option<Pid>,
+    session: Option<Pid>,
+    parent: Option<Pid>,
+}
+
+/// Whether the first of the ancestors from `first` up that is outside
+/// group `own` is in `session`.
+#[cfg(target_os = "linux")]
+fn in_session_above(
+    own: Pid,
+    session: Pid,
+    first: Option<Pid>,
+    mut look: impl FnMut(Pid) -> Ancestor,
+) -> bool {
+    let mut next = first;
     // A chain of processes in one group is short; the bound only guards
     // against a loop in what /proc shows while it changes.
     for _ in 0..64 {
         let Some(pid) = next else {
             return false;
         };
-        if getpgid(Some(pid)).ok() != Some(own) {
-            return getsid(Some(pid)).ok() == session && session.is_some();
+        let ancestor = look(pid);
+        if ancestor.group != Some(own) {
+            return ancestor.session == Some(session);
         }
-        next = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero()))
-            .ok()
-            .and_then(|text| crate::procs::parse_stat(&text))
-            .and_then(|p| Pid::from_raw(p.ppid));
+        next = ancestor.parent;
     }
     false
 }
@@ -112,8 +143,7 @@ pub fn block_sigttou() {
 /// group has no process left (the command's, once it is gone); logs a
 /// failure, with what it means.
 pub fn take_back() {
-    let own = getpgrp();
-    let Some(now) = foreground() else {
+    let (Some(own), Some(now)) = (crate::ids::own_group(), foreground()) else {
         return;
     };
     if now == own || test_kill_process_group(now) != Err(Errno::SRCH) {
@@ -124,5 +154,58 @@ pub fn take_back() {
             "could not take the terminal back from the command's process group ({e}); the \
              shell takes it back when run exits"
         );
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    fn pid(raw: i32) -> Pid {
+        Pid::from_raw(raw).expect("positive")
+    }
+
+    /// The chain `run (group 10) <- sh 10 <- PARENT`, with the session 5.
+    fn above(parent: Ancestor) -> bool {
+        let mut parent = Some(parent);
+        in_session_above(pid(10), pid(5), Some(pid(10)), move |p| {
+            if p == pid(10) {
+                Ancestor {
+                    group: Some(pid(10)),
+                    session: Some(pid(5)),
+                    parent: Some(pid(1)),
+                }
+            } else {
+                parent.take().expect("asked once")
+            }
+        })
+    }
+
+    #[test]
+    fn a_shell_of_the_session_above_the_group_continues_it() {
+        assert!(above(Ancestor {
+            group: Some(pid(5)),
+            session: Some(pid(5)),
+            parent: None,
+        }));
+    }
+
+    #[test]
+    fn a_group_whose_first_ancestor_outside_it_is_elsewhere_is_orphaned() {
+        // Another session (a terminal's session leader above `sh -c`).
+        assert!(!above(Ancestor {
+            group: Some(pid(1)),
+            session: Some(pid(1)),
+            parent: None,
+        }));
+        // A container's first process: its group and session were made
+        // outside the PID namespace, and have no id here.
+        assert!(!above(Ancestor {
+            group: None,
+            session: None,
+            parent: None,
+        }));
+        // The chain ends inside the group.
+        assert!(!in_session_above(pid(10), pid(5), None, |_| unreachable!()));
     }
 }
