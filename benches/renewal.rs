@@ -207,7 +207,7 @@ fn http(prefix: &str, setup: &mut Setup) {
     let direct_key = format!("{prefix}/floor-direct/LEASE");
     for (name, signing, key) in [
         ("floor", floor::Signing::AwsSigv4, &floor_key),
-        ("floor, direct signing", floor::Signing::Direct, &direct_key),
+        (DIRECT_FLOOR, floor::Signing::Direct, &direct_key),
     ] {
         let mut floor = floor::floor(
             signing,
@@ -449,7 +449,11 @@ fn main() {
         .as_ref()
         .and_then(|p| std::fs::read(p).ok())
         .and_then(|b| serde_json::from_slice(&b).ok());
-    let floor = rows.iter().any(|r| r.name == "floor").then_some("floor");
+    // The ratio base is the lowest floor there is: signed as the stores
+    // sign (the direct signer) when that row ran.
+    let floor = [DIRECT_FLOOR, "floor"]
+        .into_iter()
+        .find(|name| rows.iter().any(|r| r.name == *name));
     let cells = measure::table(&rows, floor, previous.as_ref());
     let unix_time = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -499,6 +503,9 @@ fn main() {
             println!("```");
         }
     }
+    if let Some(line) = cpu_goal(&rows) {
+        println!("\n{line}");
+    }
     if !strace {
         println!("\n{}", measure::STRACE_RECIPE);
     }
@@ -522,4 +529,30 @@ fn main() {
             eprintln!("note: cannot write {}: {e}", path.display());
         }
     }
+}
+
+/// The name of the floor row signed as the stores sign.
+const DIRECT_FLOOR: &str = "floor, direct signing";
+
+/// The goal for a renewal's CPU, met or missed: `http renew` at most 1.3
+/// times the direct-signing floor and at most the aws-sigv4 floor (both
+/// medians of this run). `None` without those three rows.
+fn cpu_goal(rows: &[measure::Row]) -> Option<String> {
+    let cpu = |name: &str| {
+        rows.iter()
+            .find(|r| r.name == name)
+            .and_then(|r| r.cpu_per_op())
+            .map(|c| c.median.as_secs_f64() * 1e6)
+    };
+    let (renew, direct, old) = (cpu("http renew")?, cpu(DIRECT_FLOOR)?, cpu("floor")?);
+    let verdict = |met: bool| if met { "met" } else { "missed" };
+    Some(format!(
+        "goal for a renewal's CPU: {renew:.0} µs is {:.2}× the direct-signing floor's \
+         {direct:.0} µs (goal ≤ 1.3×: {}) and {:.2}× the aws-sigv4 floor's {old:.0} µs \
+         (goal ≤ 1×: {})",
+        renew / direct,
+        verdict(renew <= 1.3 * direct),
+        renew / old,
+        verdict(renew <= old),
+    ))
 }

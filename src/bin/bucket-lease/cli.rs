@@ -135,33 +135,49 @@ pub fn signal_exit_code(sig: i32) -> u8 {
         .unwrap_or(u8::MAX)
 }
 
-/// The longest duration [`parse_duration`] accepts: 10^9 s, about 31
-/// years, far from any overflow when added to an instant.
-pub const MAX_SECONDS: f64 = 1e9;
+/// The longest duration [`parse_duration`] accepts, in seconds: 10^9 s,
+/// about 31 years, far from any overflow when added to an instant.
+pub const MAX_SECONDS: u64 = 1_000_000_000;
 
 /// How durations are written, for help texts and messages.
 pub const DURATION_FORMS: &str = "seconds (1.5), or with a unit: 90s, 1m, 0.5h, 1d";
 
-/// A duration in seconds as written for `option`: a number of seconds,
-/// fractions allowed, optionally followed by `s`, `m`, `h` or `d` (as
-/// `timeout(1)` takes them); `None` when it is not one (negative, not
-/// finite, no number).
-fn duration_seconds(value: &str) -> Option<f64> {
-    let (number, unit) = match value.char_indices().last()? {
-        (i, 's') => (&value[..i], 1.0),
-        (i, 'm') => (&value[..i], 60.0),
-        (i, 'h') => (&value[..i], 3600.0),
-        (i, 'd') => (&value[..i], 86_400.0),
-        _ => (value, 1.0),
+const NANOS_PER_SECOND: u128 = 1_000_000_000;
+
+/// A duration as written for an option, in nanoseconds: a number of
+/// seconds, fractions allowed, optionally followed by `s`, `m`, `h` or `d`
+/// (as `timeout(1)` takes them); `None` when it is not one (a sign, an
+/// exponent, `inf`, no digit). Read exactly, in decimal (`0.1h` is 360 s,
+/// not a float's neighbour of it); digits past the 18th after the point
+/// are dropped, and a value too large to hold is `u128::MAX`.
+fn duration_nanos(value: &str) -> Option<u128> {
+    let (number, unit) = match value.as_bytes().last()? {
+        b's' => (&value[..value.len() - 1], 1),
+        b'm' => (&value[..value.len() - 1], 60),
+        b'h' => (&value[..value.len() - 1], 3600),
+        b'd' => (&value[..value.len() - 1], 86_400),
+        _ => (value, 1),
     };
-    // Digits and one point only: no sign, exponent, `inf` or `NaN`.
-    let digits = number.bytes().filter(u8::is_ascii_digit).count();
-    let points = number.bytes().filter(|&b| b == b'.').count();
-    if digits == 0 || digits + points != number.len() || points > 1 {
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |text: &str| text.bytes().all(|b| b.is_ascii_digit());
+    if whole.len() + fraction.len() == 0 || !digits(whole) || !digits(fraction) {
         return None;
     }
-    let seconds = number.parse::<f64>().ok()? * unit;
-    seconds.is_finite().then_some(seconds)
+    let decimal = |text: &str| {
+        text.bytes().fold(0u128, |n, b| {
+            n.saturating_mul(10).saturating_add(u128::from(b - b'0'))
+        })
+    };
+    let fraction = &fraction[..fraction.len().min(18)];
+    let scale = 10u128.pow(u32::try_from(fraction.len()).unwrap_or(18));
+    let unit_nanos = unit * NANOS_PER_SECOND;
+    // Below 10^18 times 86,400 × 10^9: no overflow.
+    let part = decimal(fraction) * unit_nanos / scale;
+    Some(
+        decimal(whole)
+            .saturating_mul(unit_nanos)
+            .saturating_add(part),
+    )
 }
 
 /// Parse a duration for `option` (see [`DURATION_FORMS`]), from 0 up to
@@ -175,14 +191,18 @@ pub fn parse_duration(
     option: &str,
     value: &str,
 ) -> Result<Duration, Failure> {
-    duration_seconds(value)
-        .filter(|s| (0.0..=MAX_SECONDS).contains(s))
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+    duration_nanos(value)
+        .filter(|n| *n <= u128::from(MAX_SECONDS) * NANOS_PER_SECOND)
+        .map(|n| {
+            // At most 10^9 s: both parts fit.
+            let seconds = u64::try_from(n / NANOS_PER_SECOND).unwrap_or(MAX_SECONDS);
+            Duration::new(seconds, u32::try_from(n % NANOS_PER_SECOND).unwrap_or(0))
+        })
         .ok_or_else(|| {
             Failure::usage(
                 command,
                 format!(
-                    "{option}: expected a duration from 0 up to {MAX_SECONDS:.0} seconds, as \
+                    "{option}: expected a duration from 0 up to {MAX_SECONDS} seconds, as \
                      {DURATION_FORMS}; got {value:?}"
                 ),
             )
@@ -198,14 +218,14 @@ pub fn parse_duration(
 /// A usage failure naming the option, the value, the range and why.
 pub fn parse_ttl(command: &'static str, option: &str, value: &str) -> Result<u64, Failure> {
     use bucket_lease::record::MAX_SANE_TTL_S;
-    let seconds = duration_seconds(value);
-    let why = match seconds {
-        Some(s) if s.fract() == 0.0 && (1.0..=MAX_SANE_TTL_S as f64).contains(&s) => {
-            // Whole and at most 3600: the cast is exact.
-            return Ok(s as u64);
+    let longest = u128::from(MAX_SANE_TTL_S) * NANOS_PER_SECOND;
+    let why = match duration_nanos(value) {
+        Some(n) if n % NANOS_PER_SECOND == 0 && (NANOS_PER_SECOND..=longest).contains(&n) => {
+            // Whole and at most 3600 s: it fits.
+            return Ok(u64::try_from(n / NANOS_PER_SECOND).unwrap_or(MAX_SANE_TTL_S));
         }
-        Some(s) if s > MAX_SANE_TTL_S as f64 => LONG_TTL,
-        Some(s) if s.fract() != 0.0 => " (a TTL is a whole number of seconds)",
+        Some(n) if n > longest => LONG_TTL,
+        Some(n) if n % NANOS_PER_SECOND != 0 => " (a TTL is a whole number of seconds)",
         _ => "",
     };
     Err(Failure::usage(
@@ -518,6 +538,19 @@ mod tests {
             assert!(e.message.contains("90s, 1m, 0.5h"), "{bad}: {}", e.message);
         }
         assert!(d("1000000000").is_ok() && d("1000000001").is_err());
+        assert!(d("99999999999999999999999999999999999999999999d").is_err());
+        // Decimal, exactly: what a float would round.
+        let exact = |v: &str| parse_duration("t", "--wait", v).unwrap();
+        assert_eq!(exact("0.1h"), Duration::from_secs(360));
+        assert_eq!(exact("0.3"), Duration::from_millis(300));
+        assert_eq!(exact("1.000000001"), Duration::new(1, 1));
+        assert_eq!(exact("0.0000000009"), Duration::ZERO);
+        assert_eq!(exact("2.5m"), Duration::from_secs(150));
+        assert_eq!(exact("1."), Duration::from_secs(1));
+        assert_eq!(
+            exact("0.1234567890123456789999d"),
+            Duration::new(10_666, 666_570_666)
+        );
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //!   `info`, `debug`, `trace`) sets it. A value it cannot read is reported
 //!   once and ignored.
 //! - Below `trace`, only bucket-lease's own records are shown: the HTTP
-//!   client's chatter stays out of the way.
+//!   client's chatter stays out of the way. At `trace` the other crates'
+//!   records show too, from `debug` up: a release build compiles every
+//!   `trace` record out (the `cli` feature's `log/release_max_level_debug`,
+//!   for the command's size; bucket-lease itself logs nothing at `trace`).
 //! - A line is written whole (stderr is locked for it); a failed write is
 //!   ignored, never a panic.
 //! - Control characters in a record's text (which may quote a lease
