@@ -23,11 +23,14 @@
 //! A second run black-holes one lease (every request on its key hangs until
 //! its deadline) and reports whether any other lease was fenced.
 
+mod common;
+
 use bucket_lease::memory::MemoryStore;
 use bucket_lease::{
     Contender, DeleteMode, Event, KeeperPool, LeaseOptions, Object, PoolOptions, PutMode,
     PutOptions, Store, StoreError, StoreErrorKind, Version, Wait,
 };
+use common::{moto, Opener};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -80,9 +83,6 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(scratch());
 }
-
-/// Opens a store of one kind afresh.
-type Opener = Box<dyn Fn() -> Arc<dyn Store>>;
 
 /// `rounds` rounds of `at_once` failovers, each on its own prefix; the
 /// delays beyond the ideal, and how many trials failed.
@@ -267,34 +267,4 @@ fn scratch() -> std::path::PathBuf {
 fn fs_store() -> Arc<dyn Store> {
     std::fs::create_dir_all(scratch()).expect("a scratch directory");
     Arc::new(bucket_lease::backends::fs::DirStore::open(&scratch()).expect("a scratch directory"))
-}
-
-/// moto over HTTP, when `scripts/test-servers.sh` started it.
-#[cfg(feature = "minio")]
-fn moto() -> Option<Opener> {
-    use bucket_lease::backends::config;
-    let Ok(endpoint) = std::env::var("BUCKET_LEASE_TEST_MOTO_URL") else {
-        eprintln!("note: BUCKET_LEASE_TEST_MOTO_URL is not set; skipping moto");
-        return None;
-    };
-    let bucket =
-        std::env::var("BUCKET_LEASE_TEST_BUCKET").unwrap_or_else(|_| "bucket-lease-test".into());
-    let env = move |name: &str| match name {
-        "AWS_ENDPOINT_URL" => Some(endpoint.clone()),
-        "AWS_ACCESS_KEY_ID" => Some("test-key".to_string()),
-        "AWS_SECRET_ACCESS_KEY" => Some("test-secret".to_string()),
-        "AWS_REGION" => Some("us-east-1".to_string()),
-        "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
-        _ => None,
-    };
-    let url = format!("minio://{bucket}/bench");
-    Some(Box::new(move || {
-        config::open_with_env(&url, &env).expect("moto opens").0
-    }))
-}
-
-#[cfg(not(feature = "minio"))]
-fn moto() -> Option<Opener> {
-    eprintln!("note: built without the minio feature; skipping moto");
-    None
 }

@@ -44,10 +44,13 @@
 //! `N@TTL`. Memory is reported for the first run only (fs): later runs
 //! reuse what the allocator kept from the runs before them.
 
+mod common;
+
 use bucket_lease::{
     Contender, DeleteMode, Event, KeeperPool, LeaseError, LeaseOptions, Object, PoolOptions,
     PooledLease, PutMode, PutOptions, Store, StoreError, Version,
 };
+use common::moto;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -466,37 +469,4 @@ fn scratch() -> std::path::PathBuf {
 fn fs_store() -> Arc<dyn Store> {
     std::fs::create_dir_all(scratch()).expect("a scratch directory");
     Arc::new(bucket_lease::backends::fs::DirStore::open(&scratch()).expect("a scratch directory"))
-}
-
-/// Opens a store of one kind afresh.
-type Opener = Box<dyn Fn() -> Arc<dyn Store>>;
-
-/// moto over HTTP, when `scripts/test-servers.sh` started it.
-#[cfg(feature = "minio")]
-fn moto() -> Option<Opener> {
-    use bucket_lease::backends::config;
-    let Ok(endpoint) = std::env::var("BUCKET_LEASE_TEST_MOTO_URL") else {
-        eprintln!("note: BUCKET_LEASE_TEST_MOTO_URL is not set; skipping moto");
-        return None;
-    };
-    let bucket =
-        std::env::var("BUCKET_LEASE_TEST_BUCKET").unwrap_or_else(|_| "bucket-lease-test".into());
-    let env = move |name: &str| match name {
-        "AWS_ENDPOINT_URL" => Some(endpoint.clone()),
-        "AWS_ACCESS_KEY_ID" => Some("test-key".to_string()),
-        "AWS_SECRET_ACCESS_KEY" => Some("test-secret".to_string()),
-        "AWS_REGION" => Some("us-east-1".to_string()),
-        "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
-        _ => None,
-    };
-    let url = format!("minio://{bucket}/bench");
-    Some(Box::new(move || {
-        config::open_with_env(&url, &env).expect("moto opens").0
-    }))
-}
-
-#[cfg(not(feature = "minio"))]
-fn moto() -> Option<Opener> {
-    eprintln!("note: built without the minio feature; skipping moto");
-    None
 }

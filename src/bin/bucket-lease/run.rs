@@ -49,8 +49,9 @@
 //!   the command is sent SIGTERM (a second signal sends SIGKILL at once)
 //!   and SIGKILL after the grace period, or just before the write deadline
 //!   if that comes first; then the lease is released. Without a terminal
-//!   (see "In a terminal" below), SIGTSTP is ignored while the command
-//!   runs: a suspended `run` could neither renew nor stop it. Exit
+//!   (see "In a terminal" below), SIGTSTP is ignored from `run`'s start,
+//!   while the lease is taken and while the command runs: a suspended
+//!   `run` could neither renew nor stop it. Exit
 //!   COMMAND's own exit code if it exited by itself, else 128 + the signal
 //!   received (130, 143, 129).
 //! - **The lease is released when COMMAND exits and nothing it started is
@@ -200,7 +201,8 @@ renewed while suspended: on fg or bg, COMMAND is continued only if the
 lease may still be written under; if the write deadline passed, it is
 killed without being continued and run exits 76. Otherwise (input from a
 file or a pipe, run in the background) COMMAND is in the background of the
-terminal, and SIGTSTP is ignored while it runs.
+terminal, and SIGTSTP is ignored from run's start (while the lease is taken
+and while COMMAND runs).
 
 What is stopped (Linux): COMMAND runs in a process group of its own, under
 a supervisor process that is the subreaper of everything COMMAND starts.
