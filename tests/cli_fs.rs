@@ -376,7 +376,10 @@ fn best_effort_is_taken_and_said() {
         "echo $BUCKET_LEASE_EXCLUSION",
     ]);
     cmd.env("BUCKET_LEASE_CONDITIONAL", "off");
-    let done = cli_common::Done::from(cmd.output().unwrap());
+    let done = cli_common::Done::from(cli_common::output_within(
+        &mut cmd,
+        cli_common::COMMAND_LIMIT,
+    ));
     assert_eq!(done.stdout.trim(), "best-effort", "{done:?}");
 }
 
@@ -503,5 +506,26 @@ fn run_as_a_containers_first_process_stops_its_command() {
         if name == "term" {
             assert_eq!(t.inspect(&url)["state"], "free", "{done:?}");
         }
+    }
+}
+
+/// The tests' bound on a command: one that hangs fails its test instead
+/// of holding up the suite, and so does one that leaves a process holding
+/// its output.
+#[test]
+fn a_hung_command_fails_its_test_in_time() {
+    for script in ["sleep 30", "sleep 30 & echo left"] {
+        let limit = std::time::Duration::from_secs(1);
+        let started = Instant::now();
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", script]);
+        let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cli_common::output_within(&mut cmd, limit)
+        }));
+        assert!(failed.is_err(), "{script}: not failed");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{script}: too late"
+        );
     }
 }

@@ -266,7 +266,7 @@ impl Target {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        Done::from(self.command(args).output().expect("the binary runs"))
+        Done::from(output_within(&mut self.command(args), COMMAND_LIMIT))
     }
 
     /// Start `bucket-lease ARGS` in the background, output captured.
@@ -332,6 +332,75 @@ impl From<Output> for Done {
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
         }
+    }
+}
+
+/// How long one `bucket-lease` run in a test may take before it counts as
+/// hung: far over the longest any test waits for (its `--wait`, a TTL, a
+/// grace period), so only a defect reaches it.
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(120);
+
+/// `cmd`'s output, as `Command::output` gives it, but bounded: a process
+/// still running after `limit`, or whose pipes some process it left
+/// behind still holds open 10 s after it exited, fails the test with what
+/// it printed so far (and is killed), rather than hanging the suite.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
+    use std::sync::mpsc;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let (sent, got) = mpsc::channel();
+    for (which, mut pipe) in [
+        (
+            0,
+            Box::new(child.stdout.take().expect("piped")) as Box<dyn Read + Send>,
+        ),
+        (1, Box::new(child.stderr.take().expect("piped"))),
+    ] {
+        let sent = sent.clone();
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            let _ = sent.send((which, bytes));
+        });
+    }
+    drop(sent);
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let printed: Vec<String> = got
+                .try_iter()
+                .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
+                .collect();
+            panic!("{cmd:?} did not exit within {limit:?}; it printed {printed:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut streams = [Vec::new(), Vec::new()];
+    let pipes_deadline = Instant::now() + Duration::from_secs(10);
+    for _ in 0..2 {
+        let left = pipes_deadline.saturating_duration_since(Instant::now());
+        match got.recv_timeout(left) {
+            Ok((which, bytes)) => streams[which] = bytes,
+            Err(_) => panic!(
+                "{cmd:?} exited ({status}) but its output stayed open 10 s after: a process it \
+                 started still holds it"
+            ),
+        }
+    }
+    let [stdout, stderr] = streams;
+    Output {
+        status,
+        stdout,
+        stderr,
     }
 }
 
