@@ -30,7 +30,7 @@ use bucket_lease::{
     Contender, DeleteMode, Event, KeeperPool, LeaseOptions, Object, PoolOptions, PutMode,
     PutOptions, Store, StoreError, StoreErrorKind, Version, Wait,
 };
-use common::{moto, Opener};
+use common::{fs_store, moto, percentiles, resident_bytes, scratch, Opener};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,7 +42,7 @@ fn main() {
         .unwrap_or(1000);
     let mut stores: Vec<(&str, Opener)> = vec![
         ("memory", Box::new(|| Arc::new(MemoryStore::new()))),
-        ("fs", Box::new(fs_store)),
+        ("fs", Box::new(|| fs_store("failover"))),
     ];
     if let Some(open) = moto() {
         stores.push(("moto", open));
@@ -81,7 +81,7 @@ fn main() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(scratch());
+    let _ = std::fs::remove_dir_all(scratch("failover"));
 }
 
 /// `rounds` rounds of `at_once` failovers, each on its own prefix; the
@@ -235,36 +235,4 @@ impl Store for Timed {
     ) -> Result<(), StoreError> {
         self.inner.delete(key, mode, deadline)
     }
-}
-
-/// The process's resident memory, from `/proc/self/statm` (0 elsewhere).
-fn resident_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
-}
-
-/// p50, p99 and the maximum, in milliseconds.
-fn percentiles(mut values: Vec<Duration>) -> (f64, f64, f64) {
-    if values.is_empty() {
-        return (0.0, 0.0, 0.0);
-    }
-    values.sort();
-    let at = |q: f64| {
-        let i = ((values.len() - 1) as f64 * q).round() as usize;
-        values[i].as_secs_f64() * 1000.0
-    };
-    (at(0.5), at(0.99), at(1.0))
-}
-
-/// The scratch directory of the fs rows, removed at the end.
-fn scratch() -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("bucket-lease-failover-{}", std::process::id()))
-}
-
-/// A local directory under the system's temporary directory.
-fn fs_store() -> Arc<dyn Store> {
-    std::fs::create_dir_all(scratch()).expect("a scratch directory");
-    Arc::new(bucket_lease::backends::fs::DirStore::open(&scratch()).expect("a scratch directory"))
 }

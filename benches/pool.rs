@@ -50,7 +50,7 @@ use bucket_lease::{
     Contender, DeleteMode, Event, KeeperPool, LeaseError, LeaseOptions, Object, PoolOptions,
     PooledLease, PutMode, PutOptions, Store, StoreError, Version,
 };
-use common::moto;
+use common::{fs_store, moto, percentiles, resident_bytes, scratch};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -78,7 +78,7 @@ fn main() {
     println!("load average before: {}", load_average());
     let mut rows = Vec::new();
 
-    let single = single(fs_store());
+    let single = single(fs_store("pool"));
     println!(
         "fs, one lease alone (TTL 1 s, 10 s): {} renewals, {:.0} µs CPU per renewal",
         single.renewals,
@@ -91,7 +91,7 @@ fn main() {
     }
     for (store, n, ttl) in runs {
         let open = if store == "fs" {
-            fs_store()
+            fs_store("pool")
         } else {
             moto.as_ref().expect("moto is configured")()
         };
@@ -100,7 +100,7 @@ fn main() {
             Err(e) => eprintln!("{store}, {n} leases, TTL {ttl} s: no row: an acquire failed: {e}"),
         }
     }
-    let _ = std::fs::remove_dir_all(scratch());
+    let _ = std::fs::remove_dir_all(scratch("pool"));
     println!("load average after: {}", load_average());
     println!();
     println!(
@@ -432,41 +432,9 @@ fn process_cpu() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-/// The process's resident memory, from `/proc/self/statm` (0 elsewhere).
-fn resident_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
-}
-
 /// The machine's load averages, from `/proc/loadavg`.
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".to_string())
-}
-
-/// p50, p99 and the maximum, in milliseconds (nearest rank).
-fn percentiles(mut values: Vec<Duration>) -> (f64, f64, f64) {
-    if values.is_empty() {
-        return (0.0, 0.0, 0.0);
-    }
-    values.sort();
-    let at = |q: f64| {
-        let i = ((values.len() - 1) as f64 * q).round() as usize;
-        values[i].as_secs_f64() * 1000.0
-    };
-    (at(0.5), at(0.99), at(1.0))
-}
-
-/// The scratch directory of the fs runs, removed at the end.
-fn scratch() -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("bucket-lease-pool-{}", std::process::id()))
-}
-
-/// A local directory under the system's temporary directory.
-fn fs_store() -> Arc<dyn Store> {
-    std::fs::create_dir_all(scratch()).expect("a scratch directory");
-    Arc::new(bucket_lease::backends::fs::DirStore::open(&scratch()).expect("a scratch directory"))
 }

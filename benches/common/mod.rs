@@ -1,8 +1,11 @@
-//! What the failover and pool benches share: how they open moto, the
-//! local S3 server `scripts/test-servers.sh` starts.
+//! What the failover and pool benches share: the stores they open (moto,
+//! the local S3 server `scripts/test-servers.sh` starts, and a scratch
+//! directory) and how they read memory and percentiles.
 
 use bucket_lease::Store;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Opens a store: the same one, or a new client on the same bucket, each
 /// call.
@@ -39,4 +42,38 @@ pub fn moto() -> Option<Opener> {
 pub fn moto() -> Option<Opener> {
     eprintln!("note: built without the minio feature; skipping moto");
     None
+}
+
+/// The scratch directory of a bench's fs runs, named after the bench and
+/// this process; the bench removes it at the end.
+pub fn scratch(bench: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("bucket-lease-{bench}-{}", std::process::id()))
+}
+
+/// A store on [`scratch`]`(bench)`, made if need be.
+pub fn fs_store(bench: &str) -> Arc<dyn Store> {
+    let dir = scratch(bench);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    Arc::new(bucket_lease::backends::fs::DirStore::open(&dir).expect("a scratch directory"))
+}
+
+/// The process's resident memory, from `/proc/self/statm` (0 elsewhere).
+pub fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// p50, p99 and the maximum, in milliseconds (nearest rank).
+pub fn percentiles(mut values: Vec<Duration>) -> (f64, f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    values.sort();
+    let at = |q: f64| {
+        let i = ((values.len() - 1) as f64 * q).round() as usize;
+        values[i].as_secs_f64() * 1000.0
+    };
+    (at(0.5), at(0.99), at(1.0))
 }
