@@ -1247,7 +1247,7 @@ fn is_wrong_region(status: u16, code: Option<&str>) -> bool {
 }
 
 /// An unsigned request's copy, for a retry.
-fn copy(request: &http::Request<()>) -> http::Request<()> {
+pub(crate) fn copy(request: &http::Request<()>) -> http::Request<()> {
     let mut again = http::Request::new(());
     *again.method_mut() = request.method().clone();
     *again.uri_mut() = request.uri().clone();

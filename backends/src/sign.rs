@@ -585,6 +585,19 @@ pub(crate) fn sign_with_aws_sigv4<B>(
     Ok(())
 }
 
+/// Every header of `request` (name, value), sorted: what the tests compare
+/// between two signers.
+#[cfg(test)]
+pub(crate) fn header_list<B>(request: &http::Request<B>) -> Vec<(String, Vec<u8>)> {
+    let mut list: Vec<(String, Vec<u8>)> = request
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+        .collect();
+    list.sort();
+    list
+}
+
 /// `uri` as text, without the formatting machinery of `Display`.
 #[cfg(test)]
 fn uri_text(uri: &http::Uri) -> String {
@@ -607,6 +620,7 @@ fn uri_text(uri: &http::Uri) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::copy;
     use std::time::{Duration, UNIX_EPOCH};
 
     /// The credentials of AWS's published SigV4 examples for S3.
@@ -689,18 +703,6 @@ mod tests {
         assert!(auth.contains("x-amz-security-token"), "{auth}");
     }
 
-    /// Every header of `request`, in a comparable form: name, value and
-    /// whether it is marked sensitive, sorted.
-    fn header_list<B>(request: &http::Request<B>) -> Vec<(String, Vec<u8>)> {
-        let mut list: Vec<(String, Vec<u8>)> = request
-            .headers()
-            .iter()
-            .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
-            .collect();
-        list.sort();
-        list
-    }
-
     /// Sign `request` with `keys` (asserting that it is signed) and with
     /// aws-sigv4, and assert that every header is the
     /// same, byte for byte; the direct one's `Authorization`.
@@ -729,14 +731,6 @@ mod tests {
             assert!(ours.headers()["x-amz-security-token"].is_sensitive());
         }
         authorization(&ours).to_string()
-    }
-
-    fn copy(request: &http::Request<()>) -> http::Request<()> {
-        let mut again = http::Request::new(());
-        *again.method_mut() = request.method().clone();
-        *again.uri_mut() = request.uri().clone();
-        *again.headers_mut() = request.headers().clone();
-        again
     }
 
     #[test]
