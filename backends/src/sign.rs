@@ -456,11 +456,10 @@ struct CachedKey {
 
 impl CachedKey {
     fn is_for(&self, credentials: &Credentials, date: &[u8; 8], region: &str) -> bool {
-        self.date == *date
-            && self.service == SERVICE
-            && self.region == region
-            && self.credentials.access_key_id() == credentials.access_key_id()
-            && self.credentials.secret_access_key() == credentials.secret_access_key()
+        let same_keys = Arc::ptr_eq(&self.credentials.inner, &credentials.inner)
+            || (self.credentials.access_key_id() == credentials.access_key_id()
+                && self.credentials.secret_access_key() == credentials.secret_access_key());
+        self.date == *date && self.service == SERVICE && self.region == region && same_keys
     }
 }
 
