@@ -63,7 +63,7 @@ fn shown(key: &str) -> &str {
     key.find(".probe-").map_or(key, |i| &key[..i + 7])
 }
 
-fn describe_op(op: &Op) -> String {
+pub(crate) fn describe_op(op: &Op) -> String {
     let op = &match op {
         Op::Get(k) => Op::Get(shown(k).to_string()),
         Op::Put(k, b, o) => Op::Put(shown(k).to_string(), b.clone(), o.clone()),

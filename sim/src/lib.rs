@@ -40,6 +40,7 @@
 mod actor;
 mod check;
 mod env;
+pub mod explore;
 mod mutants;
 mod pooled;
 mod rng;
