@@ -7,6 +7,15 @@
 #        bash scripts/simulate.sh --mutants          the mutant names, one a line
 #        bash scripts/simulate.sh --replay SEED [MUTANT]   the trace of one run
 #        bash scripts/simulate.sh --check-mutants [RUNS]   each mutant found within RUNS (2000)
+#        bash scripts/simulate.sh --exhaustive [BOUNDS] [--by-case]   every schedule of a small
+#                                                   scope (sim/src/explore.rs); BOUNDS:
+#                                                   --preemptions N --faults N --clock-steps N
+#                                                   (default 1 1 1, CI's); last line
+#                                                   "exhaustive: N schedules, depth D, V violations, S s"
+#        bash scripts/simulate.sh --exhaustive [BOUNDS] --check-mutants   each mutant the scope
+#                                                   can show found, and after how many schedules
+#        bash scripts/simulate.sh --exhaustive [BOUNDS] --replay CASE CHOICES [MUTANT]
+#                                                   the trace of one schedule
 #
 # The last line of a batch is "simulation: R runs, V violations"; the exit
 # status is non-zero when V > 0. Each failing seed is printed with the
@@ -19,8 +28,18 @@ cd "$(dirname "$0")/.."
 needs_mutants=0
 case "${1:-}" in
   --mutants | --check-mutants) needs_mutants=1 ;;
+  --exhaustive)
+    # A mutant: --check-mutants, or a replay naming one after its choices.
+    args=("$@")
+    for i in "${!args[@]}"; do
+      case "${args[$i]}" in
+        --check-mutants) needs_mutants=1 ;;
+        --replay) [ -n "${args[$((i + 3))]:-}" ] && needs_mutants=1 ;;
+      esac
+    done
+    ;;
   --replay) [ -n "${3:-}" ] && needs_mutants=1 ;;
-  "") echo "usage: bash scripts/simulate.sh RUNS [MUTANT] | --mutants | --replay SEED [MUTANT] | --check-mutants [RUNS]" >&2; exit 2 ;;
+  "") echo "usage: bash scripts/simulate.sh RUNS [MUTANT] | --mutants | --replay SEED [MUTANT] | --check-mutants [RUNS] | --exhaustive [BOUNDS] [--by-case | --check-mutants | --replay CASE CHOICES [MUTANT]]" >&2; exit 2 ;;
   *) [ -n "${2:-}" ] && needs_mutants=1 ;;
 esac
 

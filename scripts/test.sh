@@ -36,5 +36,7 @@ echo "== the deterministic simulation: 10,000 seeds on the real code"
 bash scripts/simulate.sh 10000
 echo "== the simulation finds each reintroduced defect"
 bash scripts/simulate.sh --check-mutants 2000
+echo "== the exhaustive search: every schedule of a small scope on the real code"
+bash scripts/simulate.sh --exhaustive
 echo "== the stores' tests find each reintroduced store defect"
 bash scripts/check-store-mutants.sh

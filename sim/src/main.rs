@@ -5,6 +5,8 @@
 //! bucket-lease-sim --mutants            the mutant names, one a line
 //! bucket-lease-sim --replay SEED [MUTANT]  the trace of one run
 //! bucket-lease-sim --check-mutants [RUNS]  each mutant must be found within RUNS (2000)
+//! bucket-lease-sim --exhaustive [BOUNDS] [--check-mutants | --replay CASE CHOICES [MUTANT]]
+//!                                       every schedule of a small scope (see `explore.rs`)
 //! ```
 //! Prefer `bash scripts/simulate.sh`, which builds the right features.
 
@@ -17,7 +19,7 @@ use std::time::Instant;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: simulate.sh RUNS [MUTANT] | --mutants | --replay SEED [MUTANT] | --check-mutants [RUNS]"
+        "usage: simulate.sh RUNS [MUTANT] | --mutants | --replay SEED [MUTANT] | --check-mutants [RUNS] | --exhaustive [--preemptions N] [--faults N] [--clock-steps N] [--check-mutants | --replay CASE CHOICES [MUTANT]]"
     );
     ExitCode::from(2)
 }
@@ -114,6 +116,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
+        ["--exhaustive", rest @ ..] => sim::explore::command(rest),
         ["--mutants"] => {
             for name in sim::mutant_names() {
                 println!("{name}");
