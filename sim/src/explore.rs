@@ -98,12 +98,13 @@ use crate::rng::Rng;
 use crate::sched::{Nanos, Sched, SEC};
 use crate::world::{self, Injected, Rates, World, GHOST, KEY};
 use bucket_lease_core::memory::MemoryStore;
+use bucket_lease_core::mutant::Mutant;
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::store::{PutMode, PutOptions, Store};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How far from the first schedule the search goes: at most this many
@@ -145,6 +146,9 @@ pub struct Report {
     pub found: Vec<Found>,
     /// Schedules run up to the first violating one, in the scope's order.
     pub first: Option<u64>,
+    /// Under a mutant: schedules that broke an invariant on the real code
+    /// too, passed over.
+    pub shared: u64,
     /// Each case's name and schedules.
     pub cases: Vec<(String, u64)>,
 }
@@ -196,7 +200,7 @@ pub fn case_names() -> Vec<String> {
 /// When `mutant` names no mutant, or this build lacks the feature
 /// `mutants`.
 pub fn search(bounds: Bounds, mutant: Option<&str>, stop_at_first: bool) -> Result<Report, String> {
-    select(mutant)?;
+    let mutant = select(mutant)?;
     let cases = programs::cases();
     let next = AtomicUsize::new(0);
     let stop_below = AtomicUsize::new(usize::MAX);
@@ -209,7 +213,8 @@ pub fn search(bounds: Bounds, mutant: Option<&str>, stop_at_first: bool) -> Resu
                 if i >= cases.len() || (stop_at_first && i > stop_below.load(Ordering::SeqCst)) {
                     return;
                 }
-                let done = explore(&cases, i, bounds, stop_at_first.then_some(&stop_below));
+                let stop = stop_at_first.then_some(&stop_below);
+                let done = explore(&cases, i, bounds, stop, mutant);
                 results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(done);
             });
         }
@@ -228,6 +233,7 @@ pub fn search(bounds: Bounds, mutant: Option<&str>, stop_at_first: bool) -> Resu
         report.schedules += done.schedules;
         report.depth = report.depth.max(done.depth);
         report.violating += done.violating;
+        report.shared += done.shared;
         report.found.extend(done.found);
         report.cases.push((cases[i].name(), done.schedules));
         if stop_at_first && report.first.is_some() {
@@ -269,21 +275,43 @@ pub fn replay(
     Ok((trace, done.violations))
 }
 
-/// Turn the mutant named `mutant` on (or none).
-fn select(mutant: Option<&str>) -> Result<(), String> {
+/// Turn the mutant named `mutant` on (or none); which it is.
+fn select(mutant: Option<&str>) -> Result<Option<Mutant>, String> {
     let chosen = match mutant {
         None => None,
         Some(name) => {
             Some(crate::mutants::named(name).ok_or_else(|| format!("no mutant named {name:?}"))?)
         }
     };
+    switch(chosen)?;
+    Ok(chosen)
+}
+
+/// Switch `mutant` on for the whole process (or none).
+fn switch(mutant: Option<Mutant>) -> Result<(), String> {
     #[cfg(feature = "mutants")]
-    bucket_lease_core::mutant::select(chosen);
+    bucket_lease_core::mutant::select(mutant);
     #[cfg(not(feature = "mutants"))]
-    if chosen.is_some() {
+    if mutant.is_some() {
         return Err("this build has no mutants: build with the feature `mutants`".to_string());
     }
     Ok(())
+}
+
+/// Schedules run under the read lock; the check of a mutant's violating
+/// schedule on the real code switches the mutant off under the write lock.
+static SWITCH: RwLock<()> = RwLock::new(());
+
+/// Whether the real code passes case `case`'s schedule `choices`, which
+/// broke an invariant under `mutant`: only then is the mutant found there.
+/// (A schedule that takes another path on the real code passes when that
+/// path breaks nothing.)
+fn real_code_passes(case: &Case, bounds: Bounds, choices: &[u8], mutant: Option<Mutant>) -> bool {
+    let _alone = SWITCH.write().unwrap_or_else(|e| e.into_inner());
+    let _ = switch(None);
+    let real = execute(case, bounds, choices.to_vec(), false);
+    let _ = switch(mutant);
+    real.violations.len() == usize::from(real.diverged)
 }
 
 /// The digits of a schedule's choices; `-` is the schedule of first
@@ -323,12 +351,21 @@ struct Explored {
     found: Vec<Found>,
     /// Schedules run up to the first violating one.
     first: Option<u64>,
+    /// Under a mutant: violating schedules the real code breaks too.
+    shared: u64,
 }
 
 /// Every schedule of case `i` within `bounds`, depth first; when `stop`
 /// is given, only until this case or an earlier one (its index there)
-/// finds a violation.
-fn explore(cases: &[Case], i: usize, bounds: Bounds, stop: Option<&AtomicUsize>) -> Explored {
+/// finds a violation. Under `mutant`, a violation counts only where the
+/// real code passes the same schedule.
+fn explore(
+    cases: &[Case],
+    i: usize,
+    bounds: Bounds,
+    stop: Option<&AtomicUsize>,
+    mutant: Option<Mutant>,
+) -> Explored {
     let case = &cases[i];
     let mut done = Explored::default();
     let mut prefix = Some(Vec::new());
@@ -336,26 +373,34 @@ fn explore(cases: &[Case], i: usize, bounds: Bounds, stop: Option<&AtomicUsize>)
         if stop.is_some_and(|s| s.load(Ordering::SeqCst) < i) {
             break;
         }
-        let run = execute(case, bounds, replay, false);
+        let run = {
+            let _shared = SWITCH.read().unwrap_or_else(|e| e.into_inner());
+            execute(case, bounds, replay, false)
+        };
         done.schedules += 1;
         done.depth = done.depth.max(run.steps);
-        if let Some(first) = run.violations.first() {
-            done.violating += 1;
-            done.first.get_or_insert(done.schedules);
-            if done.found.len() < KEPT {
-                done.found.push(Found {
-                    case: i,
-                    name: case.name(),
-                    choices: encode(&run.choices),
-                    violation: first.clone(),
-                });
-            }
-            if let Some(stop) = stop {
-                stop.fetch_min(i, Ordering::SeqCst);
-                break;
-            }
-        }
         prefix = run.next;
+        let Some(first) = run.violations.first() else {
+            continue;
+        };
+        if mutant.is_some() && !real_code_passes(case, bounds, &run.choices, mutant) {
+            done.shared += 1;
+            continue;
+        }
+        done.violating += 1;
+        done.first.get_or_insert(done.schedules);
+        if done.found.len() < KEPT {
+            done.found.push(Found {
+                case: i,
+                name: case.name(),
+                choices: encode(&run.choices),
+                violation: first.clone(),
+            });
+        }
+        if let Some(stop) = stop {
+            stop.fetch_min(i, Ordering::SeqCst);
+            break;
+        }
     }
     done
 }
@@ -366,6 +411,8 @@ struct Execution {
     /// The next execution's prefix in depth-first order, if any.
     next: Option<Vec<u8>>,
     violations: Vec<String>,
+    /// Whether it did not follow its choices (one of its violations).
+    diverged: bool,
     steps: u64,
     trace: Vec<String>,
 }
@@ -396,7 +443,8 @@ fn execute(case: &Case, bounds: Bounds, replay: Vec<u8>, trace: bool) -> Executi
     crate::check::check(&mut s.w);
     let values = std::mem::take(&mut s.values);
     values.check(&mut s.w);
-    if s.chooser.diverged() {
+    let diverged = s.chooser.diverged();
+    if diverged {
         s.w.violations.push(
             "replay: the execution did not follow its choices (the code under test is not \
              deterministic in them)"
@@ -407,6 +455,7 @@ fn execute(case: &Case, bounds: Bounds, replay: Vec<u8>, trace: bool) -> Executi
         choices: s.chooser.choices(),
         next: s.chooser.next(0),
         violations: std::mem::take(&mut s.w.violations),
+        diverged,
         steps: s.steps,
         trace: s.w.trace.take().unwrap_or_default(),
     }
