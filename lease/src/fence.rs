@@ -10,7 +10,9 @@
 //! - **No write lands outside the lease's prefix.** Keys must start with
 //!   the lease's prefix (`jobs/nightly/` for the lease on `jobs/nightly`),
 //!   or one allowed with [`FencedWriter::allow_prefix`], and no lease
-//!   record or probe key is ever written; any other key fails with
+//!   record or probe key is ever written, nor a key with a `.` or `..`
+//!   segment (a server or proxy that normalises paths would resolve it
+//!   elsewhere, as the directory store refuses it); any other key fails with
 //!   [`WriteError::OutsideLease`] and sends nothing.
 //! - **No write outlives the lease.** Every request's deadline is the
 //!   lease's write deadline, so an upload still in flight when the fence
@@ -154,6 +156,13 @@ impl fmt::Display for WriteError {
                  {})",
                 allowed_list(allowed)
             ),
+            WriteError::OutsideLease { key, allowed } if has_dot_segment(key) => write!(
+                f,
+                "write of {key} refused: it has a `.` or `..` segment, which a server or proxy \
+                 that normalises paths would resolve outside the lease's prefix (allowed: {}); \
+                 name the object without such segments",
+                allowed_list(allowed)
+            ),
             WriteError::OutsideLease { key, allowed } => write!(
                 f,
                 "write of {key} refused: it is outside the prefix of the lease that fences it \
@@ -176,6 +185,13 @@ impl std::error::Error for WriteError {}
 fn is_lease_key(key: &str) -> bool {
     let last = key.rsplit('/').next().unwrap_or(key);
     last == "LEASE" || last.starts_with("LEASE.probe-")
+}
+
+/// Whether `key` has a `.` or `..` segment, which a server or proxy that
+/// normalises paths would resolve elsewhere (S3 itself stores it as it is).
+fn has_dot_segment(key: &str) -> bool {
+    key.split('/')
+        .any(|segment| segment == "." || segment == "..")
 }
 
 /// `allowed` for a message: each prefix quoted, the empty one as the whole
@@ -491,7 +507,7 @@ impl FencedWriter {
     /// the key is known to be one this writer may touch.
     fn deadline(&self, key: &str) -> Result<Instant, WriteError> {
         let inside = self.allowed.iter().any(|p| key.starts_with(p.as_str()));
-        if !inside || is_lease_key(key) {
+        if !inside || is_lease_key(key) || has_dot_segment(key) {
             return Err(WriteError::OutsideLease {
                 key: key.to_string(),
                 allowed: self.allowed.clone(),

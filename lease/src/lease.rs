@@ -113,7 +113,7 @@
 
 pub use crate::clock::jittered;
 use crate::clock::{system_clock, transient_backoff, Clock};
-use crate::error::{IgnoredCondition, LeaseError, OwnWrite, CONDITIONAL_ENV};
+use crate::error::{HolderRelation, IgnoredCondition, LeaseError, OwnWrite, CONDITIONAL_ENV};
 use crate::mutant::{self, Mutant};
 use crate::record::{
     check_holder_name, default_holder_name, format_stamp, lease_key, longest_key_bytes,
@@ -125,7 +125,9 @@ use crate::store::{
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+mod claim;
 pub mod wait;
+use claim::Claim;
 pub use wait::{Cancel, Wait, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_MAX_REREAD};
 
 /// How many lost races for the key an acquire attempt absorbs before it
@@ -413,16 +415,24 @@ impl Contender {
         let clock = Arc::clone(&self.options.clock);
         let best_effort = self.options.best_effort;
         let (mut races, mut transient) = (0, Transient::default());
+        // This call's claim: live from now until the call fails or the
+        // lease it returns is dropped.
+        let claim = Claim::draw();
         while races < ACQUIRE_RACES {
             let current = read_record(&*self.store, &self.key, deadline)?;
             let epoch = match &current {
                 None | Some((None, _)) => 1,
-                Some((Some(rec), _)) if self.is_own_live(rec) => rec.epoch,
                 Some((Some(rec), version)) => {
-                    self.check_foreign(rec, version)?;
-                    rec.next_epoch().ok_or_else(|| LeaseError::EpochExhausted {
-                        key: self.key.clone(),
-                    })?
+                    match self.writer_of(rec, &claim) {
+                        // A write of this very call that landed unseen.
+                        Writer::ThisCall => rec.epoch,
+                        // Nobody can write under it any more.
+                        Writer::GoneLease => self.next_epoch(rec)?,
+                        Writer::LiveLease | Writer::Other => {
+                            self.check_foreign(rec, version)?;
+                            self.next_epoch(rec)?
+                        }
+                    }
                 }
             };
             let (confirmed, confirmed_wall) = (clock.now(), clock.wall());
@@ -436,6 +446,7 @@ impl Contender {
                 released_at: None,
                 instance_nonce: Some(self.nonce.clone()),
                 holder_name: self.holder_name.clone(),
+                claim: Some(claim.id().to_string()),
             };
             let (mode, exclusion) = match &current {
                 _ if best_effort => (PutMode::Overwrite, Exclusion::BestEffort),
@@ -493,6 +504,7 @@ impl Contender {
                 ttl_s: self.options.ttl_s,
                 acquired_at: record.acquired_at.clone(),
                 epoch,
+                claim,
                 held: Mutex::new(Held {
                     version,
                     confirmed,
@@ -567,6 +579,7 @@ impl Contender {
             key: &self.key,
             instance_id: &self.instance_id,
             nonce: &self.nonce,
+            claim: None,
             exclusion,
         };
         target.release_if_ours(deadline)
@@ -597,16 +610,40 @@ impl Contender {
             key: self.key.clone(),
             holder: rec.map_or_else(|| "unknown".to_string(), |r| r.instance_id.clone()),
             holder_name: rec.and_then(|r| r.holder_name.clone()),
-            same_instance_id: rec.is_some_and(|r| r.is_namesake_of(&self.instance_id, &self.nonce)),
+            relation: match rec {
+                Some(r) if r.is_namesake_of(&self.instance_id, &self.nonce) => {
+                    HolderRelation::Namesake
+                }
+                Some(r) if r.is_written_by(&self.instance_id, &self.nonce) => {
+                    HolderRelation::ThisProcess
+                }
+                _ => HolderRelation::Other,
+            },
+            epoch: rec.map(|r| r.epoch),
         }
     }
 
-    /// Whether `rec` is a live record of this process's own (our instance
-    /// id and our nonce): a write of an earlier attempt that landed unseen,
-    /// taken back at its epoch. A record with our id and another nonce, or
-    /// none, is another process's.
-    fn is_own_live(&self, rec: &LeaseRecord) -> bool {
-        rec.is_written_by(&self.instance_id, &self.nonce) && !rec.is_released()
+    /// Who wrote `rec`, to the acquire call that drew `claim`. See
+    /// [`Writer`].
+    fn writer_of(&self, rec: &LeaseRecord, claim: &Claim) -> Writer {
+        if rec.is_released() || !rec.is_written_by(&self.instance_id, &self.nonce) {
+            return Writer::Other;
+        }
+        if rec.is_claimed_by(&self.instance_id, &self.nonce, claim.id()) {
+            return Writer::ThisCall;
+        }
+        match rec.claim.as_deref() {
+            Some(other) if claim::is_live(other) => Writer::LiveLease,
+            _ => Writer::GoneLease,
+        }
+    }
+
+    /// The epoch of whoever takes `rec` over; [`LeaseError::EpochExhausted`]
+    /// when it cannot grow.
+    fn next_epoch(&self, rec: &LeaseRecord) -> Result<u64, LeaseError> {
+        rec.next_epoch().ok_or_else(|| LeaseError::EpochExhausted {
+            key: self.key.clone(),
+        })
     }
 
     /// Whether a foreign record keeps us out: a fresh one does, unless it is
@@ -671,6 +708,24 @@ impl Contender {
         }
         Err(held)
     }
+}
+
+/// Who wrote a live record of the key, to one acquire call: see
+/// [`Contender::writer_of`] and the [`claim`] module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    /// This very call: a write of its own that landed unseen, taken back
+    /// at its epoch.
+    ThisCall,
+    /// Another live `Lease` (or acquire call) of this process: kept out by
+    /// it while it is fresh, as by another process's.
+    LiveLease,
+    /// A `Lease` of this process that is gone (dropped, or an acquire call
+    /// that failed): nobody can write under it, so it is taken over at
+    /// once, at the next epoch.
+    GoneLease,
+    /// Another process, or a released record.
+    Other,
 }
 
 /// What the holder knows of its own lease between requests.
@@ -744,6 +799,10 @@ pub struct Lease {
     ttl_s: u64,
     acquired_at: String,
     epoch: u64,
+    /// The claim of the acquire call that took it: its records carry it,
+    /// and only a record with it is this value's. Dropped last, after
+    /// [`Drop`]'s release.
+    claim: Claim,
     held: Mutex<Held>,
 }
 
@@ -987,6 +1046,7 @@ impl Lease {
             released_at: None,
             instance_nonce: Some(self.nonce.clone()),
             holder_name: self.holder_name.clone(),
+            claim: Some(self.claim.id().to_string()),
         }
     }
 
@@ -1051,10 +1111,11 @@ impl Lease {
         }
     }
 
-    /// Whether `rec` is our own live record: our instance id, our
-    /// process's nonce, not released. See [`crate::record`].
+    /// Whether `rec` is this value's own live record: our instance id, our
+    /// process's nonce and our acquire's claim, not released. See
+    /// [`crate::record`].
     fn is_ours(&self, rec: &LeaseRecord) -> bool {
-        rec.is_written_by(&self.instance_id, &self.nonce) && !rec.is_released()
+        rec.is_claimed_by(&self.instance_id, &self.nonce, self.claim.id()) && !rec.is_released()
     }
 
     /// Who holds the lease whose record was read as `read`, other than us:
@@ -1161,6 +1222,7 @@ impl Lease {
             key: &self.key,
             instance_id: &self.instance_id,
             nonce: &self.nonce,
+            claim: Some(self.claim.id()),
             exclusion,
         };
         if lost {
@@ -1408,17 +1470,33 @@ impl Lease {
 }
 
 /// A record to release on behalf of the process `instance_id` and `nonce`
-/// name, by reading it first.
+/// name, by reading it first: the record of one lease (`claim`), or one
+/// that no live lease of the process holds (`None`: an abandoned acquire).
 struct ReleaseTarget<'a> {
     store: &'a dyn Store,
     clock: &'a dyn Clock,
     key: &'a str,
     instance_id: &'a str,
     nonce: &'a str,
+    claim: Option<&'a str>,
     exclusion: Exclusion,
 }
 
 impl ReleaseTarget<'_> {
+    /// Whether `rec` is the record this release may rewrite: the lease's
+    /// own (its claim), or for an abandoned acquire one of this process
+    /// that no live lease or acquire call of it claims.
+    fn is_target(&self, rec: &LeaseRecord) -> bool {
+        match self.claim {
+            Some(claim) => rec.is_claimed_by(self.instance_id, self.nonce, claim),
+            None => {
+                rec.is_written_by(self.instance_id, self.nonce)
+                    && (!rec.claim.as_deref().is_some_and(claim::is_live)
+                        || mutant::on(Mutant::IdentityByProcess))
+            }
+        }
+    }
+
     /// Read the record; if it is ours (`instance_id` and `nonce` both) and
     /// not released yet, rewrite it released, conditional on the version
     /// read (unconditional for a best-effort lease).
@@ -1448,9 +1526,7 @@ impl ReleaseTarget<'_> {
     fn release_once(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
         let (rec, version) = match read_record(self.store, self.key, deadline)? {
             None => return Ok(Released::AlreadyFree),
-            Some((Some(rec), version)) if rec.is_written_by(self.instance_id, self.nonce) => {
-                (rec, version)
-            }
+            Some((Some(rec), version)) if self.is_target(&rec) => (rec, version),
             other => {
                 return Ok(Released::LeftAlone {
                     holder: live_holder(other),
@@ -1473,9 +1549,7 @@ impl ReleaseTarget<'_> {
                 match read_record(self.store, self.key, deadline) {
                     // Refused on the version our record still has: the
                     // service refused our own ETag; nobody else holds it.
-                    Ok(Some((Some(rec), now)))
-                        if now == version && rec.is_written_by(self.instance_id, self.nonce) =>
-                    {
+                    Ok(Some((Some(rec), now))) if now == version && self.is_target(&rec) => {
                         Err(LeaseError::OwnWriteRefused {
                             key: self.key.to_string(),
                             write: OwnWrite::Release,

@@ -21,6 +21,13 @@
 //!   under one name therefore never both hold the lease, and a restarted
 //!   process is a new holder: it waits out the record its previous life
 //!   left, like any contender.
+//! - **Which lease of that process is its `claim`.** Each acquire call
+//!   draws a random `claim` that its record carries for the life of the
+//!   `Lease` it returns: renewals, reconciling reads and the release touch
+//!   only a record with their own claim ([`LeaseRecord::is_claimed_by`]),
+//!   so one process's old `Lease` never changes a newer one's record. Of a
+//!   record of this process with another claim, an acquire asks whether a
+//!   live `Lease` of the process still holds it (see `crate::lease`).
 //! - Stamps are RFC 3339 on the writer's wall clock.
 //! - `ttl_s` is the writer's TTL, and it governs: a reader with a different
 //!   TTL of its own still judges the record by `ttl_s`.
@@ -279,6 +286,12 @@ pub struct LeaseRecord {
         skip_serializing_if = "Option::is_none"
     )]
     pub holder_name: Option<String>,
+    /// The acquire call that wrote the record: random, drawn anew by each
+    /// acquire and kept by its lease's renewals and release
+    /// ([`LeaseRecord::is_claimed_by`]); absent in records of the async
+    /// reference, of older versions and of a break.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
 }
 
 impl LeaseRecord {
@@ -302,6 +315,7 @@ impl LeaseRecord {
             released_at: None,
             instance_nonce: None,
             holder_name: None,
+            claim: None,
         }
     }
 
@@ -349,6 +363,16 @@ impl LeaseRecord {
         self.instance_id == instance_id
             && (self.instance_nonce.as_deref() == Some(nonce)
                 || crate::mutant::on(crate::mutant::Mutant::SameNameIsOurs))
+    }
+
+    /// Whether this record was written by the one acquire call of the
+    /// process `instance_id` and `nonce` name that drew `claim`, or by the
+    /// lease that call returned: the record of one `Lease` value, not of
+    /// any value of that process.
+    pub fn is_claimed_by(&self, instance_id: &str, nonce: &str, claim: &str) -> bool {
+        self.is_written_by(instance_id, nonce)
+            && (self.claim.as_deref() == Some(claim)
+                || crate::mutant::on(crate::mutant::Mutant::IdentityByProcess))
     }
 
     /// Whether this record carries the name `instance_id` but was written
@@ -445,6 +469,7 @@ mod tests {
             released_at: None,
             instance_nonce: None,
             holder_name: None,
+            claim: None,
         }
     }
 
