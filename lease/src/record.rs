@@ -252,6 +252,18 @@ where
     })
 }
 
+/// A record's `claim` as it reads: a string, or none for anything else.
+fn lenient_claim<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(match value {
+        serde_json::Value::String(claim) => Some(claim),
+        _ => None,
+    })
+}
+
 /// The contents of `{prefix}/LEASE`. See the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -289,8 +301,13 @@ pub struct LeaseRecord {
     /// The acquire call that wrote the record: random, drawn anew by each
     /// acquire and kept by its lease's renewals and release
     /// ([`LeaseRecord::is_claimed_by`]); absent in records of the async
-    /// reference, of older versions and of a break.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// reference, of older versions and of a break. Anything but a string
+    /// is read as none, so the field never makes a record unreadable.
+    #[serde(
+        default,
+        deserialize_with = "lenient_claim",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub claim: Option<String>,
 }
 
@@ -535,6 +552,21 @@ mod tests {
         let stamp = ours["renewed_at"].as_str().unwrap();
         assert!(OffsetDateTime::parse(stamp, &Rfc3339).is_ok() && stamp.ends_with('Z'));
         assert!(LeaseRecord::parse(b"not json").is_none());
+    }
+
+    #[test]
+    fn a_claim_that_is_not_a_string_is_read_as_none() {
+        let rec = LeaseRecord::parse(
+            br#"{"instance_id":"a","acquired_at":"x","renewed_at":"y","ttl_s":5,"claim":7}"#,
+        )
+        .expect("still a record");
+        assert_eq!(rec.claim, None);
+        let rec = LeaseRecord::parse(
+            br#"{"instance_id":"a","acquired_at":"x","renewed_at":"y","ttl_s":5,"claim":"c1","instance_nonce":"n"}"#,
+        )
+        .unwrap();
+        assert!(rec.is_claimed_by("a", "n", "c1"));
+        assert!(!rec.is_claimed_by("a", "n", "c2") && !rec.is_claimed_by("a", "m", "c1"));
     }
 
     #[test]
