@@ -36,7 +36,7 @@ use crate::net::tls::TlsConnector;
 use crate::net::{not_sent_of, CachingResolver, Stage, TcpConnector};
 use crate::settings::{redact_user_info, url_text, ConfigError, Named, Proxies, Proxy, Trust};
 use crate::sign::{sign_request, Credentials, KeyCache};
-use crate::spelling::{same_etag, Spelling};
+use crate::spelling::{same_etag, Now, Spelling};
 use crate::xml::ErrorBody;
 use bucket_lease_core::clock::{jittered, transient_backoff};
 use bucket_lease_core::mutant::StoreMutant;
@@ -1486,7 +1486,10 @@ impl HttpStore {
                 .deadline
                 .unwrap_or_else(|| Instant::now() + self.timeout),
         );
-        let bare = self.spelling.bare();
+        // The spelling the write goes out in, and any switch is decided
+        // against.
+        let sent = self.spelling.now();
+        let bare = sent.bare();
         let request = self.request_spelled(op, key, condition, &options.metadata, bare)?;
         let (answer, spelled) = match (self.execute(op, key, request, body, deadline), condition) {
             (Ok(answer), _) => (answer, bare),
@@ -1495,7 +1498,7 @@ impl HttpStore {
                     && self.spelling.open()
                     && self.refused_a_right_etag(key, version, deadline) =>
             {
-                let answer = self.put_respelled(key, body, options, bare, deadline, e)?;
+                let answer = self.put_respelled(key, body, options, sent, deadline, e)?;
                 (answer, !bare)
             }
             (Err(e), _) => return Err(e),
@@ -1587,27 +1590,37 @@ impl HttpStore {
             .is_some_and(|now| same_etag(now, sent))
     }
 
-    /// Send the `If-Match` write refused in the spelling `bare` once more
+    /// Send the `If-Match` write refused in the spelling `sent` once more
     /// in the other one, by `deadline` (see [`crate::spelling`]): its
-    /// answer, or `refused` when the other spelling is refused too.
+    /// answer, or `refused` when the other spelling is refused too, or when
+    /// the spelling `sent` settled since (another thread's write on a
+    /// right ETag was accepted in it: it is not questioned any more).
     fn put_respelled(
         &self,
         key: &str,
         body: &[u8],
         options: &PutOptions,
-        bare: bool,
+        sent: Now,
         deadline: Option<Instant>,
         refused: StoreError,
     ) -> Result<Answer, StoreError> {
         let PutMode::Update(version) = &options.mode else {
             return Err(refused);
         };
-        let switched = self.spelling.switch_from(bare);
+        let bare = sent.bare();
+        let switched = self.spelling.switch_from(sent);
+        if switched.is_none() && self.spelling.bare() == bare {
+            // Settled in the spelling the write was refused in (or switched
+            // and back by others): the refusal stands, and nothing goes
+            // out in a spelling the store does not use.
+            return Err(refused);
+        }
+        // This call switched, or another thread did first.
         let request =
             self.request_spelled(Op::Update, key, Some(version), &options.metadata, !bare)?;
         match self.execute(Op::Update, key, request, body, deadline) {
             Ok(answer) => {
-                if switched {
+                if switched.is_some() {
                     log::warn!(
                         "{}: the service refused If-Match with the object's own ETag in \
                          {} and accepted it {}; ETags are sent that way from now on (set \
@@ -1622,12 +1635,15 @@ impl HttpStore {
             }
             Err(e) if e.kind() == StoreErrorKind::Precondition => {
                 // Neither spelling, if the object still has that ETag: keep
-                // the first, and its refusal. If it changed meanwhile, the
+                // the first, and its refusal (unless the new one settled
+                // meanwhile: then it stays). If it changed meanwhile, the
                 // second write lost a race, which says nothing against the
                 // new spelling (switching back then could leave a busy key
                 // refused in the wrong spelling for good).
-                if switched && self.refused_a_right_etag(key, version, deadline) {
-                    self.spelling.switch_from(!bare);
+                if let Some(switched) = switched {
+                    if self.refused_a_right_etag(key, version, deadline) {
+                        self.spelling.switch_from(switched);
+                    }
                 }
                 Err(refused)
             }

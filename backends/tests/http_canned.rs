@@ -177,6 +177,81 @@ fn a_delete_check_that_could_not_finish_is_made_again() {
     assert_eq!(seen[6].header("if-match"), Some("\"a\""));
 }
 
+/// A spelling a right ETag was accepted in is not switched by a question
+/// another thread opened before that (issue 28). One store, a service that
+/// honours quoted ETags (and bare ones): thread A's write on the pointer's
+/// `"e1"` is refused while the spelling is open (the pointer had moved);
+/// while A's HEAD is on its way the pointer comes back to `"e1"` (an ABA,
+/// or a stale replica), and thread B's write on its lease's `"f1"` is
+/// accepted in quotes, which settles them. A's HEAD then answers `"e1"`:
+/// A's refusal stands, the spelling stays quoted and uncounted, and B's
+/// next renewal goes out quoted as its probe checked.
+#[test]
+fn a_spelling_settled_while_another_threads_question_was_open_stays() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+    let (head_arrived, arrived) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let (head_arrived, released) = (Mutex::new(head_arrived), Mutex::new(released));
+    let heads = AtomicUsize::new(0);
+    let server = Canned::answering(move |seen| {
+        let ok = |etag: &str| Reply::status(200).header("ETag", etag);
+        let path = seen.path.as_str();
+        match (seen.method.as_str(), path, seen.header("if-match")) {
+            ("PUT", "/bkt/a/ptr", Some("\"e1\"")) => {
+                Reply::error(412, "PreconditionFailed", "moved", "RA1")
+            }
+            ("HEAD", "/bkt/a/ptr", _) => {
+                // The first HEAD is held until B's write was answered.
+                if heads.fetch_add(1, Ordering::SeqCst) == 0 {
+                    head_arrived.lock().unwrap().send(()).unwrap();
+                    let wait = released.lock().unwrap();
+                    wait.recv_timeout(Duration::from_secs(60)).unwrap();
+                }
+                ok("\"e1\"")
+            }
+            ("PUT", "/bkt/a/ptr", Some("e1")) => ok("\"e3\""),
+            ("PUT", "/bkt/b/LEASE", Some("\"f1\"")) => ok("\"f2\""),
+            ("PUT", "/bkt/b/LEASE", Some("\"f2\"" | "f2")) => ok("\"f3\""),
+            _ => Reply::status(500),
+        }
+    });
+    let store = Arc::new(store(&server));
+    let within = || Some(Instant::now() + Duration::from_secs(60));
+    let a = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            store.put("a/ptr", b"A", &update("\"e1\"").with_deadline(within()))
+        })
+    };
+    // A's refusal came while the spelling was open: its HEAD is waiting.
+    arrived.recv_timeout(Duration::from_secs(60)).unwrap();
+    let f2 = store
+        .put("b/LEASE", b"B", &update("\"f1\"").with_deadline(within()))
+        .expect("B's right ETag, accepted in quotes");
+    release.send(()).unwrap();
+    let a = a.join().unwrap();
+    assert_eq!(
+        store.condition_spelling(),
+        0,
+        "settled quoted: not switched"
+    );
+    let e = a.expect_err("A's refusal stands");
+    assert_eq!(e.kind(), StoreErrorKind::Precondition, "{e}");
+    let options = PutOptions::new(PutMode::Update(f2)).with_deadline(within());
+    store.put("b/LEASE", b"B", &options).unwrap();
+    let seen = server.seen();
+    let renewals: Vec<_> = seen.iter().filter(|s| s.path == "/bkt/b/LEASE").collect();
+    assert_eq!(renewals.len(), 2);
+    assert_eq!(
+        renewals[1].header("if-match"),
+        Some("\"f2\""),
+        "still quoted"
+    );
+    let pointer: Vec<_> = seen.iter().filter(|s| s.path == "/bkt/a/ptr").collect();
+    assert_eq!(pointer.len(), 2, "A's PUT and HEAD, no second spelling");
+}
+
 #[test]
 fn unquoted_etags_go_on_the_wire_without_quotes() {
     let server = Canned::start(vec![Reply::status(200).header("ETag", "\"b\"")]);
