@@ -647,7 +647,7 @@ impl HttpStoreBuilder {
 /// | 409 | [`StoreErrorKind::Conflict`] |
 /// | 401, 403 | [`StoreErrorKind::PermissionDenied`] |
 /// | 501 or code `NotImplemented` to a conditional request | [`StoreErrorKind::NotImplemented`] |
-/// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]), or one the service was not seen to honour (checked once, before the first: see below) | [`StoreErrorKind::NotImplemented`], nothing sent |
+/// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]), or one the service was not seen to honour in the spelling of ETags in use (checked before the first, and again after the spelling changed: see below) | [`StoreErrorKind::NotImplemented`], nothing sent |
 /// | 5xx, 408, 429 | [`StoreErrorKind::Transport`], [`Delivery::Answered`](bucket_lease_core::store::Delivery): it may have landed |
 /// | timeout, reset, closed after sending | [`StoreErrorKind::Transport`]: it may have landed |
 /// | (retries) | a request not sent, and a GET, HEAD or unconditional DELETE that got a 5xx, 408, 429 or no answer, is sent again, up to three times in all, after a jittered pause, within the deadline; a write that may have been sent is not |
@@ -677,7 +677,9 @@ impl HttpStoreBuilder {
 /// before the first one is sent, the store checks once on a scratch object
 /// beside its key that a delete on a wrong ETag is refused and one on the
 /// right ETag accepted (five requests), and sends none if the service
-/// failed that check (Ceph RGW 16.2 deletes whatever the ETag).
+/// failed that check (Ceph RGW 16.2 deletes whatever the ETag). The check
+/// holds for the spelling of ETags it was made in: after the spelling
+/// changed, the next conditional delete checks again.
 ///
 /// An error body over the cap is not read; the status alone decides.
 /// Every error names the method, the key, the service's code (or the HTTP
@@ -1523,7 +1525,7 @@ impl HttpStore {
             }
             DeleteMode::IfVersion(version) if version.etag.is_none() => {
                 // Refused without a request, whatever the service does.
-                return self.delete_if_match(key, version, deadline);
+                return self.delete_if_match(key, version, deadline, self.spelling.bare());
             }
             DeleteMode::IfVersion(version) => version,
             _ => return Err(unknown_mode("DELETE", key)),
@@ -1531,35 +1533,42 @@ impl HttpStore {
         // One bound for the check a first conditional delete costs, and
         // for the delete.
         let bound = deadline.unwrap_or_else(|| Instant::now() + self.timeout);
-        if !self.delete_conditions.allows(self, key, bound)? {
+        // Sent in the spelling of ETags the service's conditional deletes
+        // were checked in.
+        let spelled = self.spelling.now().spelled();
+        let Some(checked) = self.delete_conditions.allows(self, key, spelled, bound)? else {
             let why = match self.delete_conditions.state() {
                 DeleteConditions::Off => format!(
                     "the {} profile does not send conditional deletes (turn them on with \
                      conditional_delete(true))",
                     self.profile
                 ),
-                _ => "the service was seen to ignore If-Match on DELETE, so conditional \
-                      deletes are not sent to it"
-                    .to_string(),
+                _ => format!(
+                    "the service was seen to ignore If-Match on DELETE with {} ETags, the \
+                     spelling in use, so conditional deletes are not sent to it",
+                    spelled.name()
+                ),
             };
             return Err(
                 StoreError::new(StoreErrorKind::NotImplemented, "DELETE", key).with_message(why),
             );
-        }
-        self.delete_if_match(key, version, Some(bound))
+        };
+        self.delete_if_match(key, version, Some(bound), checked.bare)
     }
 }
 
 impl HttpStore {
-    /// A DELETE conditional on `version`, sent whatever is known of the
-    /// service's conditional deletes (the caller checked).
+    /// A DELETE conditional on `version`, its ETag sent `bare` or quoted,
+    /// whatever is known of the service's conditional deletes (the caller
+    /// checked, in that spelling).
     pub(crate) fn delete_if_match(
         &self,
         key: &str,
         version: &Version,
         deadline: Option<Instant>,
+        bare: bool,
     ) -> Result<(), StoreError> {
-        let request = self.request(Op::DeleteIfMatch, key, Some(version), &[])?;
+        let request = self.request_spelled(Op::DeleteIfMatch, key, Some(version), &[], bare)?;
         self.execute(Op::DeleteIfMatch, key, request, &[], deadline)?;
         Ok(())
     }

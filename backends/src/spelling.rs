@@ -28,6 +28,12 @@
 //!   open state the refused write was sent in: a question that was asked
 //!   before another thread's write settled the spelling switches nothing
 //!   when its HEAD comes back (issue 28), and its refusal is returned.
+//! - **Nothing decided in one spelling is kept in another.** Each spelling
+//!   of the store's life is a [`Spelled`] (quoted or bare, after so many
+//!   changes; settling does not make it another). The check of conditional
+//!   deletes ([`crate::delete_check`]) sends its deletes in one and holds
+//!   for that one alone: after a change the next conditional delete checks
+//!   again, in the new spelling.
 //! - **The question costs one HEAD** (two when the second spelling is
 //!   refused too: a changed ETag then means a lost race, and the new
 //!   spelling stays), within the write's own deadline, and
@@ -80,6 +86,15 @@ impl Now {
         matches!(self.state, State::Open { .. })
     }
 
+    /// Which spelling of the store's life this is (settling it does not
+    /// make it another).
+    pub(crate) fn spelled(self) -> Spelled {
+        Spelled {
+            bare: self.bare(),
+            changes: self.changes,
+        }
+    }
+
     /// The state in one word, for one atomic: bit 0 bare, bits 1 and 2
     /// open (0), settled (1) or configured (2), the changes above them.
     fn word(self) -> u64 {
@@ -102,6 +117,29 @@ impl Now {
         Now {
             state,
             changes: word >> 3,
+        }
+    }
+}
+
+/// One spelling of a store's life: quoted or bare, after so many changes.
+/// Settling keeps it the same spelling; a change makes another, even one
+/// back to the same quotes. What is decided in one spelling (the check of
+/// conditional deletes, [`crate::delete_check`]) holds for it alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spelled {
+    /// ETags are sent without their quotes.
+    pub(crate) bare: bool,
+    /// How many times the spelling had changed before it.
+    pub(crate) changes: u64,
+}
+
+impl Spelled {
+    /// `quoted` or `bare`, for messages.
+    pub(crate) fn name(self) -> &'static str {
+        if self.bare {
+            "bare"
+        } else {
+            "quoted"
         }
     }
 }
@@ -241,6 +279,8 @@ mod tests {
             }
         );
         assert!(s.switch_from(switched).is_none(), "settled");
+        assert_eq!(s.now().spelled(), switched.spelled(), "settling keeps it");
+        assert_ne!(asked.spelled(), switched.spelled());
         let fixed = Spelling::new(true, true);
         assert!(!fixed.open() && fixed.bare());
         assert!(fixed.switch_from(fixed.now()).is_none(), "configured");

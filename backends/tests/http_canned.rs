@@ -177,6 +177,60 @@ fn a_delete_check_that_could_not_finish_is_made_again() {
     assert_eq!(seen[6].header("if-match"), Some("\"a\""));
 }
 
+/// The check of conditional deletes holds only for the spelling of ETags
+/// it was made in (issue 28). A service that refuses every quoted
+/// `If-Match`, a right one too (Ceph RGW 16.2 on PUT), fails it in quotes;
+/// once the store learned the bare spelling, the next conditional delete
+/// checks again, bare, and is sent, bare, when that check passes.
+#[test]
+fn the_delete_check_is_made_again_in_a_new_spelling() {
+    let mut replies = vec![
+        // The check in quotes: the scratch object created, a delete on a
+        // wrong ETag refused and the object kept, one on its own ETag
+        // refused too; then the clean-up.
+        Reply::status(200).header("ETag", "\"scratch\""),
+        Reply::error(412, "PreconditionFailed", "no", "RC1"),
+        Reply::status(200).header("ETag", "\"scratch\""),
+        Reply::error(412, "PreconditionFailed", "no", "RC2"),
+        Reply::status(204),
+        // A write on k's own ETag refused in quotes, the HEAD showing it
+        // was right, the write sent bare: accepted.
+        Reply::error(412, "PreconditionFailed", "no", "RK1"),
+        Reply::status(200).header("ETag", "\"e1\""),
+        Reply::status(200).header("ETag", "\"e2\""),
+    ];
+    replies.extend(delete_check_passes());
+    replies.push(Reply::status(204));
+    let server = Canned::start(replies);
+    let store = store(&server);
+    let e = store
+        .delete("k", &DeleteMode::IfVersion(Version::etag("\"a\"")), None)
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::NotImplemented, "{e}");
+    store.put("k", b"x", &update("\"e1\"")).unwrap();
+    assert_eq!(store.condition_spelling(), 1, "learned bare");
+    store
+        .delete("k", &DeleteMode::IfVersion(Version::etag("\"e2\"")), None)
+        .expect("checked again in the bare spelling, and sent");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 14, "5 for the first check, 3, 5 again, 1");
+    assert_eq!(seen[3].header("if-match"), Some("\"scratch\""), "quoted");
+    let scratch = &seen[8].path;
+    assert!(scratch.starts_with("/bkt/k.probe-"), "{scratch}");
+    assert_eq!(seen[8].header("if-none-match"), Some("*"));
+    let wrong = seen[9].header("if-match").unwrap();
+    assert!(
+        !wrong.contains('"'),
+        "the check's deletes go out bare: {wrong}"
+    );
+    assert_eq!(seen[11].header("if-match"), Some("scratch"));
+    assert_eq!(
+        (seen[13].method.as_str(), seen[13].path.as_str()),
+        ("DELETE", "/bkt/k")
+    );
+    assert_eq!(seen[13].header("if-match"), Some("e2"));
+}
+
 /// A spelling a right ETag was accepted in is not switched by a question
 /// another thread opened before that (issue 28). One store, a service that
 /// honours quoted ETags (and bare ones): thread A's write on the pointer's

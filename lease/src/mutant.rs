@@ -112,16 +112,21 @@ pub enum StoreMutant {
     /// while the spelling was open switches it after another thread's
     /// write on a right ETag settled it.
     SettledSpellingSwitched,
+    /// The HTTP store keeps its check of conditional deletes across a
+    /// change of ETag spelling (issue 28): a verdict found in quotes is
+    /// taken for bare ETags too.
+    DeleteVerdictOutlivesSpelling,
 }
 
 impl StoreMutant {
     /// Every store mutant, in the order the check script runs them.
-    pub const ALL: [StoreMutant; 5] = [
+    pub const ALL: [StoreMutant; 6] = [
         StoreMutant::TimeoutBeforeCredentials,
         StoreMutant::UnboundedProcessOutput,
         StoreMutant::UnboundedRefreshWait,
         StoreMutant::DeleteConditionsTrusted,
         StoreMutant::SettledSpellingSwitched,
+        StoreMutant::DeleteVerdictOutlivesSpelling,
     ];
 
     /// The mutant's name in `BUCKET_LEASE_MUTANT`.
@@ -132,6 +137,7 @@ impl StoreMutant {
             StoreMutant::UnboundedRefreshWait => "unbounded-refresh-wait",
             StoreMutant::DeleteConditionsTrusted => "delete-conditions-trusted",
             StoreMutant::SettledSpellingSwitched => "settled-spelling-switched",
+            StoreMutant::DeleteVerdictOutlivesSpelling => "delete-verdict-outlives-spelling",
         }
     }
 
