@@ -10,7 +10,8 @@
 //! write was conditional on, the service refused a right condition, so the
 //! write is sent once more in the other spelling. If that one is accepted
 //! the spelling is settled for the store's life; if it is refused too, the
-//! first spelling stays and the refusal is returned.
+//! first spelling comes back (unless another thread's write settled the
+//! second meanwhile) and the refusal is returned.
 //!
 //! What it promises:
 //!
