@@ -16,6 +16,8 @@ finders=(
   "unbounded-process-output|-p bucket-lease-backends --features minio,mutants --lib|credentials::process::tests::a_child_left_holding_the_output_does_not_hold_the_fetch"
   "unbounded-refresh-wait|-p bucket-lease-backends --features minio,mutants --lib|credentials::tests::a_caller_with_nothing_valid_waits_only_until_its_own_deadline"
   "delete-conditions-trusted|-p bucket-lease-backends --features minio,mutants --test http_canned|a_service_that_ignores_if_match_on_delete_is_sent_no_conditional_delete"
+  "settled-spelling-switched|-p bucket-lease-backends --features minio,mutants --test http_canned|a_spelling_settled_while_another_threads_question_was_open_stays"
+  "delete-verdict-outlives-spelling|-p bucket-lease-backends --features minio,mutants --test http_canned|the_delete_check_is_made_again_in_a_new_spelling"
 )
 
 # Every mutant of the code has a row (names as `StoreMutant::name` gives them).

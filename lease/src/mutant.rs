@@ -113,15 +113,26 @@ pub enum StoreMutant {
     /// The HTTP store sends a profile's conditional deletes without first
     /// checking that the service honours them.
     DeleteConditionsTrusted,
+    /// The HTTP store's switch of ETag spelling compares only the spelling,
+    /// not whether it settled (issue 28): a question one thread opened
+    /// while the spelling was open switches it after another thread's
+    /// write on a right ETag settled it.
+    SettledSpellingSwitched,
+    /// The HTTP store keeps its check of conditional deletes across a
+    /// change of ETag spelling (issue 28): a verdict found in quotes is
+    /// taken for bare ETags too.
+    DeleteVerdictOutlivesSpelling,
 }
 
 impl StoreMutant {
     /// Every store mutant, in the order the check script runs them.
-    pub const ALL: [StoreMutant; 4] = [
+    pub const ALL: [StoreMutant; 6] = [
         StoreMutant::TimeoutBeforeCredentials,
         StoreMutant::UnboundedProcessOutput,
         StoreMutant::UnboundedRefreshWait,
         StoreMutant::DeleteConditionsTrusted,
+        StoreMutant::SettledSpellingSwitched,
+        StoreMutant::DeleteVerdictOutlivesSpelling,
     ];
 
     /// The mutant's name in `BUCKET_LEASE_MUTANT`.
@@ -131,6 +142,8 @@ impl StoreMutant {
             StoreMutant::UnboundedProcessOutput => "unbounded-process-output",
             StoreMutant::UnboundedRefreshWait => "unbounded-refresh-wait",
             StoreMutant::DeleteConditionsTrusted => "delete-conditions-trusted",
+            StoreMutant::SettledSpellingSwitched => "settled-spelling-switched",
+            StoreMutant::DeleteVerdictOutlivesSpelling => "delete-verdict-outlives-spelling",
         }
     }
 
