@@ -9,11 +9,13 @@
 //! terminal, as under flock); Ctrl-C and Ctrl-\ reach the command itself
 //! and the shell gets the terminal back; Ctrl-Z suspends the whole job,
 //! `fg` continues it with the terminal and `bg` without; a job suspended
-//! past its write deadline is killed without being continued (exit 76); a
-//! lost lease stops the command; `run` hands the terminal back to a script
-//! that started it; messages under `stty tostop` do not stop `run`; and
-//! with stdin not the terminal nothing changes. Every time the lease is
-//! released.
+//! past its write deadline is killed without being continued (exit 76),
+//! and one sent SIGTERM (`kill %1`) gives its command the whole grace
+//! period once continued; a lost lease stops the command, also after the
+//! terminal stopped it (SIGTTIN) while it had it, which is not a Ctrl-Z
+//! and goes on; `run` hands the terminal back to a script that started it;
+//! messages under `stty tostop` do not stop `run`; and with stdin not the
+//! terminal nothing changes. Every time the lease is released.
 
 mod cli_common;
 
@@ -435,6 +437,40 @@ fn fg_after_the_write_deadline_kills_without_continuing() {
     println!("--- the terminal session ---\n{}", term.transcript());
 }
 
+/// SIGTERM to a suspended job (`kill %1`, which continues it too) gives
+/// the command its whole grace period once run goes on, counted from then:
+/// the command's cleanup runs to its end and run exits with its status. (A
+/// signal taken as run went on was dated from before the suspension, so a
+/// job suspended longer than the grace period had its command killed at
+/// once, "the command did not stop in time".)
+#[test]
+fn a_signal_to_a_suspended_job_gives_the_command_its_grace() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-z-term");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "\"$BL\" run --ttl 30 --grace 3 \"$URL\" -- sh -c 'trap \"echo clea\"\"ning; sleep 0.5; echo clea\"\"ned; exit 3\" TERM; echo $$ > \"$DIR/pid\"; while :; do sleep 0.1; done'\n",
+    );
+    wait_for_the_foreground(&t, &term);
+    term.type_keys("\x1a");
+    term.expect("Stopped");
+    term.expect(PROMPT);
+    // Longer than the grace period, well within the write deadline (20 s).
+    std::thread::sleep(Duration::from_secs(4));
+    // `fg`, not `wait %1`: bash may not have seen yet that `kill`
+    // continued the job, and `wait` returns at once for a stopped one.
+    term.type_keys("kill %1; fg; echo R\"C=$?\"\n");
+    term.expect("cleaned");
+    assert_eq!(term.exit_code_after(), 3, "{}", term.transcript());
+    let shown = term.transcript();
+    assert!(!shown.contains("did not stop in time"), "{shown}");
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
 /// Ctrl-Z then `bg`: the command goes on in the background (the shell
 /// takes commands meanwhile) until it reads the terminal, which stops the
 /// job again (as any background job); `fg` then gives it the terminal.
@@ -509,6 +545,40 @@ fn a_lost_lease_stops_the_command_and_the_shell_gets_the_terminal_back() {
     let broken = t.run(["break", "--holder", holder.as_str(), url.as_str()]);
     assert_eq!(broken.code, Some(0), "{broken:?}");
     assert_eq!(term.exit_code_after(), 76, "{}", term.transcript());
+    term.type_keys("echo next-$((6*7))\n");
+    term.expect("next-42");
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// A command stopped for the terminal while it has it goes on, and a lease
+/// lost afterwards still ends in exit 76 and the shell's prompt (issue
+/// 28). The kernel stops a command that reads the terminal before its
+/// supervisor gave it the foreground (SIGTTIN); that stop can land just
+/// after the supervisor last asked `wait`, and its look in `/proc` for a
+/// stop `wait` cannot report (COMMAND inside `vfork`) saw COMMAND stopped
+/// first and took it for Ctrl-Z, without the signal that `wait` would have
+/// named: run's job was stopped (`Stopped`, RC=147) with nobody to continue
+/// it. Here the command gets SIGTTIN a hundred times (sent by itself to
+/// its group, as the kernel sends it), so that stops land while the
+/// supervisor looks.
+#[test]
+fn a_command_stopped_for_the_terminal_goes_on_and_a_lost_lease_ends_in_76() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-ttin");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "\"$BL\" run --ttl 6 --grace 1 \"$URL\" -- sh -c 'n=0; while [ $n -lt 100 ]; do kill -TTIN 0; n=$((n+1)); done; printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
+    );
+    term.expect("ask> ");
+    let holder = t.holder(&url).expect("a holder");
+    let broken = t.run(["break", "--holder", holder.as_str(), url.as_str()]);
+    assert_eq!(broken.code, Some(0), "{broken:?}");
+    assert_eq!(term.exit_code_after(), 76, "{}", term.transcript());
+    let shown = term.transcript();
+    assert!(!shown.contains("Stopped"), "{shown}");
     term.type_keys("echo next-$((6*7))\n");
     term.expect("next-42");
     println!("--- the terminal session ---\n{}", term.transcript());

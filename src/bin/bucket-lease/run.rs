@@ -130,7 +130,10 @@
 //!    never continued, and `run` exits 76. Else the supervisor continues
 //!    every process; after `fg` COMMAND's group gets the terminal again,
 //!    after `bg` it runs in the background, and reading the terminal stops
-//!    the job again (as for any background job).
+//!    the job again (as for any background job). A signal sent to `run`
+//!    while it was suspended (`kill %1`, which also continues it) is acted
+//!    on then, as if it came at that moment: the grace period counts from
+//!    then, not from the suspension.
 //!
 //! A process continued by hand (`kill -CONT PID`) while `run` is
 //! suspended runs with nobody renewing the lease, as when `run` itself is
@@ -746,7 +749,7 @@ fn supervise(
                 ));
             }
         }
-        let now = Instant::now();
+        let mut now = Instant::now();
         let mut terminate_now = false;
         if let Some(event) = reported.take() {
             terminate_now |= plan.observe(now, event);
@@ -765,8 +768,13 @@ fn supervise(
                 let resumed = suspend(&job, keeper);
                 // SIGTSTP is sent to run's own group too: those are not new.
                 pending.extend(signals.pending().filter(|&sig| sig != SIGTSTP));
-                let now = Instant::now();
-                if !resumed {
+                // Everything from here on is dated from now, not from before
+                // the suspension (however long): a signal taken now gets its
+                // whole grace, and the lease is looked at again.
+                now = Instant::now();
+                if resumed {
+                    terminate_now |= plan.observe(now, Seen::of(keeper.lease()));
+                } else {
                     let why = "the write deadline passed while run was suspended (Ctrl-Z), so \
                                the command was not continued (continue a suspended run within \
                                two thirds of its TTL, or give it a longer --ttl)";

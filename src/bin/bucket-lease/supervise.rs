@@ -369,14 +369,22 @@ impl Supervisor {
     /// Ctrl-Z stops every process of COMMAND's group, but `wait` tells only
     /// of COMMAND: one inside `vfork` (dash, for each command it runs)
     /// waits, unstoppable, for a child that the terminal stopped before it
-    /// could exec, and is never reported stopped. A member of COMMAND's
-    /// group found stopped is taken as COMMAND stopped, every [`RESCAN`].
+    /// could exec, and is never reported stopped. Another member of
+    /// COMMAND's group found stopped is taken as COMMAND stopped, every
+    /// [`RESCAN`]. COMMAND itself found stopped is left to `wait`, which
+    /// reports it (now, or as soon as all its threads are stopped) and
+    /// names the signal, which `/proc` does not: the kernel's SIGTTIN for
+    /// a read made before COMMAND had the terminal may land after the last
+    /// `wait`, and taken for Ctrl-Z here it stopped run's job for nothing
+    /// (issue 28); [`on_stopped`](Self::on_stopped) continues it.
     fn look_for_a_stop(&mut self) {
         let group = self.command.as_raw_nonzero().get();
-        let stopped = procs::descendants(getpid())
+        let stopped: Vec<i32> = procs::descendants(getpid())
             .into_iter()
-            .any(|p| p.pgid == group && p.state == 'T');
-        if stopped {
+            .filter(|p| p.pgid == group && p.state == 'T')
+            .map(|p| p.pid)
+            .collect();
+        if !stopped.is_empty() && !stopped.contains(&group) {
             self.on_stopped_member();
         }
     }
