@@ -155,6 +155,8 @@ pub fn specs() -> Vec<Spec> {
 }
 
 fn main() -> ExitCode {
+    // First, before any thread starts, so that every thread inherits it.
+    tty::block_terminal_stops();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     #[cfg(target_os = "linux")]
     if args.first().is_some_and(|a| a == child::SUPERVISE) {

@@ -137,9 +137,11 @@
 //!
 //! A process continued by hand (`kill -CONT PID`) while `run` is
 //! suspended runs with nobody renewing the lease, as when `run` itself is
-//! frozen. `run` and the supervisor block SIGTTOU, so that their
-//! messages, written from the background while COMMAND has the terminal,
-//! do not stop them under `stty tostop`. In any other case (standard input a file or a pipe, `run` in
+//! frozen. `run` and the supervisor block SIGTTOU and SIGTTIN whatever
+//! standard input is, and write their messages from a thread of their own
+//! (see `log`), so that a message never stops them (`stty tostop` in the
+//! background) nor holds them (a stalled pipe, a suspended terminal): they
+//! signal first and say so after. In any other case (standard input a file or a pipe, `run` in
 //! the background) nothing changes: COMMAND runs in the background of the
 //! terminal, one that reads it is stopped (SIGTTIN) with a warning, and
 //! SIGTSTP is ignored.
@@ -422,13 +424,8 @@ fn parse(p: &mut Args) -> Result<Option<Options>, Failure> {
 /// A usage, configuration, held, lost or store failure; the command's
 /// status is returned as `Ok`.
 pub fn main(mut p: Args) -> Result<u8, Failure> {
-    // Before any thread starts (the store's, the renewal thread), so that
-    // every thread inherits the mask: a message written from the
-    // background of the terminal under `stty tostop` must not stop run,
-    // which would then renew nothing.
-    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-        crate::tty::block_sigttou();
-    }
+    // SIGTTOU and SIGTTIN are blocked from `main` on (`tty`), before any
+    // thread starts: no message stops run.
     let Some(o) = parse(&mut p)? else {
         return Ok(exit::OK);
     };
@@ -814,14 +811,16 @@ fn supervise(
                             human_secs(at.saturating_duration_since(now).as_secs_f64())
                         )
                     });
+                job.terminate();
                 log::error!("{why}: stopping the command (SIGTERM now, {kill})");
+            } else {
+                job.terminate();
             }
-            job.terminate();
         }
         if killed_at.is_none() && plan.kill_due(now) {
-            log::warn!("the command did not stop in time: sending SIGKILL to all its processes");
             job.kill();
             killed_at = Some(now);
+            log::warn!("the command did not stop in time: sent SIGKILL to all its processes");
         }
         if !supervisor_killed
             && killed_at.is_some_and(|at| now.saturating_duration_since(at) >= SUPERVISOR_TIMEOUT)

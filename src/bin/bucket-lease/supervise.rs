@@ -122,7 +122,6 @@ pub fn main(args: &[OsString]) -> u8 {
     };
     let interactive = terminal == TTY;
     if interactive {
-        tty::block_sigttou();
         for sig in [SIGTSTP, SIGCONT] {
             if let Err(e) = signals.add_signal(sig) {
                 return setup_failed("cannot handle job-control signals", &e);
@@ -132,7 +131,9 @@ pub fn main(args: &[OsString]) -> u8 {
     if let Err(e) = set_child_subreaper(Some(Pid::INIT)) {
         return setup_failed("cannot become the subreaper of the command", &e);
     }
-    let child = match Command::new(program).args(rest).process_group(0).spawn() {
+    let mut command = Command::new(program);
+    command.args(rest).process_group(0);
+    let child = match tty::spawn_with_terminal_stops(&mut command) {
         Ok(child) => child,
         Err(e) => {
             eprintln!("bucket-lease: run: cannot run {program:?}: {e}");
@@ -300,8 +301,8 @@ impl Supervisor {
             }
             SIGUSR1 => self.phase = Phase::Killing,
             SIGUSR2 if self.phase != Phase::Killing => {
-                log::error!("bucket-lease run died: killing every process of the command");
                 self.phase = Phase::Killing;
+                log::error!("bucket-lease run died: killing every process of the command");
             }
             SIGTSTP if self.phase == Phase::Running => self.freeze(),
             SIGCONT if self.phase == Phase::Running => self.thaw(),
