@@ -16,6 +16,10 @@ finders=(
   "unbounded-process-output|-p bucket-lease-backends --features minio,mutants --lib|credentials::process::tests::a_child_left_holding_the_output_does_not_hold_the_fetch"
   "unbounded-refresh-wait|-p bucket-lease-backends --features minio,mutants --lib|credentials::tests::a_caller_with_nothing_valid_waits_only_until_its_own_deadline"
   "delete-conditions-trusted|-p bucket-lease-backends --features minio,mutants --test http_canned|a_service_that_ignores_if_match_on_delete_is_sent_no_conditional_delete"
+  "dir-chunks-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::a_write_whose_deadline_passes_mid_body_writes_no_further_chunk"
+  "dir-lock-last-try-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::the_lock_is_never_taken_after_the_deadline"
+  "dir-rename-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::a_write_paused_past_its_deadline_under_the_lock_publishes_nothing"
+  "dir-remove-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::a_delete_paused_past_its_deadline_under_the_lock_removes_nothing"
 )
 
 # Every mutant of the code has a row (names as `StoreMutant::name` gives them).

@@ -107,15 +107,34 @@ pub enum StoreMutant {
     /// The HTTP store sends a profile's conditional deletes without first
     /// checking that the service honours them.
     DeleteConditionsTrusted,
+    /// The directory store writes its temporary file to the end with no
+    /// check of the deadline between chunks, so a large body is written
+    /// (and synced) long after the deadline.
+    DirChunksUnchecked,
+    /// The directory store's lock loop, after its last sleep, tries the
+    /// lock once more without checking the deadline, so a lock let go
+    /// after the deadline is taken.
+    DirLockLastTryUnchecked,
+    /// The directory store renames a written temporary file over its
+    /// object with no check of the deadline after taking the lock, so a
+    /// write paused past its deadline publishes.
+    DirRenameUnchecked,
+    /// The directory store removes an object with no check of the deadline
+    /// after taking the lock, so a delete paused past its deadline removes.
+    DirRemoveUnchecked,
 }
 
 impl StoreMutant {
     /// Every store mutant, in the order the check script runs them.
-    pub const ALL: [StoreMutant; 4] = [
+    pub const ALL: [StoreMutant; 8] = [
         StoreMutant::TimeoutBeforeCredentials,
         StoreMutant::UnboundedProcessOutput,
         StoreMutant::UnboundedRefreshWait,
         StoreMutant::DeleteConditionsTrusted,
+        StoreMutant::DirChunksUnchecked,
+        StoreMutant::DirLockLastTryUnchecked,
+        StoreMutant::DirRenameUnchecked,
+        StoreMutant::DirRemoveUnchecked,
     ];
 
     /// The mutant's name in `BUCKET_LEASE_MUTANT`.
@@ -125,6 +144,10 @@ impl StoreMutant {
             StoreMutant::UnboundedProcessOutput => "unbounded-process-output",
             StoreMutant::UnboundedRefreshWait => "unbounded-refresh-wait",
             StoreMutant::DeleteConditionsTrusted => "delete-conditions-trusted",
+            StoreMutant::DirChunksUnchecked => "dir-chunks-unchecked",
+            StoreMutant::DirLockLastTryUnchecked => "dir-lock-last-try-unchecked",
+            StoreMutant::DirRenameUnchecked => "dir-rename-unchecked",
+            StoreMutant::DirRemoveUnchecked => "dir-remove-unchecked",
         }
     }
 
