@@ -604,8 +604,11 @@ fn acquire(
                 }
                 Ok((contender, Err(_))) => abandon(&contender),
                 // The attempt still has the contender: one built anew under
-                // its id has this process's nonce too, so it knows (and
-                // frees) only records the attempt wrote.
+                // its id has this process's nonce too. Its clean-up frees
+                // only a record no live attempt or lease claims, so a
+                // record this attempt (still running) wrote is left to
+                // expire: freed under a writer still in flight, it could
+                // be taken while that writer's requests are out.
                 Err(_) => abandon(
                     &Contender::new(Arc::clone(store), prefix, options.clone())
                         .with_instance_id(id.clone()),
