@@ -58,6 +58,12 @@ pub enum Mutant {
     /// write of ours that landed unseen, so a service that refuses every
     /// `If-Match` (a right one too) hands out a lease no renewal can keep.
     OwnEtagRefusalTrusted,
+    /// A record counts as a lease's own when it names the lease's process
+    /// (instance id and nonce), whatever acquire call claimed it (issue
+    /// 28): an acquire takes a live record of another `Lease` value of its
+    /// own process back at its epoch, and an old value's release or
+    /// renewal changes a newer value's record.
+    IdentityByProcess,
 }
 }
 
