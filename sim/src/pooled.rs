@@ -17,7 +17,7 @@
 //! deadline passed was reported fenced by that deadline, not when a thread
 //! took its job.
 
-use super::env::{id, SimClock, SimStore};
+use super::env::{id, without_probe_names, SimClock, SimStore};
 use super::rng::Rng;
 use super::sched::{current, Nanos, Shared, SEC};
 use super::world::World;
@@ -167,7 +167,7 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
             match contender.try_acquire() {
                 Ok(lease) => break lease,
                 Err(e) => {
-                    let text = e.to_string();
+                    let text = without_probe_names(&e.to_string());
                     sh.lock()
                         .log(|| format!("c{c} pool acquire of lease {i} fails: {text}"));
                     clock.sleep(Duration::from_millis(100));

@@ -55,7 +55,8 @@ pub(crate) struct Sched {
     seq: u64,
     queue: BinaryHeap<Reverse<(Nanos, u64, Ev)>>,
     running: Option<usize>,
-    over: bool,
+    /// The run is over: every simulated thread unwinds as it next waits.
+    pub(crate) over: bool,
     pub(crate) threads: Vec<SimThread>,
     handles: Vec<JoinHandle<()>>,
 }
