@@ -195,6 +195,13 @@ pub enum LeaseError {
         /// The lease object's key.
         key: String,
     },
+    /// Another renewal of this lease was in progress (on another thread),
+    /// so this one sent nothing: renewals of one lease take turns. The
+    /// lease is as the other renewal leaves it.
+    RenewalInProgress {
+        /// The lease object's key.
+        key: String,
+    },
     /// A store request failed.
     Store(StoreError),
 }
@@ -233,7 +240,8 @@ impl LeaseError {
             | LeaseError::EpochExhausted { .. }
             | LeaseError::KeyTooLong { .. }
             | LeaseError::Cancelled { .. } => true,
-            LeaseError::Held { .. }
+            LeaseError::RenewalInProgress { .. }
+            | LeaseError::Held { .. }
             | LeaseError::Lost { .. }
             | LeaseError::Fenced { .. }
             | LeaseError::OwnWriteRefused { .. } => false,
@@ -376,6 +384,12 @@ impl fmt::Display for LeaseError {
                     max_prefix_bytes(*limit, *probe)
                 )
             }
+            LeaseError::RenewalInProgress { key } => write!(
+                f,
+                "a renewal of the lease {key} was not sent: another renewal of it is in progress \
+                 on another thread; renew a lease from one thread at a time (a Keeper renews the \
+                 lease it keeps: leave the renewals to it)"
+            ),
             LeaseError::Cancelled { key } => write!(
                 f,
                 "waiting for lease {key} was cancelled; nothing was taken"

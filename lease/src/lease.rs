@@ -462,6 +462,9 @@ pub struct Lease {
     /// and only a record with it is this value's. Dropped last, after
     /// [`Drop`]'s release.
     claim: Claim,
+    /// A renewal is in progress: renewals take turns (see
+    /// [`Lease::renew_before`]).
+    renewing: std::sync::atomic::AtomicBool,
     held: Mutex<Held>,
 }
 

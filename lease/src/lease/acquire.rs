@@ -12,6 +12,7 @@ use crate::error::{HolderRelation, LeaseError};
 use crate::mutant::{self, Mutant};
 use crate::record::{format_stamp, longest_key_bytes, LeaseRecord, MAX_SANE_TTL_S};
 use crate::store::{PutMode, PutOptions, Version};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -150,6 +151,7 @@ impl Contender {
                 acquired_at: record.acquired_at.clone(),
                 epoch,
                 claim,
+                renewing: AtomicBool::new(false),
                 held: Mutex::new(Held {
                     version,
                     confirmed,

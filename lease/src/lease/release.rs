@@ -14,6 +14,10 @@ use crate::record::LeaseRecord;
 use crate::store::{DeleteMode, PutMode, Store, StoreErrorKind};
 use std::time::Instant;
 
+/// How many times a release rewrites our record after a refusal found it
+/// still ours at another version.
+const RELEASE_SWAPS: usize = 3;
+
 impl Lease {
     /// Give the lease up: mark our record released, if it is still ours.
     /// From the first moment of the call, [`may_write`](Self::may_write) is
@@ -168,45 +172,59 @@ impl ReleaseTarget<'_> {
         }
     }
 
-    /// One read, then at most one conditional write.
+    /// One read, then a conditional write of the record read as released;
+    /// after a refusal, read again: our record at another version (a write
+    /// of our own landed meanwhile, a renewal's) is written again, at most
+    /// [`RELEASE_SWAPS`] times in all.
     fn release_once(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
-        let (rec, version) = match read_record(self.store, self.key, deadline)? {
-            None => return Ok(Released::AlreadyFree),
-            Some((Some(rec), version)) if self.is_target(&rec) => (rec, version),
-            other => {
-                return Ok(Released::LeftAlone {
-                    holder: live_holder(other),
-                })
+        let mut read = read_record(self.store, self.key, deadline)?;
+        for _ in 0..RELEASE_SWAPS {
+            let (rec, version) = match read {
+                None => return Ok(Released::AlreadyFree),
+                Some((Some(rec), version)) if self.is_target(&rec) => (rec, version),
+                other => {
+                    return Ok(Released::LeftAlone {
+                        holder: live_holder(other),
+                    })
+                }
+            };
+            if rec.is_released() {
+                return Ok(Released::AlreadyFree);
             }
-        };
-        if rec.is_released() {
-            return Ok(Released::AlreadyFree);
-        }
-        let mode = match self.exclusion {
-            Exclusion::Conditional => {
-                PutMode::Update(require_etag(self.store, &version, "GET", self.key)?)
+            let mode = match self.exclusion {
+                Exclusion::Conditional => {
+                    PutMode::Update(require_etag(self.store, &version, "GET", self.key)?)
+                }
+                Exclusion::BestEffort => PutMode::Overwrite,
+            };
+            let body = rec.released(self.clock.wall()).to_bytes();
+            match put_retrying(self.store, self.clock, self.key, &body, mode, deadline) {
+                Ok(_) => return Ok(Released::Freed),
+                Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
             }
-            Exclusion::BestEffort => PutMode::Overwrite,
-        };
-        let body = rec.released(self.clock.wall()).to_bytes();
-        match put_retrying(self.store, self.clock, self.key, &body, mode, deadline) {
-            Ok(_) => Ok(Released::Freed),
-            Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
-                match read_record(self.store, self.key, deadline) {
-                    // Refused on the version our record still has: the
-                    // service refused our own ETag; nobody else holds it.
-                    Ok(Some((Some(rec), now))) if now == version && self.is_target(&rec) => {
-                        Err(LeaseError::OwnWriteRefused {
-                            key: self.key.to_string(),
-                            write: OwnWrite::Release,
-                        })
-                    }
-                    read => Ok(Released::LeftAlone {
-                        holder: read.ok().and_then(live_holder),
-                    }),
+            read = match read_record(self.store, self.key, deadline) {
+                Ok(read) => read,
+                Err(_) => return Ok(Released::LeftAlone { holder: None }),
+            };
+            // Refused on the version our record still has: the service
+            // refused our own ETag; nobody else holds it.
+            if let Some((Some(now_rec), now)) = &read {
+                if *now == version && self.is_target(now_rec) {
+                    return Err(self.own_write_refused());
                 }
             }
-            Err(e) => Err(e.into()),
+        }
+        // Our record moved under every write (writes of our own kept
+        // landing): it is still ours, not freed.
+        Err(self.own_write_refused())
+    }
+
+    /// [`LeaseError::OwnWriteRefused`] for a release of our record.
+    fn own_write_refused(&self) -> LeaseError {
+        LeaseError::OwnWriteRefused {
+            key: self.key.to_string(),
+            write: OwnWrite::Release,
         }
     }
 }

@@ -7,12 +7,33 @@ use super::{Exclusion, Lease, State};
 use crate::error::{LeaseError, OwnWrite};
 use crate::record::{format_stamp, LeaseRecord};
 use crate::store::{PutMode, PutOptions, StoreErrorKind, Version};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// How many times a refused renewal adopts the version of a record that
 /// still names us (a write of ours that landed unseen) and swaps again,
 /// before it reports the refusal.
 const RECONCILE_SWAPS: usize = 3;
+
+/// The one renewal of a lease in progress: taken at its start, given back
+/// when it ends, however it ends.
+struct RenewalTurn<'a>(&'a AtomicBool);
+
+impl<'a> RenewalTurn<'a> {
+    /// The turn, unless another renewal has it.
+    fn take(renewing: &'a AtomicBool) -> Option<RenewalTurn<'a>> {
+        renewing
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .ok()
+            .map(|_| RenewalTurn(renewing))
+    }
+}
+
+impl Drop for RenewalTurn<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
 
 impl Lease {
     /// Renew: rewrite the record with a new `renewed_at`, provided it is
@@ -34,15 +55,30 @@ impl Lease {
     /// holds the lease again: its compare-and-swap proves nobody wrote the
     /// record meanwhile.
     ///
+    /// Renewals of one lease run one at a time: a renewal that starts while
+    /// another is in progress (on another thread: a program renewing a
+    /// lease its keeper also renews) sends nothing and fails with
+    /// [`LeaseError::RenewalInProgress`]. Otherwise the answer to the one
+    /// that landed first could arrive last and date the lease's fence after
+    /// the record the other wrote.
+    ///
     /// # Errors
     ///
     /// [`LeaseError::Lost`] when the record was replaced or deleted: the
-    /// lease is lost for good. [`LeaseError::Fenced`] when the lease can no
+    /// lease is lost for good. [`LeaseError::RenewalInProgress`] when
+    /// another renewal of this lease is in progress. [`LeaseError::Fenced`] when the lease can no
     /// longer be renewed. [`LeaseError::Store`] when a request failed or
     /// could not be sent (retry; the fence keeps the holder safe meanwhile),
     /// or when its answer lacked an ETag (the lease is then fenced for good:
     /// its next condition is unknown).
     pub fn renew_before(&self, deadline: Option<Instant>) -> Result<(), LeaseError> {
+        // One renewal at a time, or a late answer to one could date the
+        // record's confirmation after what another wrote over it.
+        let Some(_turn) = RenewalTurn::take(&self.renewing) else {
+            return Err(LeaseError::RenewalInProgress {
+                key: self.key.clone(),
+            });
+        };
         let (exclusion, version) = {
             let h = self.lock();
             if h.state != State::Held {
@@ -125,6 +161,14 @@ impl Lease {
                 Some((Some(rec), version)) if self.is_ours(&rec) => {
                     if version == refused_on {
                         return Err(self.own_write_refused(OwnWrite::Renewal));
+                    }
+                    // Released (or lost) meanwhile: the release frees the
+                    // record; writing it live again would race it.
+                    {
+                        let h = self.lock();
+                        if h.state != State::Held {
+                            return Err(self.state_error(&h.state));
+                        }
                     }
                     let mode = PutMode::Update(self.known_version(version.clone(), "GET")?);
                     match put_retrying(&*self.store, &*self.clock, &self.key, body, mode, deadline)

@@ -35,7 +35,7 @@ use crate::text::printable_lines;
 use bucket_lease::channel::{self, Receiver, Sender, TrySendError};
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -48,8 +48,8 @@ struct Queue {
     lines: Sender<String>,
     /// Lines dropped since the writer last said how many.
     dropped: AtomicU64,
-    /// The writer thread holds a line it has not finished writing.
-    writing: AtomicBool,
+    /// Lines queued and not yet written out (or given up on).
+    pending: AtomicUsize,
 }
 
 static QUEUE: OnceLock<Queue> = OnceLock::new();
@@ -62,9 +62,11 @@ pub fn line(line: String) {
         let _ = writeln!(std::io::stderr().lock(), "{line}");
         return;
     };
+    queue.pending.fetch_add(1, Ordering::SeqCst);
     match queue.lines.try_send(line) {
         Ok(()) => {}
         Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            queue.pending.fetch_sub(1, Ordering::SeqCst);
             queue.dropped.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -79,7 +81,7 @@ pub fn finish(bound: Duration) -> bool {
     };
     let end = Instant::now() + bound;
     loop {
-        let idle = queue.lines.is_empty() && !queue.writing.load(Ordering::SeqCst);
+        let idle = queue.pending.load(Ordering::SeqCst) == 0;
         if idle || Instant::now() >= end {
             return idle;
         }
@@ -104,7 +106,7 @@ fn start_writer() {
         Queue {
             lines,
             dropped: AtomicU64::new(0),
-            writing: AtomicBool::new(false),
+            pending: AtomicUsize::new(0),
         }
     });
 }
@@ -114,7 +116,6 @@ fn start_writer() {
 fn write_out(queued: &Receiver<String>) {
     for line in queued {
         let Some(queue) = QUEUE.get() else { continue };
-        queue.writing.store(true, Ordering::SeqCst);
         let mut err = std::io::stderr().lock();
         let dropped = queue.dropped.swap(0, Ordering::SeqCst);
         if dropped > 0 {
@@ -125,7 +126,7 @@ fn write_out(queued: &Receiver<String>) {
         }
         let _ = writeln!(err, "{line}");
         drop(err);
-        queue.writing.store(false, Ordering::SeqCst);
+        queue.pending.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -320,6 +320,11 @@ const SUPERVISOR_TIMEOUT: Duration = Duration::from_secs(12);
 /// least a `--wait` is given.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long `run` lets its own lines reach stderr before it starts the
+/// command, so that they come first; a stderr nobody reads delays the
+/// command no longer than this.
+const BEFORE_COMMAND_LOG_BOUND: Duration = Duration::from_millis(300);
+
 /// How long the look for a record of ours left by a failed or interrupted
 /// attempt may take.
 const ABANDON_TIMEOUT: Duration = Duration::from_secs(2);
@@ -482,6 +487,11 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
             format!("run: cannot start the renewal thread: {e}"),
         )
     })?;
+    // What run said so far ("holding …") comes before what the command
+    // says, unless stderr is not being read: then the command starts
+    // after at most this bound, its lines unsaid. (Before the last look
+    // at the lease: the command starts only while it may be written.)
+    crate::log::finish(BEFORE_COMMAND_LOG_BOUND);
     if !keeper.may_write() {
         release(keeper);
         return Err(Failure::new(

@@ -522,6 +522,9 @@ fn mirror(status: Option<WaitStatus>) -> u8 {
             maximum,
         },
     );
+    // Raising the signal ends this process here: what it said goes out
+    // first, within the bound (`main`'s own drain never comes).
+    crate::log::finish(crate::EXIT_LOG_BOUND);
     let _ = signal_hook::low_level::emulate_default_handler(sig);
     // A signal that does not kill by default (or that could not be
     // raised): the status a shell would give.
