@@ -5,7 +5,7 @@
 //! module](super) for what an acquire promises.
 
 use super::claim::{self, Claim};
-use super::release::ReleaseTarget;
+use super::release::{ReleaseTarget, Whose};
 use super::requests::{call_deadline, put_retrying, read_record, require_etag, Transient};
 use super::{Contender, Exclusion, Held, Lease, Released, State, ACQUIRE_RACES};
 use crate::error::{HolderRelation, LeaseError};
@@ -217,6 +217,34 @@ impl Contender {
         &self,
         deadline: Option<Instant>,
     ) -> Result<Released, LeaseError> {
+        self.release_as(Whose::Abandoned, deadline)
+    }
+
+    internal! {
+    /// Mark the record released if it is this process's own, whatever
+    /// acquire call or lease of the process claims it: for a process about
+    /// to exit, nothing of which will write after it (`bucket-lease run`
+    /// interrupted while an acquire call is still in flight). Never for a
+    /// process that goes on: a lease it still holds, or an acquire call
+    /// still running, would go on writing under a released record.
+    ///
+    /// # Errors
+    ///
+    /// As [`release_abandoned_before`](Self::release_abandoned_before).
+    pub fn release_at_exit_before(
+        &self,
+        deadline: Option<Instant>,
+    ) -> Result<Released, LeaseError> {
+        self.release_as(Whose::AtExit, deadline)
+    }
+    }
+
+    /// Release this process's record as `whose` allows.
+    fn release_as(
+        &self,
+        whose: Whose<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<Released, LeaseError> {
         let exclusion = if self.options.best_effort {
             Exclusion::BestEffort
         } else {
@@ -228,7 +256,7 @@ impl Contender {
             key: &self.key,
             instance_id: &self.instance_id,
             nonce: &self.nonce,
-            claim: None,
+            whose,
             exclusion,
         };
         target.release_if_ours(deadline)

@@ -77,7 +77,7 @@ impl Lease {
             key: &self.key,
             instance_id: &self.instance_id,
             nonce: &self.nonce,
-            claim: Some(self.claim.id()),
+            whose: Whose::Lease(self.claim.id()),
             exclusion,
         };
         if lost {
@@ -116,6 +116,17 @@ impl Lease {
     }
 }
 
+/// Which records of the process a release may rewrite.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Whose<'a> {
+    /// Only the one this lease's claim names.
+    Lease(&'a str),
+    /// One that no live lease or acquire call of the process claims.
+    Abandoned,
+    /// Any: the process is about to exit, and nothing of it will write.
+    AtExit,
+}
+
 /// A record to release on behalf of the process `instance_id` and `nonce`
 /// name, by reading it first: the record of one lease (`claim`), or one
 /// that no live lease of the process holds (`None`: an abandoned acquire).
@@ -125,7 +136,7 @@ pub(super) struct ReleaseTarget<'a> {
     pub(super) key: &'a str,
     pub(super) instance_id: &'a str,
     pub(super) nonce: &'a str,
-    pub(super) claim: Option<&'a str>,
+    pub(super) whose: Whose<'a>,
     pub(super) exclusion: Exclusion,
 }
 
@@ -134,9 +145,10 @@ impl ReleaseTarget<'_> {
     /// own (its claim), or for an abandoned acquire one of this process
     /// that no live lease or acquire call of it claims.
     fn is_target(&self, rec: &LeaseRecord) -> bool {
-        match self.claim {
-            Some(claim) => rec.is_claimed_by(self.instance_id, self.nonce, claim),
-            None => {
+        match self.whose {
+            Whose::Lease(claim) => rec.is_claimed_by(self.instance_id, self.nonce, claim),
+            Whose::AtExit => rec.is_written_by(self.instance_id, self.nonce),
+            Whose::Abandoned => {
                 rec.is_written_by(self.instance_id, self.nonce)
                     && (!rec.claim.as_deref().is_some_and(claim::is_live)
                         || mutant::on(Mutant::IdentityByProcess))

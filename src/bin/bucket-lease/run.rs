@@ -613,16 +613,19 @@ fn acquire(
                     }
                 }
                 Ok((contender, Err(_))) => abandon(&contender),
-                // The attempt still has the contender: one built anew under
-                // its id has this process's nonce too. Its clean-up frees
-                // only a record no live attempt or lease claims, so a
-                // record this attempt (still running) wrote is left to
-                // expire: freed under a writer still in flight, it could
-                // be taken while that writer's requests are out.
-                Err(_) => abandon(
-                    &Contender::new(Arc::clone(store), prefix, options.clone())
-                        .with_instance_id(id.clone()),
-                ),
+                // The attempt still has the contender, and is still in
+                // flight: one built anew under its id has this process's
+                // nonce too. run exits now, so nothing of this process
+                // writes after it: the record the attempt may have
+                // written is freed whatever claims it.
+                Err(_) => {
+                    let contender = Contender::new(Arc::clone(store), prefix, options.clone())
+                        .with_instance_id(id.clone());
+                    let deadline = Instant::now().checked_add(ABANDON_TIMEOUT);
+                    if let Err(e) = contender.release_at_exit_before(deadline) {
+                        log::warn!("could not check for an abandoned record of ours: {e}");
+                    }
+                }
             }
             return Err(interrupted(sig));
         }
