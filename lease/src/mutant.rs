@@ -65,6 +65,11 @@ pub enum Mutant {
     /// own process back at its epoch, and an old value's release or
     /// renewal changes a newer value's record.
     IdentityByProcess,
+    /// A keeper pool with `renewal_threads(0)` renews every lease on its
+    /// scheduler thread, whatever its store (issue 29): a store call that
+    /// waits (a locked directory, a slow service) holds every other
+    /// lease's renewals and its `Fenced`.
+    PoolInlineEveryStore,
 }
 }
 

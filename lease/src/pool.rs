@@ -337,6 +337,18 @@ impl Drop for KeeperPool {
 }
 
 internal! {
+/// Whether `job` runs on the scheduler thread itself: only in an inline
+/// pool (`renewal_threads(0)`, `inline`), and only for a lease whose store
+/// answers at once ([`Store::answers_at_once`](crate::Store::answers_at_once)),
+/// so that no store call that can wait holds another lease's fence. The
+/// pool and the simulation's pools ask it.
+pub fn runs_on_scheduler(inline: bool, job: &Job) -> bool {
+    inline
+        && (job.lease().store().answers_at_once() || mutant::on(Mutant::PoolInlineEveryStore))
+}
+}
+
+internal! {
 /// Do one job on a renewal thread.
 pub fn work(job: Job, release_timeout: Duration) -> Done {
     match job {
@@ -720,7 +732,7 @@ impl Scheduler {
     fn dispatch(&mut self, job: Job) {
         let here = match &mut self.inline {
             None => false,
-            Some(_) if job.lease().store().answers_at_once() => true,
+            Some(_) if runs_on_scheduler(true, &job) => true,
             Some(on_demand) => !on_demand.start(self.release_timeout, &self.done_tx),
         };
         let job = if here {
