@@ -1,6 +1,6 @@
 //! An interactive shell on a pseudo-terminal, driven as a person at a
 //! terminal would: keystrokes written to the master side, what it prints
-//! read from there (`cli_tty.rs`). Every wait is bounded;
+//! read from there (`cli_tty.rs`, `cli_stderr.rs`). Every wait is bounded;
 //! an expectation that is not met fails with the transcript and what the
 //! processes are doing, and the session is hung up and killed on drop.
 #![allow(dead_code)]
@@ -24,6 +24,8 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// An interactive shell on a pseudo-terminal of its own.
 pub struct Terminal {
     master: File,
+    /// The terminal side's path (`/dev/pts/N`).
+    name: String,
     output: Arc<Mutex<Vec<u8>>>,
     /// How much of the output the expectations have read.
     read_to: usize,
@@ -92,22 +94,58 @@ impl Terminal {
         });
         Terminal {
             master,
+            name,
             output,
             read_to: 0,
             shell,
         }
     }
 
-    /// Type `text` (`\x03` is Ctrl-C, `\x1a` Ctrl-Z, `\x1c` Ctrl-\).
+    /// Type `text` (`\x03` is Ctrl-C, `\x1a` Ctrl-Z, `\x1c` Ctrl-\, `\x13`
+    /// Ctrl-S, `\x11` Ctrl-Q).
     pub fn type_keys(&mut self, text: &str) {
         self.master
             .write_all(text.as_bytes())
             .expect("the keystrokes are written");
     }
 
-    /// Everything the terminal showed so far.
+    /// Everything the terminal showed so far (without the NUL bytes of
+    /// [`takes_output`](Self::takes_output)).
     pub fn transcript(&self) -> String {
-        String::from_utf8_lossy(&self.output.lock().unwrap()).replace('\r', "")
+        String::from_utf8_lossy(&self.output.lock().unwrap()).replace(['\r', '\0'], "")
+    }
+
+    /// Whether a write to the terminal side goes through now: a NUL byte
+    /// written without blocking (a description of its own, `O_NONBLOCK`)
+    /// is taken, or refused with `EAGAIN` where a blocking write would
+    /// wait (output suspended with Ctrl-S: the terminal takes nothing).
+    pub fn takes_output(&self) -> bool {
+        let mut side = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc_o_noctty() | rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(&self.name)
+            .expect("the terminal side opens");
+        match side.write(b"\0") {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+            Err(e) => panic!("a write to the terminal side failed: {e}"),
+        }
+    }
+
+    /// Ctrl-S (the terminal's STOP character, with `IXON` as terminals
+    /// start), then wait until the terminal takes no more output: from
+    /// then on every write to it blocks, until Ctrl-Q.
+    pub fn suspend_output(&mut self) {
+        self.type_keys("\x13");
+        let deadline = Instant::now() + WAIT;
+        while self.takes_output() {
+            assert!(
+                Instant::now() < deadline,
+                "the terminal still takes output {WAIT:?} after Ctrl-S:\n{}",
+                self.transcript()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Wait until the terminal shows `what` after what was expected last;
@@ -146,6 +184,9 @@ impl Terminal {
 
 impl Drop for Terminal {
     fn drop(&mut self) {
+        // Ctrl-Q, in case a test suspended the output: the session then
+        // sees its hangup and ends without being held in a write.
+        let _ = self.master.write_all(b"\x11");
         // An interactive bash passes SIGHUP on to every job (continuing the
         // stopped ones), and `run` releases on SIGHUP.
         let pid = Pid::from_child(&self.shell);
