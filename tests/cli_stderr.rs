@@ -13,7 +13,8 @@
 //! - a terminal under `stty tostop`, `run` in its background, its
 //!   standard input the terminal or `/dev/null`: `run` is not stopped;
 //! - a terminal whose output is suspended (Ctrl-S), and `run` killed with
-//!   SIGKILL: its supervisor kills the command within moments.
+//!   SIGKILL: its supervisor kills the command within moments, and says
+//!   so once the terminal takes output again within its exit bound.
 //!
 //! Before the fix the first three commands outlived the deadline (`run`
 //! blocked in its write, or stopped by SIGTTOU before it sent a signal),
@@ -354,8 +355,13 @@ fn a_killed_run_on_a_suspended_terminal_leaves_no_command() {
         killed,
         AFTER_RUN_IS_KILLED,
     );
+    // Ctrl-Q well after the kill, well within the second the supervisor
+    // gives its messages at exit: it says why it killed the command.
+    std::thread::sleep(Duration::from_millis(300));
     term.type_keys("\x11");
     let code = term.exit_code_after();
+    // The supervisor outlives run: its line may follow the prompt.
+    let said = term.shows("bucket-lease run died", WAIT);
     let shown = term.transcript();
     assert!(
         seen.dead,
@@ -363,5 +369,6 @@ fn a_killed_run_on_a_suspended_terminal_leaves_no_command() {
         seen.said
     );
     assert_eq!(code, 128 + 9, "run was killed: {shown}");
+    assert!(said, "the supervisor said so, after: {shown}");
     println!("--- the terminal session ---\n{shown}");
 }

@@ -170,6 +170,20 @@ impl Terminal {
         }
     }
 
+    /// Whether the terminal shows `what` anywhere within `limit`: for
+    /// text that is not ordered with the rest (a process the shell does
+    /// not wait for).
+    pub fn shows(&self, what: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while !self.transcript().contains(what) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
     /// Wait for the next prompt: the code on the `RC=N` line before it.
     pub fn exit_code_after(&mut self) -> i32 {
         let seen = self.expect(PROMPT);
