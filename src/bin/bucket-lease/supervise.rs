@@ -41,7 +41,9 @@
 //!
 //! It exits once it has no child left: with COMMAND's exit code, or killed
 //! by the signal that killed COMMAND (raised again on itself, with core
-//! dumps off), so `run` reads COMMAND's status from it unchanged. A kill
+//! dumps off), so `run` reads COMMAND's status from it unchanged; either
+//! way once its messages went out, or after at most
+//! [`EXIT_LOG_BOUND`](crate::EXIT_LOG_BOUND) when stderr takes nothing. A kill
 //! that cannot finish (a process in uninterruptible sleep, or one it may
 //! not signal) ends after [`KILL_BOUND`], naming the processes left.
 
@@ -502,7 +504,9 @@ fn warn_stopped(status: WaitStatus) {
 }
 
 /// Exit as COMMAND did: its exit code, or its signal raised on this
-/// process (no core dump).
+/// process (no core dump), once the log lines went out (or the exit
+/// bound passed: a stderr nobody takes holds it no longer), as `main`
+/// waits for them after a return.
 fn mirror(status: Option<WaitStatus>) -> u8 {
     let Some(status) = status else {
         log::error!("the command's status is unknown");
