@@ -11,12 +11,16 @@
 //!   ([`give`]): a process outside the foreground that calls `tcsetpgrp`
 //!   is sent SIGTTOU (and stopped) unless it blocks it, so SIGTTOU is
 //!   blocked in the calling thread for the call, as shells ignore it.
-//!   Only that thread's mask changes, and only for the call; a child
-//!   started later gets an empty mask from std.
+//!   Only that thread's mask changes, and only for the call.
 //! - **Messages never stop `run`**: `run` and the supervisor block
 //!   SIGTTOU and SIGTTIN for good, whatever standard input is
 //!   ([`block_terminal_stops`]), as shells ignore them, so that a message
 //!   written from the background under `stty tostop` does not stop them.
+//!   A child inherits the mask of the thread that starts it (std does not
+//!   reset it), so COMMAND is started with them unblocked
+//!   ([`spawn_with_terminal_stops`]); a `credential_process` the stores
+//!   run inherits them blocked (reading the terminal fails rather than
+//!   stopping it).
 //! - **The terminal is taken back only from a group that is gone**
 //!   ([`take_back`]): a foreground group with a live process (the shell's,
 //!   after `bg`) is left alone.
