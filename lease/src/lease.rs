@@ -627,6 +627,16 @@ impl Lease {
         self.write_deadline().is_some()
     }
 
+    /// Fence the lease for good: what keeps it (a keeper, a pool) reported
+    /// it fenced and renews it no more, so a renewal that lands late (one
+    /// the program sent itself) must not let it write again.
+    pub(crate) fn fence_for_good(&self) {
+        let mut h = self.lock();
+        if h.state == State::Held {
+            h.state = State::Fenced;
+        }
+    }
+
     /// Give the lease up without a request, because a write elsewhere showed
     /// that another writer is active. `holder` names it when known.
     pub fn mark_lost(&self, holder: Option<String>) {

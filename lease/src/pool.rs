@@ -622,6 +622,9 @@ impl PoolSchedule {
 fn end(kept: &mut Kept, id: LeaseId, event: Event, events: &mut Vec<PoolEvent>) {
     kept.ended = true;
     if event == Event::Fenced {
+        // Renewed no more: a renewal still out, landing late, must not let
+        // it write again.
+        kept.lease.fence_for_good();
         log::warn!("{}: fenced: no renewal landed in time", kept.lease.key());
     }
     let key = kept.lease.key().to_string();

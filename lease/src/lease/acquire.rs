@@ -231,6 +231,7 @@ impl Contender {
     /// # Errors
     ///
     /// As [`release_abandoned_before`](Self::release_abandoned_before).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn release_at_exit_before(
         &self,
         deadline: Option<Instant>,

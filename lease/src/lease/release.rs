@@ -44,10 +44,18 @@ impl Lease {
     /// refused write elsewhere ([`mark_lost`](Self::mark_lost)) is released
     /// as above if its record still names us.
     ///
+    /// A renewal in progress on another thread writes nothing more once the
+    /// release has begun; one whose write is already on its way may land
+    /// after it: a conditional lease's release then finds our record moved
+    /// and writes it again, but a best-effort lease's renewal (an
+    /// unconditional write) can make the released record live again, for
+    /// a TTL. Release a best-effort lease from the thread that renews it.
+    ///
     /// # Errors
     ///
-    /// [`LeaseError::Store`] when a request failed; the record then expires
-    /// after its TTL, and this handle stays released.
+    /// [`LeaseError::Store`] when a request failed (a look at the record
+    /// included); the record then expires after its TTL, and this handle
+    /// stays released.
     pub fn release_before(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
         let (exclusion, version, lost) = {
             let mut h = self.lock();
@@ -124,6 +132,7 @@ pub(super) enum Whose<'a> {
     /// One that no live lease or acquire call of the process claims.
     Abandoned,
     /// Any: the process is about to exit, and nothing of it will write.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     AtExit,
 }
 
@@ -215,10 +224,9 @@ impl ReleaseTarget<'_> {
                 Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
             }
-            read = match read_record(self.store, self.key, deadline) {
-                Ok(read) => read,
-                Err(_) => return Ok(Released::LeftAlone { holder: None }),
-            };
+            // A look that fails says nothing of whose the record is: the
+            // error, not "left alone".
+            read = read_record(self.store, self.key, deadline)?;
             // Refused on the version our record still has: the service
             // refused our own ETag; nobody else holds it.
             if let Some((Some(now_rec), now)) = &read {

@@ -227,6 +227,14 @@ impl Lease {
     ) -> Result<Version, LeaseError> {
         match read_record(&*self.store, &self.key, deadline)? {
             Some((Some(rec), _)) if self.is_ours(&rec) => {
+                // Released (or lost) meanwhile: an unconditional write
+                // would make the freed record live again.
+                {
+                    let h = self.lock();
+                    if h.state != State::Held {
+                        return Err(self.state_error(&h.state));
+                    }
+                }
                 let options = PutOptions::new(PutMode::Overwrite).with_deadline(deadline);
                 Ok(self.store.put(&self.key, body, &options)?)
             }
