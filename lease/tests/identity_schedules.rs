@@ -11,61 +11,21 @@ use bucket_lease_core::lease::TRANSIENT_WRITE_TRIES;
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::LeaseRecord;
 use bucket_lease_core::{
-    Contender, DeleteMode, HolderRelation, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions,
-    Object, PutOptions, Released, Store, StoreError, TestClock, Version,
+    Contender, DeleteMode, HolderRelation, Keeper, KeeperOptions, Lease, LeaseError, Object,
+    PutOptions, Released, Store, StoreError, Version,
 };
-use gate::{spawn_named, Gated, When};
+use gate::{secs, spawn_named, When, World, KEY, NAME, TTL_S};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-const KEY: &str = "db/LEASE";
-const NAME: &str = "backup-host-1";
-const TTL_S: u64 = 30;
-
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
-
-struct World {
-    memory: Arc<MemoryStore>,
-    store: Arc<Gated>,
-    clock: TestClock,
-}
-
-impl World {
-    fn new() -> Self {
-        let memory = Arc::new(MemoryStore::new());
-        World {
-            store: Gated::new(memory.clone()),
-            memory,
-            clock: TestClock::new(),
-        }
-    }
-    fn options(&self) -> LeaseOptions {
-        LeaseOptions::new(TTL_S).clock(Arc::new(self.clock.clone()))
-    }
-    /// A contender named [`NAME`] of this process, through the gates.
-    fn ours(&self) -> Contender {
-        Contender::new(self.store.clone(), "db", self.options()).with_instance_id(NAME)
-    }
-    fn other_process(&self) -> Contender {
-        Contender::new(self.memory.clone(), "db", self.options())
-            .with_instance_id("other-host")
-            .with_instance_nonce("another-process")
-    }
-    fn record(&self) -> LeaseRecord {
-        LeaseRecord::parse(&self.memory.peek(KEY).expect("a LEASE object")).expect("a record")
-    }
-    /// A record of this process that no live lease claims: an acquire
-    /// whose every write landed unseen.
-    fn orphan(&self) {
-        self.memory
-            .lose_next_answers(TRANSIENT_WRITE_TRIES as usize);
-        self.ours().try_acquire().expect_err("no answer ever came");
-        self.memory.lose_next_answers(0);
-        assert!(!self.record().is_released());
-    }
+/// A record of this process that no live lease claims: an acquire whose
+/// every write landed unseen.
+fn orphan(w: &World) {
+    w.memory.lose_next_answers(TRANSIENT_WRITE_TRIES as usize);
+    w.ours().try_acquire().expect_err("no answer ever came");
+    w.memory.lose_next_answers(0);
+    assert!(!w.record().is_released());
 }
 
 fn relation(result: &Result<Lease, LeaseError>) -> Option<HolderRelation> {
@@ -114,7 +74,7 @@ fn release_abandoned_leaves_an_acquire_in_progress_alone() {
 #[test]
 fn a_slow_release_abandoned_never_frees_the_record_that_took_the_orphan_over() {
     let w = World::new();
-    w.orphan();
+    orphan(&w);
     let gate = w.store.hold("abandon", 1, When::Before);
     let (lease, freed) = std::thread::scope(|s| {
         let abandon = spawn_named(s, "abandon", || w.ours().release_abandoned());
@@ -241,7 +201,7 @@ fn the_probe_failure_paths_leave_no_live_claim() {
 #[test]
 fn a_lost_answer_while_taking_over_an_orphan_is_taken_back_at_its_epoch() {
     let w = World::new();
-    w.orphan();
+    orphan(&w);
     w.memory.lose_next_answers(1);
     let lease = w.ours().try_acquire().expect("its own write read back");
     assert_eq!(lease.epoch(), 2);

@@ -6,53 +6,10 @@
 
 mod gate;
 
-use bucket_lease_core::memory::MemoryStore;
-use bucket_lease_core::record::LeaseRecord;
-use bucket_lease_core::{
-    Contender, Event, Keeper, KeeperOptions, LeaseError, LeaseOptions, Released, TestClock,
-};
-use gate::{spawn_named, Gated, When};
+use bucket_lease_core::{Event, Keeper, KeeperOptions, LeaseError, Released};
+use gate::{secs, spawn_named, When, World, NAME};
 use std::sync::Arc;
 use std::time::Duration;
-
-const KEY: &str = "db/LEASE";
-const NAME: &str = "backup-host-1";
-const TTL_S: u64 = 30;
-
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
-
-struct World {
-    memory: Arc<MemoryStore>,
-    store: Arc<Gated>,
-    clock: TestClock,
-}
-
-impl World {
-    fn new() -> Self {
-        let memory = Arc::new(MemoryStore::new());
-        World {
-            store: Gated::new(memory.clone()),
-            memory,
-            clock: TestClock::new(),
-        }
-    }
-    fn options(&self) -> LeaseOptions {
-        LeaseOptions::new(TTL_S).clock(Arc::new(self.clock.clone()))
-    }
-    fn ours(&self) -> Contender {
-        Contender::new(self.store.clone(), "db", self.options()).with_instance_id(NAME)
-    }
-    fn other_process(&self) -> Contender {
-        Contender::new(self.memory.clone(), "db", self.options())
-            .with_instance_id("other-host")
-            .with_instance_nonce("another-process")
-    }
-    fn record(&self) -> LeaseRecord {
-        LeaseRecord::parse(&self.memory.peek(KEY).expect("a LEASE object")).expect("a record")
-    }
-}
 
 /// The schedule of concurrent_calls' second test, but the release's look
 /// after its refused write fails (one transient GET failure). Our own

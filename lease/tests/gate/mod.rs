@@ -1,10 +1,13 @@
 //! A memory store whose PUTs can be held at chosen points, by the name of
-//! the thread that sends them: for exact schedules of threads that share
-//! one store and one lease.
+//! the thread that sends them, and the [`World`] of the tests that use it:
+//! exact schedules of threads that share one store and one lease.
 #![allow(dead_code)]
 
 use bucket_lease_core::memory::MemoryStore;
-use bucket_lease_core::{DeleteMode, Object, PutOptions, Store, StoreError, Version};
+use bucket_lease_core::record::LeaseRecord;
+use bucket_lease_core::{
+    Contender, DeleteMode, LeaseOptions, Object, PutOptions, Store, StoreError, TestClock, Version,
+};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -134,4 +137,57 @@ pub fn spawn_named<'s, T: Send + 's>(
         .name(name.into())
         .spawn_scoped(scope, f)
         .unwrap()
+}
+
+/// The lease's key in a [`World`].
+pub const KEY: &str = "db/LEASE";
+/// The instance id of this process's contenders.
+pub const NAME: &str = "backup-host-1";
+/// Their TTL, in seconds.
+pub const TTL_S: u64 = 30;
+
+/// `s` seconds.
+pub fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// One memory store, seen through the gates by this process and directly
+/// by another, and one test clock.
+pub struct World {
+    pub memory: Arc<MemoryStore>,
+    pub store: Arc<Gated>,
+    pub clock: TestClock,
+}
+
+impl World {
+    pub fn new() -> Self {
+        let memory = Arc::new(MemoryStore::new());
+        World {
+            store: Gated::new(memory.clone()),
+            memory,
+            clock: TestClock::new(),
+        }
+    }
+
+    /// A TTL of [`TTL_S`] on the test clock.
+    pub fn options(&self) -> LeaseOptions {
+        LeaseOptions::new(TTL_S).clock(Arc::new(self.clock.clone()))
+    }
+
+    /// A contender named [`NAME`] of this process, through the gates.
+    pub fn ours(&self) -> Contender {
+        Contender::new(self.store.clone(), "db", self.options()).with_instance_id(NAME)
+    }
+
+    /// A contender of another process.
+    pub fn other_process(&self) -> Contender {
+        Contender::new(self.memory.clone(), "db", self.options())
+            .with_instance_id("other-host")
+            .with_instance_nonce("another-process")
+    }
+
+    /// The record as it stands.
+    pub fn record(&self) -> LeaseRecord {
+        LeaseRecord::parse(&self.memory.peek(KEY).expect("a LEASE object")).expect("a record")
+    }
 }
