@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Each store mutant (lease/src/mutant.rs, `StoreMutant`: defects below the
-# Store trait, where the simulation does not reach) must be found by the
-# stores' own tests: with BUCKET_LEASE_MUTANT naming it, the test that
-# guards it fails; without, it passes (the main suite runs it).
+# Store trait, or in time the simulation does not model, such as put_new's
+# hashing) must be found by the stores' and the fenced writer's own tests:
+# with BUCKET_LEASE_MUTANT naming it, the test that guards it fails;
+# without, it passes (the main suite runs it).
 #
 # usage: bash scripts/check-store-mutants.sh
 # The last line is "store mutants: N found, M missed"; the exit status is
@@ -16,6 +17,13 @@ finders=(
   "unbounded-process-output|-p bucket-lease-backends --features minio,mutants --lib|credentials::process::tests::a_child_left_holding_the_output_does_not_hold_the_fetch"
   "unbounded-refresh-wait|-p bucket-lease-backends --features minio,mutants --lib|credentials::tests::a_caller_with_nothing_valid_waits_only_until_its_own_deadline"
   "delete-conditions-trusted|-p bucket-lease-backends --features minio,mutants --test http_canned|a_service_that_ignores_if_match_on_delete_is_sent_no_conditional_delete"
+  "settled-spelling-switched|-p bucket-lease-backends --features minio,mutants --test http_canned|a_spelling_settled_while_another_threads_question_was_open_stays"
+  "delete-verdict-outlives-spelling|-p bucket-lease-backends --features minio,mutants --test http_canned|the_delete_check_is_made_again_in_a_new_spelling"
+  "dir-chunks-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::a_write_whose_deadline_passes_mid_body_writes_no_further_chunk"
+  "dir-lock-last-try-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::the_lock_is_never_taken_after_the_deadline"
+  "dir-rename-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::a_write_paused_past_its_deadline_under_the_lock_publishes_nothing"
+  "dir-remove-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::a_delete_paused_past_its_deadline_under_the_lock_removes_nothing"
+  "put-new-hashes-after-deadline|-p bucket-lease-core --features mutants --lib|fence::tests::put_new_hashes_the_body_before_it_takes_the_write_deadline"
 )
 
 # Every mutant of the code has a row (names as `StoreMutant::name` gives them).

@@ -6,7 +6,8 @@
 #                                                   SIM_FIRST_SEED=N starts at N)
 #        bash scripts/simulate.sh --mutants          the mutant names, one a line
 #        bash scripts/simulate.sh --replay SEED [MUTANT]   the trace of one run
-#        bash scripts/simulate.sh --check-mutants [RUNS]   each mutant found within RUNS (2000)
+#        bash scripts/simulate.sh --check-mutants [RUNS]   each mutant found within RUNS (2000),
+#                                                          by a seed the real code passes
 #        bash scripts/simulate.sh --exhaustive [BOUNDS] [--by-case]   every schedule of a small
 #                                                   scope (sim/src/explore.rs); BOUNDS:
 #                                                   --preemptions N --faults N --clock-steps N

@@ -9,196 +9,20 @@
 //! terminal, as under flock); Ctrl-C and Ctrl-\ reach the command itself
 //! and the shell gets the terminal back; Ctrl-Z suspends the whole job,
 //! `fg` continues it with the terminal and `bg` without; a job suspended
-//! past its write deadline is killed without being continued (exit 76); a
-//! lost lease stops the command; `run` hands the terminal back to a script
-//! that started it; messages under `stty tostop` do not stop `run`; and
-//! with stdin not the terminal nothing changes. Every time the lease is
-//! released.
+//! past its write deadline is killed without being continued (exit 76),
+//! and one sent SIGTERM (`kill %1`) gives its command the whole grace
+//! period once continued; a lost lease stops the command, also after the
+//! terminal stopped it (SIGTTIN) while it had it, which is not a Ctrl-Z
+//! and goes on; `run` hands the terminal back to a script that started it;
+//! messages under `stty tostop` do not stop `run`; and with stdin not the
+//! terminal nothing changes. Every time the lease is released.
 
 mod cli_common;
+mod cli_pty;
 
 use cli_common::Target;
-use rustix::process::{kill_process, Pid, Signal};
-use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use cli_pty::{can_run, Terminal, PROMPT, WAIT};
 use std::time::{Duration, Instant};
-
-/// The shell's prompt.
-const PROMPT: &str = "tty$ ";
-
-/// How long any one thing the terminal should show may take to appear.
-const WAIT: Duration = Duration::from_secs(20);
-
-/// An interactive shell on a pseudo-terminal of its own.
-struct Terminal {
-    master: File,
-    output: Arc<Mutex<Vec<u8>>>,
-    /// How much of the output the expectations have read.
-    read_to: usize,
-    shell: Child,
-}
-
-impl Terminal {
-    /// `bash -i` on a new pseudo-terminal, its controlling terminal, with
-    /// `$BL` (the binary), `$URL` and `$DIR` (the scratch directory) set.
-    fn start(t: &Target, url: &str) -> Terminal {
-        let mut term = Terminal::start_with(
-            t,
-            url,
-            &["bash", "--norc", "--noprofile", "--noediting", "-i"],
-        );
-        term.expect(PROMPT);
-        term
-    }
-
-    /// `program` (with its arguments) as the session leader of a new
-    /// pseudo-terminal, its controlling terminal, with the environment
-    /// [`start`](Self::start) describes.
-    fn start_with(t: &Target, url: &str, program: &[&str]) -> Terminal {
-        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("a pseudo-terminal");
-        grantpt(&master).expect("grantpt");
-        unlockpt(&master).expect("unlockpt");
-        let name = ptsname(&master, Vec::new()).expect("the terminal's name");
-        let name = name.to_str().expect("a UTF-8 name").to_string();
-        let slave = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc_o_noctty())
-            .open(&name)
-            .expect("the terminal side opens");
-        let master = File::from(master);
-        let shell = Command::new("setsid")
-            .arg("-c")
-            .args(program)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", t.path(""))
-            .env("TERM", "dumb")
-            .env("PS1", PROMPT)
-            .env("HISTFILE", "/dev/null")
-            .env("BL", env!("CARGO_BIN_EXE_bucket-lease"))
-            .env("URL", url)
-            .env("DIR", t.path(""))
-            .stdin(Stdio::from(slave.try_clone().expect("a second handle")))
-            .stdout(Stdio::from(slave.try_clone().expect("a third handle")))
-            .stderr(Stdio::from(slave))
-            .spawn()
-            .expect("setsid and bash start (util-linux and bash are installed)");
-        let output = Arc::new(Mutex::new(Vec::new()));
-        let mut reader = master.try_clone().expect("a reading handle");
-        let sink = Arc::clone(&output);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            // Ends with an error (EIO) once the last process on the
-            // terminal side closes it.
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        Terminal {
-            master,
-            output,
-            read_to: 0,
-            shell,
-        }
-    }
-
-    /// Type `text` (`\x03` is Ctrl-C, `\x1a` Ctrl-Z, `\x1c` Ctrl-\).
-    fn type_keys(&mut self, text: &str) {
-        self.master
-            .write_all(text.as_bytes())
-            .expect("the keystrokes are written");
-    }
-
-    /// Everything the terminal showed so far.
-    fn transcript(&self) -> String {
-        String::from_utf8_lossy(&self.output.lock().unwrap()).replace('\r', "")
-    }
-
-    /// Wait until the terminal shows `what` after what was expected last;
-    /// the text up to and including it.
-    fn expect(&mut self, what: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let text = self.transcript();
-            if let Some(at) = text.get(self.read_to..).and_then(|rest| rest.find(what)) {
-                let end = self.read_to + at + what.len();
-                let seen = text[self.read_to..end].to_string();
-                self.read_to = end;
-                return seen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the terminal did not show {what:?} within {WAIT:?}; it showed:\n{text}\n\
-                 processes (pid ppid pgid tpgid state wchan command):\n{}",
-                processes()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Wait for the next prompt: the code on the `RC=N` line before it.
-    fn exit_code_after(&mut self) -> i32 {
-        let seen = self.expect(PROMPT);
-        let rc = seen
-            .rsplit("RC=")
-            .next()
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok());
-        rc.unwrap_or_else(|| panic!("no RC= line before the prompt: {seen:?}"))
-    }
-}
-
-impl Drop for Terminal {
-    fn drop(&mut self) {
-        // An interactive bash passes SIGHUP on to every job (continuing the
-        // stopped ones), and `run` releases on SIGHUP.
-        let pid = Pid::from_child(&self.shell);
-        let _ = kill_process(pid, Signal::HUP);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if self.shell.try_wait().ok().flatten().is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.shell.kill();
-        let _ = self.shell.wait();
-        // What is left of the session (a `run` stopped for good by a
-        // failed test, say): SIGKILL, which reaches a stopped process.
-        let session = pid.as_raw_nonzero().get().to_string();
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(other) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            // After the name: state ppid pgrp session.
-            let in_session = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.split_whitespace().nth(3))
-                == Some(session.as_str());
-            if in_session {
-                if let Some(other) = Pid::from_raw(other) {
-                    let _ = kill_process(other, Signal::KILL);
-                }
-            }
-        }
-        if std::thread::panicking() {
-            eprintln!("--- the terminal session ---\n{}", self.transcript());
-        }
-    }
-}
 
 /// Whether signal number `signal` is ignored by this process (SigIgn in
 /// /proc/self/status), so by everything it starts.
@@ -210,28 +34,6 @@ fn ignored_here(signal: u32) -> bool {
             u64::from_str_radix(line.trim_start_matches("SigIgn:").trim(), 16).ok()
         })
         .is_some_and(|mask| mask & (1 << (signal - 1)) != 0)
-}
-
-/// What every process of the test's sessions is doing (state, where it
-/// sleeps, its threads' states, its signal masks), for a failure's message:
-/// a hang shows who waits on whom.
-fn processes() -> String {
-    let script = "ps -eo pid,ppid,pgid,tpgid,stat,wchan:24,args | \
-                  grep -E 'bucket-lease|sh -c|sleep|bash --norc' | grep -v grep; \
-                  for p in $(pgrep -x bucket-lease); do echo \"== $p\"; \
-                  for t in /proc/$p/task/*; do \
-                  echo \"  thread $(cut -d' ' -f3 $t/stat) $(cat $t/wchan) $(cat $t/comm)\"; done; \
-                  grep -E 'SigPnd|ShdPnd|SigBlk|SigIgn|SigCgt' /proc/$p/status; done";
-    match Command::new("sh").arg("-c").arg(script).output() {
-        Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
-        Err(e) => format!("(ps failed: {e})"),
-    }
-}
-
-/// `O_NOCTTY`: opening the terminal side does not make it the test's
-/// controlling terminal.
-fn libc_o_noctty() -> i32 {
-    rustix::fs::OFlags::NOCTTY.bits() as i32
 }
 
 /// Wait until the process whose pid the command wrote in `$DIR/pid` is
@@ -269,27 +71,6 @@ fn assert_released(t: &Target, url: &str, term: &Terminal) {
         "the lease is released:\n{}",
         term.transcript()
     );
-}
-
-/// Whether this machine can run the terminal tests.
-fn can_run() -> bool {
-    let found = |tool: &str| {
-        Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok()
-    };
-    let ok = found("setsid") && found("bash");
-    if !ok {
-        assert!(
-            std::env::var("CI").is_err(),
-            "setsid (util-linux) and bash are needed for the terminal tests"
-        );
-        eprintln!("note: skipping: setsid (util-linux) and bash are needed");
-    }
-    ok
 }
 
 /// The issue's session: `read x` under `run` in a terminal gets what is
@@ -435,6 +216,40 @@ fn fg_after_the_write_deadline_kills_without_continuing() {
     println!("--- the terminal session ---\n{}", term.transcript());
 }
 
+/// SIGTERM to a suspended job (`kill %1`, which continues it too) gives
+/// the command its whole grace period once run goes on, counted from then:
+/// the command's cleanup runs to its end and run exits with its status. (A
+/// signal taken as run went on was dated from before the suspension, so a
+/// job suspended longer than the grace period had its command killed at
+/// once, "the command did not stop in time".)
+#[test]
+fn a_signal_to_a_suspended_job_gives_the_command_its_grace() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-z-term");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "\"$BL\" run --ttl 30 --grace 3 \"$URL\" -- sh -c 'trap \"echo clea\"\"ning; sleep 0.5; echo clea\"\"ned; exit 3\" TERM; echo $$ > \"$DIR/pid\"; while :; do sleep 0.1; done'\n",
+    );
+    wait_for_the_foreground(&t, &term);
+    term.type_keys("\x1a");
+    term.expect("Stopped");
+    term.expect(PROMPT);
+    // Longer than the grace period, well within the write deadline (20 s).
+    std::thread::sleep(Duration::from_secs(4));
+    // `fg`, not `wait %1`: bash may not have seen yet that `kill`
+    // continued the job, and `wait` returns at once for a stopped one.
+    term.type_keys("kill %1; fg; echo R\"C=$?\"\n");
+    term.expect("cleaned");
+    assert_eq!(term.exit_code_after(), 3, "{}", term.transcript());
+    let shown = term.transcript();
+    assert!(!shown.contains("did not stop in time"), "{shown}");
+    assert_released(&t, &url, &term);
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
 /// Ctrl-Z then `bg`: the command goes on in the background (the shell
 /// takes commands meanwhile) until it reads the terminal, which stops the
 /// job again (as any background job); `fg` then gives it the terminal.
@@ -509,6 +324,40 @@ fn a_lost_lease_stops_the_command_and_the_shell_gets_the_terminal_back() {
     let broken = t.run(["break", "--holder", holder.as_str(), url.as_str()]);
     assert_eq!(broken.code, Some(0), "{broken:?}");
     assert_eq!(term.exit_code_after(), 76, "{}", term.transcript());
+    term.type_keys("echo next-$((6*7))\n");
+    term.expect("next-42");
+    println!("--- the terminal session ---\n{}", term.transcript());
+}
+
+/// A command stopped for the terminal while it has it goes on, and a lease
+/// lost afterwards still ends in exit 76 and the shell's prompt (issue
+/// 28). The kernel stops a command that reads the terminal before its
+/// supervisor gave it the foreground (SIGTTIN); that stop can land just
+/// after the supervisor last asked `wait`, and its look in `/proc` for a
+/// stop `wait` cannot report (COMMAND inside `vfork`) saw COMMAND stopped
+/// first and took it for Ctrl-Z, without the signal that `wait` would have
+/// named: run's job was stopped (`Stopped`, RC=147) with nobody to continue
+/// it. Here the command gets SIGTTIN a hundred times (sent by itself to
+/// its group, as the kernel sends it), so that stops land while the
+/// supervisor looks.
+#[test]
+fn a_command_stopped_for_the_terminal_goes_on_and_a_lost_lease_ends_in_76() {
+    if !can_run() {
+        return;
+    }
+    let t = Target::fs("tty-ttin");
+    let url = t.url("p");
+    let mut term = Terminal::start(&t, &url);
+    term.type_keys(
+        "\"$BL\" run --ttl 6 --grace 1 \"$URL\" -- sh -c 'n=0; while [ $n -lt 100 ]; do kill -TTIN 0; n=$((n+1)); done; printf \"as\"\"k> \"; read x; echo got:$x'; echo R\"C=$?\"\n",
+    );
+    term.expect("ask> ");
+    let holder = t.holder(&url).expect("a holder");
+    let broken = t.run(["break", "--holder", holder.as_str(), url.as_str()]);
+    assert_eq!(broken.code, Some(0), "{broken:?}");
+    assert_eq!(term.exit_code_after(), 76, "{}", term.transcript());
+    let shown = term.transcript();
+    assert!(!shown.contains("Stopped"), "{shown}");
     term.type_keys("echo next-$((6*7))\n");
     term.expect("next-42");
     println!("--- the terminal session ---\n{}", term.transcript());

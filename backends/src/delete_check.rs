@@ -6,7 +6,9 @@
 //! profile that sends conditional deletes (S3, MinIO) does not take the
 //! service's word for it. Before the first [`DeleteMode::IfVersion`] of a
 //! store is sent, the store checks once, on a scratch object of its own
-//! beside that key (the acquire probe's kind of key, with random digits):
+//! beside that key (the acquire probe's kind of key, with random digits),
+//! its conditional deletes all spelled as ETags are spelled then
+//! ([`crate::spelling`], quoted or bare):
 //!
 //! 1. the object is created;
 //! 2. a delete conditional on an ETag it never had must be refused, and
@@ -21,13 +23,22 @@
 //!   store answers [`StoreErrorKind::NotImplemented`] from then on, with
 //!   nothing sent (as for a profile that does not send them), and one
 //!   warning names the service's answer.
+//! - **A verdict holds for the spelling it was found in, and no other**
+//!   (issue 28): a service may honour a quoted `If-Match` on DELETE and
+//!   ignore a bare one, or refuse every quoted one. The verdict names its
+//!   [`Spelled`]; a conditional delete is sent only in a spelling whose
+//!   check passed, and after the store's spelling changed the next
+//!   conditional delete checks again, in the new one (a second warning if
+//!   that fails too). Settling a spelling keeps its verdict.
 //! - **A check that cannot finish decides nothing**: a failed request or
 //!   the caller's deadline fails that delete with the check's error, and
 //!   the next conditional delete checks again.
-//! - **It costs five requests, once per store**, within the caller's
-//!   deadline (or the store's timeout), and leaves no object behind when
-//!   its requests are answered.
+//! - **It costs five requests, once per store and spelling** (a store's
+//!   spelling changes at most once on a service that honours one of them),
+//!   within the caller's deadline (or the store's timeout), and leaves no
+//!   object behind when its requests are answered.
 
+use crate::spelling::Spelled;
 use crate::HttpStore;
 use bucket_lease_core::mutant::StoreMutant;
 use bucket_lease_core::record::probe_key;
@@ -44,10 +55,22 @@ pub(crate) enum DeleteConditions {
     Off,
     /// The profile sends them once the service was seen to honour them.
     Unchecked,
-    /// The check passed: they are sent.
-    Honoured,
-    /// The check failed: they are never sent.
-    Ignored,
+    /// The check passed in that spelling of ETags: they are sent in it.
+    Honoured(Spelled),
+    /// The check failed in that spelling: none is sent in it.
+    Ignored(Spelled),
+}
+
+impl DeleteConditions {
+    /// The verdict found in `spelled`, if that is the spelling this one
+    /// was found in.
+    fn for_spelling(self, spelled: Spelled) -> Option<bool> {
+        match self {
+            DeleteConditions::Honoured(found) if found == spelled => Some(true),
+            DeleteConditions::Ignored(found) if found == spelled => Some(false),
+            _ => None,
+        }
+    }
 }
 
 /// One store's [`DeleteConditions`], shared by its threads. The lock is
@@ -74,9 +97,11 @@ impl DeleteCheck {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether a conditional delete may be sent for `key`: checks the
-    /// service first when that has not been done (see the [module
-    /// docs](self)), by `deadline`.
+    /// Whether a conditional delete may be sent for `key` in the spelling
+    /// `spelled` (the store's now): checks the service in it first when
+    /// that has not been done (see the [module docs](self)), by
+    /// `deadline`. `Some(spelled)` when it may: the delete is then sent in
+    /// that spelling, the one checked, whatever the store's is by then.
     ///
     /// # Errors
     ///
@@ -86,48 +111,76 @@ impl DeleteCheck {
         &self,
         store: &HttpStore,
         key: &str,
+        spelled: Spelled,
         deadline: Instant,
-    ) -> Result<bool, StoreError> {
-        match self.state() {
-            DeleteConditions::Honoured => return Ok(true),
-            DeleteConditions::Off | DeleteConditions::Ignored => return Ok(false),
+    ) -> Result<Option<Spelled>, StoreError> {
+        let state = self.state();
+        if let Some(honoured) = state.for_spelling(spelled) {
+            return Ok(honoured.then_some(spelled));
+        }
+        match state {
+            DeleteConditions::Off => return Ok(None),
             DeleteConditions::Unchecked if StoreMutant::DeleteConditionsTrusted.on() => {
-                return Ok(true)
+                return Ok(Some(spelled))
             }
-            DeleteConditions::Unchecked => {}
+            DeleteConditions::Honoured(_) | DeleteConditions::Ignored(_)
+                if StoreMutant::DeleteVerdictOutlivesSpelling.on() =>
+            {
+                // Issue 28's defect: the verdict of another spelling is
+                // taken for this one.
+                return Ok(matches!(state, DeleteConditions::Honoured(_)).then_some(spelled));
+            }
+            // Unchecked, or checked in another spelling.
+            _ => {}
         }
-        let verdict = check(store, key, deadline)?;
+        let verdict = check(store, key, spelled.bare, deadline)?;
+        let found = match &verdict {
+            Ok(()) => DeleteConditions::Honoured(spelled),
+            Err(_) => DeleteConditions::Ignored(spelled),
+        };
         let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if *state == DeleteConditions::Unchecked {
-            match &verdict {
-                Ok(()) => *state = DeleteConditions::Honoured,
-                Err(answer) => {
-                    *state = DeleteConditions::Ignored;
-                    log::warn!(
-                        "{}: the service does not honour If-Match on DELETE ({answer}): \
-                         conditional deletes are not sent to it (each answers NotImplemented; \
-                         the lease itself never needs one)",
-                        store.target()
-                    );
-                }
+        // The latest spelling's verdict is kept: this one, unless another
+        // thread found one for this spelling first (either stands) or for
+        // a later one.
+        let kept = match *state {
+            DeleteConditions::Honoured(other) | DeleteConditions::Ignored(other) => {
+                other.changes >= spelled.changes
+            }
+            DeleteConditions::Off | DeleteConditions::Unchecked => false,
+        };
+        if !kept {
+            *state = found;
+            if let Err(answer) = &verdict {
+                log::warn!(
+                    "{}: the service does not honour If-Match on DELETE with {} ETags \
+                     ({answer}): conditional deletes are not sent to it while ETags are \
+                     spelled so (each answers NotImplemented; the lease itself never needs one)",
+                    store.target(),
+                    spelled.name(),
+                );
             }
         }
-        Ok(*state == DeleteConditions::Honoured)
+        let honoured = state
+            .for_spelling(spelled)
+            .unwrap_or(found == DeleteConditions::Honoured(spelled));
+        Ok(honoured.then_some(spelled))
     }
 }
 
-/// The check itself, on a scratch object beside `key`: `Ok(Ok(()))` when
-/// the service honoured both conditions, `Ok(Err(what it did))` when it
-/// did not, `Err` when a request failed.
+/// The check itself, on a scratch object beside `key`, its conditional
+/// deletes sent `bare` or quoted: `Ok(Ok(()))` when the service honoured
+/// both conditions, `Ok(Err(what it did))` when it did not, `Err` when a
+/// request failed.
 fn check(
     store: &HttpStore,
     key: &str,
+    bare: bool,
     deadline: Instant,
 ) -> Result<Result<(), String>, StoreError> {
     let scratch = probe_key(key);
     let put = PutOptions::new(PutMode::Create).with_deadline(Some(deadline));
     let version = store.put(&scratch, b"bucket-lease delete check", &put)?;
-    let verdict = judge(store, &scratch, &version, deadline);
+    let verdict = judge(store, &scratch, &version, bare, deadline);
     if !matches!(verdict, Ok(Ok(()))) {
         // Whatever is left of the scratch object goes.
         if let Err(e) = store.delete(&scratch, &DeleteMode::Unconditional, Some(deadline)) {
@@ -137,15 +190,17 @@ fn check(
     verdict
 }
 
-/// Steps 2 and 3 of the check on `scratch`, created at `version`.
+/// Steps 2 and 3 of the check on `scratch`, created at `version`, its
+/// deletes sent `bare` or quoted.
 fn judge(
     store: &HttpStore,
     scratch: &str,
     version: &Version,
+    bare: bool,
     deadline: Instant,
 ) -> Result<Result<(), String>, StoreError> {
     let wrong = Version::etag(NEVER_ISSUED);
-    match store.delete_if_match(scratch, &wrong, Some(deadline)) {
+    match store.delete_if_match(scratch, &wrong, Some(deadline), bare) {
         Err(e) if e.kind() == StoreErrorKind::Precondition => {}
         Err(e) if e.kind() == StoreErrorKind::NotImplemented => {
             return Ok(Err(format!("a delete on a wrong ETag answered: {e}")))
@@ -162,7 +217,7 @@ fn judge(
         }
         Err(e) => return Err(e),
     }
-    match store.delete_if_match(scratch, version, Some(deadline)) {
+    match store.delete_if_match(scratch, version, Some(deadline), bare) {
         Ok(()) => {}
         Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotImplemented => {
             return Ok(Err(format!(

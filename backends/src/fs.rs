@@ -23,8 +23,9 @@
 //!   default cap): a larger object answers [`StoreErrorKind::TooLarge`]
 //!   carrying its version (the ETag from the object file's header), and its
 //!   body is not read, so it can still be replaced conditionally;
-//! - a write or delete waits for the bucket's lock no later than its
-//!   deadline (see [Deadlines](#deadlines));
+//! - a write publishes nothing, and a delete removes nothing, after its
+//!   deadline: one that runs out of time answers "not sent" (see
+//!   [Deadlines](#deadlines));
 //! - the bucket's directory must exist, as a bucket must: a missing one
 //!   answers `NoSuchBucket` (permanent) when the store opens, and to a
 //!   write should it be removed later, and is never made; the folders
@@ -43,9 +44,10 @@
 //! renamed over the object, so each object file is replaced whole. Every
 //! write and delete checks its condition and renames (or removes) while
 //! holding an exclusive lock on the bucket's lock file,
-//! `ROOT/.bucket-lease.lock`, taken with [`std::fs::File::lock`]; reads take
-//! no lock. The lock is held only for the check and the rename: the slow
-//! part, writing and syncing the temporary file, happens before it.
+//! `ROOT/.bucket-lease.lock`, taken with [`std::fs::File::try_lock`]; reads
+//! take no lock. The lock is held only for the check and the rename: the
+//! slow part, writing and syncing the temporary file (in chunks, see
+//! [Deadlines](#deadlines)), happens before it.
 //!
 //! # Layout
 //!
@@ -76,20 +78,43 @@
 //!
 //! # Deadlines
 //!
-//! A request's deadline is checked before it starts: a deadline already
-//! passed answers [`StoreErrorKind::Transport`] with
-//! [`StoreError::is_timeout`] set, and nothing is read or written.
+//! The store keeps the deadline rule of [`bucket_lease_core::store`]: a
+//! write publishes nothing (renames no file over its object) and a delete
+//! removes nothing after its deadline. A request checks its deadline
+//! before it starts, and a write or delete again before each step that can
+//! take long:
 //!
-//! A write or delete then waits for the bucket's lock until its deadline,
-//! and never longer than [`MAX_LOCK_WAIT`] (which also bounds a request
-//! with no deadline). A process that holds the lock longer (stopped, or
-//! hung on a dead disk) makes the request answer
-//! [`StoreErrorKind::Transport`] with [`StoreError::is_timeout`] set and a
-//! message naming the lock file: nothing was written, so the request is
-//! safe to retry. Reads take no lock and never wait for it.
+//! - a write's temporary file is written in chunks of 4 MiB, each synced,
+//!   with the deadline checked before each chunk, so a large body stops at
+//!   the first chunk boundary after the deadline;
+//! - a write or delete then waits for the bucket's lock, trying it only
+//!   before its deadline (the try after the last pause included), and
+//!   never longer than [`MAX_LOCK_WAIT`] (which also bounds a request with
+//!   no deadline). A process that holds the lock longer (stopped, or hung
+//!   on a dead disk) makes the request give up, with a message naming the
+//!   lock file;
+//! - holding the lock, with its condition checked, a write checks its
+//!   deadline once more right before it renames its temporary file over
+//!   the object, and a delete right before it removes the object.
 //!
-//! Once it holds the lock, a request runs to its end: checking the
-//! condition and renaming a file take as long as the disk does.
+//! A request that runs out of time at any of these answers
+//! [`StoreErrorKind::Transport`],
+//! [`Delivery::NotSent`](bucket_lease_core::store::Delivery::NotSent), with
+//! [`StoreError::is_timeout`] set and a message saying where it stopped:
+//! nothing was published or removed, the temporary file of a write is
+//! removed, and the request is safe to retry. Reads take no lock and never
+//! wait for it.
+//!
+//! How late a call can return: by one chunk's write and sync past the
+//! deadline, or by the time the condition check, the rename (or removal)
+//! and the sync of the object's folder take once the last check passed. On
+//! a healthy disk each is far within
+//! [`DEADLINE_SLACK`](bucket_lease_core::store::DEADLINE_SLACK); a hung
+//! disk holds the call as long as it hangs. And a check is not a lock on
+//! time: a process stopped between the last check and its rename (one
+//! system call) renames when it continues. The checks narrow that window
+//! to the rename itself; a directory offers no rename that is refused
+//! after a deadline.
 //!
 //! # Limits
 //!
@@ -98,12 +123,16 @@
 //! - On a case-insensitive file system, keys differing only in case are one
 //!   object.
 //! - A process killed in the middle of a write leaves a `NAME.<hex>.tmp` file;
-//!   reads ignore it, and it may be removed while no writer runs.
+//!   reads ignore it, and it may be removed while no writer runs. A write
+//!   that publishes nothing (refused, or out of time) removes its own.
+//! - A write that publishes nothing leaves the folders it made for a new
+//!   prefix, empty: reads see no object there, as S3 would show none.
 //! - A delete removes the folders it leaves empty (S3 has no folders to
 //!   leave behind); a folder made for a new prefix is not itself synced to
 //!   its parent.
 
 use crate::settings::url_text;
+use bucket_lease_core::mutant::StoreMutant;
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
@@ -208,12 +237,55 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// deadline; also the bound for a request without one.
 pub const MAX_LOCK_WAIT: Duration = Duration::from_secs(30);
 
-/// The longest pause between two attempts at the bucket's lock.
 /// How many times a put makes its folder again when a delete removed it
 /// (empty) between the making and the writing.
 const FOLDER_TRIES: u32 = 5;
 
+/// The longest pause between two attempts at the bucket's lock.
 const LOCK_POLL: Duration = Duration::from_millis(10);
+
+/// How much of a temporary file is written (and synced) between two checks
+/// of the request's deadline.
+const CHUNK: usize = 4 << 20;
+
+/// Where a write or delete stands: the points at which the tests' hook
+/// makes a request slow, deterministically (compiled away outside tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A chunk of the temporary file was written (and synced, but for the
+    /// last, which the file's sync covers).
+    ChunkWritten,
+    /// The lock loop slept, and is about to go round again.
+    LockSlept,
+    /// The bucket's lock was taken.
+    Locked,
+    /// The condition held: the temporary file is about to be renamed over
+    /// its object, or the object removed.
+    Publishing,
+}
+
+/// What a test runs at each [`Step`].
+#[cfg(test)]
+type Hook = Box<dyn FnMut(Step)>;
+
+#[cfg(test)]
+thread_local! {
+    /// The tests' hook, called at each [`Step`] a request on this thread
+    /// reaches.
+    static HOOK: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The request on this thread reached `step`: call the tests' hook.
+fn reached(step: Step) {
+    #[cfg(test)]
+    HOOK.with(|hook| {
+        if let Some(hook) = hook.borrow_mut().as_mut() {
+            hook(step);
+        }
+    });
+    #[cfg(not(test))]
+    let _ = step;
+}
 
 /// A local directory used as a bucket. See the [module docs](self).
 ///
@@ -410,31 +482,52 @@ impl DirStore {
             (Some(deadline), Some(bound)) => Some(deadline.min(bound)),
             (deadline, bound) => deadline.or(bound),
         };
+        let timed_out = |tried: bool| {
+            request.deadline_passed(if tried {
+                format!(
+                    "the lock at {} was held by another process for the {} ms this request \
+                     could wait (if the lock stays held, look for a stopped process using the \
+                     bucket directory)",
+                    path.display(),
+                    started.elapsed().as_millis()
+                )
+            } else {
+                format!(
+                    "the deadline passed before the lock at {} was tried (the steps before it, \
+                     such as writing the temporary file, took that long), so nothing was done; \
+                     give the request a later deadline",
+                    path.display()
+                )
+            })
+        };
         let mut pause = Duration::from_millis(1);
+        let mut tried = false;
         loop {
+            // Checked before every try, the one after the last sleep
+            // included: a lock let go after the deadline is never taken.
+            let left = give_up.map(|at| at.saturating_duration_since(Instant::now()));
+            let passed = left.is_some_and(|left| left.is_zero());
+            if passed && !StoreMutant::DirLockLastTryUnchecked.on() {
+                return Err(timed_out(tried));
+            }
+            tried = true;
             match file.try_lock() {
-                Ok(()) => return Ok(file),
+                Ok(()) => {
+                    reached(Step::Locked);
+                    return Ok(file);
+                }
                 Err(std::fs::TryLockError::WouldBlock) => {}
                 Err(std::fs::TryLockError::Error(e)) => {
                     return Err(request.io_error("lock", &path, e))
                 }
             }
-            let left = give_up.map(|at| at.saturating_duration_since(Instant::now()));
-            if left.is_some_and(|left| left.is_zero()) {
-                return Err(request
-                    .error(StoreErrorKind::Transport)
-                    .timed_out()
-                    .not_sent()
-                    .with_message(format!(
-                        "the lock at {} was held by another process for the {} ms this \
-                         request could wait (if the lock stays held, look for a stopped \
-                         process using the bucket directory)",
-                        path.display(),
-                        started.elapsed().as_millis()
-                    )));
+            if passed {
+                // The defect a review found: the check came after the try.
+                return Err(timed_out(tried));
             }
             std::thread::sleep(left.map_or(pause, |left| pause.min(left)));
             pause = pause.saturating_mul(2).min(LOCK_POLL);
+            reached(Step::LockSlept);
         }
     }
 }
@@ -477,13 +570,31 @@ impl<'a> Request<'a> {
     }
 
     fn check_deadline(&self, deadline: Option<Instant>) -> Result<(), StoreError> {
+        self.check_deadline_at(deadline, || {
+            "the deadline passed before the request started; nothing was done".to_string()
+        })
+    }
+
+    /// The request stopped at `deadline`, if it has passed, before it
+    /// changed anything; `where_` says where (called only then).
+    fn check_deadline_at(
+        &self,
+        deadline: Option<Instant>,
+        where_: impl FnOnce() -> String,
+    ) -> Result<(), StoreError> {
         match deadline {
-            Some(deadline) if Instant::now() >= deadline => Err(self
-                .error(StoreErrorKind::Transport)
-                .timed_out()
-                .with_message("the deadline passed before the request started; nothing was done")),
+            Some(deadline) if Instant::now() >= deadline => Err(self.deadline_passed(where_())),
             _ => Ok(()),
         }
+    }
+
+    /// The request ran out of time before it changed anything, as
+    /// `message` says: timed out, and not sent.
+    fn deadline_passed(&self, message: String) -> StoreError {
+        self.error(StoreErrorKind::Transport)
+            .timed_out()
+            .not_sent()
+            .with_message(message)
     }
 
     /// `action` on `path` failed: say which path, why, and what to do.
@@ -586,12 +697,17 @@ impl<'a> Request<'a> {
     }
 
     /// Sync `dir`, so a rename or removal in it survives a crash. Only Unix
-    /// can open a directory to sync it.
+    /// can open a directory to sync it. It is synced after the bucket's
+    /// lock is let go, so another request may have removed it meanwhile (a
+    /// delete that emptied it): then there is nothing of ours left in it
+    /// to sync, and whoever removed it synced its parent.
     fn sync_dir(&self, dir: &Path) -> Result<(), StoreError> {
         if cfg!(unix) {
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| self.io_error("sync directory", dir, e))?;
+            match File::open(dir).and_then(|d| d.sync_all()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(self.io_error("sync directory", dir, e)),
+            }
         }
         Ok(())
     }
@@ -605,12 +721,18 @@ struct TempFile {
 }
 
 impl TempFile {
+    /// Write `header` and `body` to a fresh temporary file beside `at`'s
+    /// object and sync it: the body in chunks of [`CHUNK`] bytes, each
+    /// synced, with `deadline` checked before each, so that a deadline
+    /// that passes meanwhile stops the write at the next chunk (and the
+    /// file is removed).
     fn write(
         request: &Request<'_>,
         at: &Location,
         etag: &str,
         header: &[u8],
         body: &[u8],
+        deadline: Option<Instant>,
     ) -> Result<TempFile, StoreError> {
         // The ETag is random and fresh, so it names the file uniquely.
         let path = at
@@ -625,10 +747,31 @@ impl TempFile {
             path,
             renamed: false,
         };
-        file.write_all(header)
-            .and_then(|()| file.write_all(body))
-            .and_then(|()| file.sync_all())
-            .map_err(|e| request.io_error("write", &temp.path, e))?;
+        let failed = |e| request.io_error("write", &temp.path, e);
+        file.write_all(header).map_err(failed)?;
+        let chunks = body.len().div_ceil(CHUNK);
+        for (index, chunk) in body.chunks(CHUNK).enumerate() {
+            if !StoreMutant::DirChunksUnchecked.on() {
+                request.check_deadline_at(deadline, || {
+                    format!(
+                        "the deadline passed while the temporary file {} was written ({} of {} \
+                         bytes), so the object was not published and the file is removed; give \
+                         the write a later deadline, or write less under one",
+                        temp.path.display(),
+                        index * CHUNK,
+                        body.len()
+                    )
+                })?;
+            }
+            file.write_all(chunk).map_err(failed)?;
+            // Synced chunk by chunk (the last by `sync_all` below), so that
+            // no sync at the end takes as long as the whole body.
+            if index + 1 < chunks {
+                file.sync_data().map_err(failed)?;
+            }
+            reached(Step::ChunkWritten);
+        }
+        file.sync_all().map_err(failed)?;
         Ok(temp)
     }
 
@@ -833,13 +976,14 @@ impl Store for DirStore {
         // it: make it again. Once the file is in it, it is not empty.
         // (`create_dir_all` itself fails when a folder it found is removed
         // before it looks again.) A lasting failure is tried a few times.
+        // A write stopped by its deadline is not tried again.
         let mut tries = 0;
         let temp = loop {
-            let written = self
-                .make_folders(&request, &at.dir)
-                .and_then(|()| TempFile::write(&request, &at, &etag, &header, body));
+            let written = self.make_folders(&request, &at.dir).and_then(|()| {
+                TempFile::write(&request, &at, &etag, &header, body, options.deadline)
+            });
             match written {
-                Err(_) if tries < FOLDER_TRIES => tries += 1,
+                Err(e) if tries < FOLDER_TRIES && !e.is_timeout() => tries += 1,
                 written => break written?,
             }
         };
@@ -862,6 +1006,20 @@ impl Store for DirStore {
                 Some(_) => {}
             },
             _ => return Err(unknown_mode(&request)),
+        }
+        reached(Step::Publishing);
+        // Checked once more right before the rename: the temporary file
+        // was written, the lock taken and the condition checked since the
+        // last check, and a write past its deadline publishes nothing.
+        if !StoreMutant::DirRenameUnchecked.on() {
+            request.check_deadline_at(options.deadline, || {
+                format!(
+                    "the deadline passed after the temporary file was written and the \
+                     condition checked, before it was renamed over {}, so the object was not \
+                     published and the file is removed; give the write a later deadline",
+                    at.object.display()
+                )
+            })?;
         }
         temp.rename_to(&request, &at.object)?;
         drop(lock);
@@ -891,6 +1049,19 @@ impl Store for DirStore {
                 Some(_) => {}
             },
             _ => return Err(unknown_mode(&request)),
+        }
+        reached(Step::Publishing);
+        // Checked once more right before the removal: a delete past its
+        // deadline removes nothing.
+        if !StoreMutant::DirRemoveUnchecked.on() {
+            request.check_deadline_at(deadline, || {
+                format!(
+                    "the deadline passed after the lock was taken and the condition checked, \
+                     before {} was removed, so nothing was removed; give the delete a later \
+                     deadline",
+                    at.object.display()
+                )
+            })?;
         }
         match fs::remove_file(&at.object) {
             Ok(()) => {}
@@ -924,6 +1095,8 @@ fn unknown_mode(request: &Request<'_>) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+    use std::rc::Rc;
     use std::time::Duration;
 
     /// A fresh directory under the system's temporary directory, removed on
@@ -1284,6 +1457,7 @@ mod tests {
             e.is_timeout() && e.to_string().contains("nothing was done"),
             "{e}"
         );
+        assert!(!e.may_have_landed(), "said not sent: {e}");
         assert_eq!(
             names(&dir.0),
             vec![LOCK_FILE.to_string()],
@@ -1377,10 +1551,14 @@ mod tests {
             // taken effect".
             assert!(!e.may_have_landed(), "{what}: {e}");
             let text = e.to_string();
+            let waited = format!("the lock at {lock_path} was held by another process");
+            // On a loaded machine the deadline may pass before the lock is
+            // tried at all (syncing the temporary file took that long):
+            // nothing was sent then either.
+            let never_tried = format!("before the lock at {lock_path} was tried");
             assert!(
-                text.contains(&format!(
-                    "the lock at {lock_path} was held by another process"
-                )) && text.contains("nothing was sent"),
+                (text.contains(&waited) || text.contains(&never_tried))
+                    && text.contains("nothing was sent"),
                 "{what}: {text}"
             );
         }
@@ -1397,10 +1575,172 @@ mod tests {
         );
 
         drop(holder);
-        let options = PutOptions::new(PutMode::Update(v)).with_deadline(soon());
+        // A deadline no loaded disk reaches: this write is about the lock.
+        let later = Some(Instant::now() + Duration::from_secs(60));
+        let options = PutOptions::new(PutMode::Update(v)).with_deadline(later);
         store
             .put("k", b"after", &options)
             .expect("the lock is free again");
+    }
+
+    /// Run `request` on this thread with `hook` called at each [`Step`]
+    /// it reaches.
+    fn with_hook<T>(hook: impl FnMut(Step) + 'static, request: impl FnOnce() -> T) -> T {
+        HOOK.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+        let answer = request();
+        HOOK.with(|h| *h.borrow_mut() = None);
+        answer
+    }
+
+    /// Return once `deadline` has passed: a request paused at a step (a
+    /// stopped process, a slow disk) until after its deadline.
+    fn pause_past(deadline: Instant) {
+        while Instant::now() <= deadline {
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + LOCK_POLL);
+        }
+    }
+
+    /// `answer` is a timeout that sent nothing, and says what was not done.
+    #[track_caller]
+    fn assert_not_sent<T: std::fmt::Debug>(what: &str, answer: Result<T, StoreError>) {
+        let e = answer.expect_err(what);
+        assert_eq!(e.kind(), StoreErrorKind::Transport, "{what}: {e}");
+        assert!(e.is_timeout(), "{what}: {e}");
+        assert_eq!(
+            e.delivery(),
+            bucket_lease_core::store::Delivery::NotSent,
+            "{what}: {e}"
+        );
+        assert!(e.to_string().contains("nothing was sent"), "{what}: {e}");
+    }
+
+    /// A write whose deadline passes while its temporary file is being
+    /// written stops at the next chunk: no byte is written after the
+    /// deadline but those of the chunk under way, nothing is published,
+    /// and the temporary file is removed.
+    #[test]
+    fn a_write_whose_deadline_passes_mid_body_writes_no_further_chunk() {
+        let (dir, store) = store();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let (written, late) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
+        let hook = {
+            let (written, late) = (written.clone(), late.clone());
+            move |step| {
+                if step == Step::ChunkWritten {
+                    if written.get() > 0 {
+                        // The previous chunk paused past the deadline.
+                        late.set(late.get() + 1);
+                    }
+                    written.set(written.get() + 1);
+                    pause_past(deadline);
+                }
+            }
+        };
+        let body = vec![b'x'; 2 * CHUNK + CHUNK / 2];
+        let options = PutOptions::new(PutMode::Create).with_deadline(Some(deadline));
+        let answer = with_hook(hook, || store.put("k", &body, &options));
+        assert_eq!(
+            late.get(),
+            0,
+            "{} chunks written after the deadline had passed ({} in all)",
+            late.get(),
+            written.get()
+        );
+        assert_not_sent("create", answer);
+        assert_eq!(
+            names(&dir.0),
+            [LOCK_FILE],
+            "nothing published, nothing left"
+        );
+    }
+
+    /// A hook that pauses a request past `deadline` right before it
+    /// publishes (a stopped process, a slow disk).
+    fn pause_before_publishing(deadline: Instant) -> impl FnMut(Step) {
+        move |step| {
+            if step == Step::Publishing {
+                pause_past(deadline);
+            }
+        }
+    }
+
+    /// A write paused past its deadline after it took the lock and its
+    /// condition held publishes nothing: no rename, and the temporary file
+    /// is removed.
+    #[test]
+    fn a_write_paused_past_its_deadline_under_the_lock_publishes_nothing() {
+        let (dir, store) = store();
+        let v = put(&store, "k", b"before", PutMode::Create).unwrap();
+        for (what, key, mode) in [
+            ("create", "new", PutMode::Create),
+            ("update", "k", PutMode::Update(v.clone())),
+            ("overwrite", "k", PutMode::Overwrite),
+        ] {
+            let deadline = Instant::now() + Duration::from_millis(100);
+            let options = PutOptions::new(mode).with_deadline(Some(deadline));
+            let answer = with_hook(pause_before_publishing(deadline), || {
+                store.put(key, b"after", &options)
+            });
+            assert_not_sent(what, answer);
+        }
+        let got = store.get("k", None).unwrap();
+        assert_eq!((got.body, got.version), (b"before".to_vec(), v));
+        assert_eq!(names(&dir.0), [LOCK_FILE, "k.obj"], "no temporary files");
+    }
+
+    /// A delete paused past its deadline after it took the lock and its
+    /// condition held removes nothing.
+    #[test]
+    fn a_delete_paused_past_its_deadline_under_the_lock_removes_nothing() {
+        let (dir, store) = store();
+        let v = put(&store, "k", b"before", PutMode::Create).unwrap();
+        for (what, mode) in [
+            ("delete", DeleteMode::Unconditional),
+            ("conditional delete", DeleteMode::IfVersion(v.clone())),
+        ] {
+            let deadline = Instant::now() + Duration::from_millis(100);
+            let answer = with_hook(pause_before_publishing(deadline), || {
+                store.delete("k", &mode, Some(deadline))
+            });
+            assert_not_sent(what, answer);
+        }
+        let got = store.get("k", None).unwrap();
+        assert_eq!((got.body, got.version), (b"before".to_vec(), v));
+        assert_eq!(names(&dir.0), [LOCK_FILE, "k.obj"]);
+    }
+
+    /// The lock loop checks the deadline before every try: a lock let go
+    /// after the deadline, while the loop slept its last sleep, is not
+    /// taken.
+    #[test]
+    fn the_lock_is_never_taken_after_the_deadline() {
+        let (dir, store) = store();
+        // Another holder of the bucket's lock: its own open file
+        // description, as another process has.
+        let holder = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.0.join(LOCK_FILE))
+            .unwrap();
+        holder.lock().unwrap();
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let mut holder = Some(holder);
+        let taken = Rc::new(Cell::new(0));
+        let hook = {
+            let taken = taken.clone();
+            move |step| match step {
+                // The other holder lets go as soon as the deadline has
+                // passed, while this request sleeps.
+                Step::LockSlept if Instant::now() > deadline => drop(holder.take()),
+                Step::Locked => taken.set(taken.get() + 1),
+                _ => {}
+            }
+        };
+        let options = PutOptions::new(PutMode::Create).with_deadline(Some(deadline));
+        let answer = with_hook(hook, || store.put("k", b"late", &options));
+        assert_eq!(taken.get(), 0, "the lock was taken after the deadline");
+        assert_not_sent("create", answer);
+        assert_eq!(names(&dir.0), [LOCK_FILE]);
     }
 
     #[test]

@@ -36,7 +36,7 @@ use crate::net::tls::TlsConnector;
 use crate::net::{not_sent_of, CachingResolver, Stage, TcpConnector};
 use crate::settings::{redact_user_info, url_text, ConfigError, Named, Proxies, Proxy, Trust};
 use crate::sign::{sign_request, Credentials, KeyCache};
-use crate::spelling::{same_etag, Spelling};
+use crate::spelling::{same_etag, Now, Spelling};
 use crate::xml::ErrorBody;
 use bucket_lease_core::clock::{jittered, transient_backoff};
 use bucket_lease_core::mutant::StoreMutant;
@@ -647,7 +647,7 @@ impl HttpStoreBuilder {
 /// | 409 | [`StoreErrorKind::Conflict`] |
 /// | 401, 403 | [`StoreErrorKind::PermissionDenied`] |
 /// | 501 or code `NotImplemented` to a conditional request | [`StoreErrorKind::NotImplemented`] |
-/// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]), or one the service was not seen to honour (checked once, before the first: see below) | [`StoreErrorKind::NotImplemented`], nothing sent |
+/// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]), or one the service was not seen to honour in the spelling of ETags in use (checked before the first, and again after the spelling changed: see below) | [`StoreErrorKind::NotImplemented`], nothing sent |
 /// | 5xx, 408, 429 | [`StoreErrorKind::Transport`], [`Delivery::Answered`](bucket_lease_core::store::Delivery): it may have landed |
 /// | timeout, reset, closed after sending | [`StoreErrorKind::Transport`]: it may have landed |
 /// | (retries) | a request not sent, and a GET, HEAD or unconditional DELETE that got a 5xx, 408, 429 or no answer, is sent again, up to three times in all, after a jittered pause, within the deadline; a write that may have been sent is not |
@@ -677,7 +677,9 @@ impl HttpStoreBuilder {
 /// before the first one is sent, the store checks once on a scratch object
 /// beside its key that a delete on a wrong ETag is refused and one on the
 /// right ETag accepted (five requests), and sends none if the service
-/// failed that check (Ceph RGW 16.2 deletes whatever the ETag).
+/// failed that check (Ceph RGW 16.2 deletes whatever the ETag). The check
+/// holds for the spelling of ETags it was made in: after the spelling
+/// changed, the next conditional delete checks again.
 ///
 /// An error body over the cap is not read; the status alone decides.
 /// Every error names the method, the key, the service's code (or the HTTP
@@ -1486,7 +1488,10 @@ impl HttpStore {
                 .deadline
                 .unwrap_or_else(|| Instant::now() + self.timeout),
         );
-        let bare = self.spelling.bare();
+        // The spelling the write goes out in, and any switch is decided
+        // against.
+        let sent = self.spelling.now();
+        let bare = sent.bare();
         let request = self.request_spelled(op, key, condition, &options.metadata, bare)?;
         let (answer, spelled) = match (self.execute(op, key, request, body, deadline), condition) {
             (Ok(answer), _) => (answer, bare),
@@ -1495,7 +1500,7 @@ impl HttpStore {
                     && self.spelling.open()
                     && self.refused_a_right_etag(key, version, deadline) =>
             {
-                let answer = self.put_respelled(key, body, options, bare, deadline, e)?;
+                let answer = self.put_respelled(key, body, options, sent, deadline, e)?;
                 (answer, !bare)
             }
             (Err(e), _) => return Err(e),
@@ -1520,7 +1525,7 @@ impl HttpStore {
             }
             DeleteMode::IfVersion(version) if version.etag.is_none() => {
                 // Refused without a request, whatever the service does.
-                return self.delete_if_match(key, version, deadline);
+                return self.delete_if_match(key, version, deadline, self.spelling.bare());
             }
             DeleteMode::IfVersion(version) => version,
             _ => return Err(unknown_mode("DELETE", key)),
@@ -1528,35 +1533,42 @@ impl HttpStore {
         // One bound for the check a first conditional delete costs, and
         // for the delete.
         let bound = deadline.unwrap_or_else(|| Instant::now() + self.timeout);
-        if !self.delete_conditions.allows(self, key, bound)? {
+        // Sent in the spelling of ETags the service's conditional deletes
+        // were checked in.
+        let spelled = self.spelling.now().spelled();
+        let Some(checked) = self.delete_conditions.allows(self, key, spelled, bound)? else {
             let why = match self.delete_conditions.state() {
                 DeleteConditions::Off => format!(
                     "the {} profile does not send conditional deletes (turn them on with \
                      conditional_delete(true))",
                     self.profile
                 ),
-                _ => "the service was seen to ignore If-Match on DELETE, so conditional \
-                      deletes are not sent to it"
-                    .to_string(),
+                _ => format!(
+                    "the service was seen to ignore If-Match on DELETE with {} ETags, the \
+                     spelling in use, so conditional deletes are not sent to it",
+                    spelled.name()
+                ),
             };
             return Err(
                 StoreError::new(StoreErrorKind::NotImplemented, "DELETE", key).with_message(why),
             );
-        }
-        self.delete_if_match(key, version, Some(bound))
+        };
+        self.delete_if_match(key, version, Some(bound), checked.bare)
     }
 }
 
 impl HttpStore {
-    /// A DELETE conditional on `version`, sent whatever is known of the
-    /// service's conditional deletes (the caller checked).
+    /// A DELETE conditional on `version`, its ETag sent `bare` or quoted,
+    /// whatever is known of the service's conditional deletes (the caller
+    /// checked, in that spelling).
     pub(crate) fn delete_if_match(
         &self,
         key: &str,
         version: &Version,
         deadline: Option<Instant>,
+        bare: bool,
     ) -> Result<(), StoreError> {
-        let request = self.request(Op::DeleteIfMatch, key, Some(version), &[])?;
+        let request = self.request_spelled(Op::DeleteIfMatch, key, Some(version), &[], bare)?;
         self.execute(Op::DeleteIfMatch, key, request, &[], deadline)?;
         Ok(())
     }
@@ -1587,27 +1599,37 @@ impl HttpStore {
             .is_some_and(|now| same_etag(now, sent))
     }
 
-    /// Send the `If-Match` write refused in the spelling `bare` once more
+    /// Send the `If-Match` write refused in the spelling `sent` once more
     /// in the other one, by `deadline` (see [`crate::spelling`]): its
-    /// answer, or `refused` when the other spelling is refused too.
+    /// answer, or `refused` when the other spelling is refused too, or when
+    /// the spelling `sent` settled since (another thread's write on a
+    /// right ETag was accepted in it: it is not questioned any more).
     fn put_respelled(
         &self,
         key: &str,
         body: &[u8],
         options: &PutOptions,
-        bare: bool,
+        sent: Now,
         deadline: Option<Instant>,
         refused: StoreError,
     ) -> Result<Answer, StoreError> {
         let PutMode::Update(version) = &options.mode else {
             return Err(refused);
         };
-        let switched = self.spelling.switch_from(bare);
+        let bare = sent.bare();
+        let switched = self.spelling.switch_from(sent);
+        if switched.is_none() && self.spelling.bare() == bare {
+            // Settled in the spelling the write was refused in (or switched
+            // and back by others): the refusal stands, and nothing goes
+            // out in a spelling the store does not use.
+            return Err(refused);
+        }
+        // This call switched, or another thread did first.
         let request =
             self.request_spelled(Op::Update, key, Some(version), &options.metadata, !bare)?;
         match self.execute(Op::Update, key, request, body, deadline) {
             Ok(answer) => {
-                if switched {
+                if switched.is_some() {
                     log::warn!(
                         "{}: the service refused If-Match with the object's own ETag in \
                          {} and accepted it {}; ETags are sent that way from now on (set \
@@ -1622,12 +1644,15 @@ impl HttpStore {
             }
             Err(e) if e.kind() == StoreErrorKind::Precondition => {
                 // Neither spelling, if the object still has that ETag: keep
-                // the first, and its refusal. If it changed meanwhile, the
+                // the first, and its refusal (unless the new one settled
+                // meanwhile: then it stays). If it changed meanwhile, the
                 // second write lost a race, which says nothing against the
                 // new spelling (switching back then could leave a busy key
                 // refused in the wrong spelling for good).
-                if switched && self.refused_a_right_etag(key, version, deadline) {
-                    self.spelling.switch_from(!bare);
+                if let Some(switched) = switched {
+                    if self.refused_a_right_etag(key, version, deadline) {
+                        self.spelling.switch_from(switched);
+                    }
                 }
                 Err(refused)
             }

@@ -259,3 +259,34 @@ fn a_lock_held_by_another_process_times_out_at_the_deadline() {
     let status = child.wait().unwrap();
     assert!(status.success(), "the lock-holding child failed: {status}");
 }
+
+/// A large write started just before its deadline (the case of a fenced
+/// upload started late in the lease): writing the body takes far longer
+/// than the time left, so the store gives up between two chunks. Nothing
+/// is published, the answer says nothing was sent, and no temporary file
+/// is left.
+#[test]
+fn a_large_write_started_just_before_its_deadline_publishes_nothing() {
+    use bucket_lease_core::store::Delivery;
+    let dir = TempDir::new();
+    let store = DirStore::open(&dir.0).unwrap();
+    // 128 MiB: written and synced in 10 ms, it would take over 12 GB/s.
+    let body = vec![b'x'; 128 << 20];
+    let options = PutOptions::new(PutMode::Create)
+        .with_deadline(Some(Instant::now() + Duration::from_millis(10)));
+    let e = store.put("big", &body, &options).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
+    assert!(e.is_timeout(), "{e}");
+    assert_eq!(e.delivery(), Delivery::NotSent, "{e}");
+    assert!(e.to_string().contains("nothing was sent"), "{e}");
+    let read = store
+        .head("big", None)
+        .expect_err("the object was published");
+    assert_eq!(read.kind(), StoreErrorKind::NotFound, "{read}");
+    let mut left: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, [".bucket-lease.lock"], "a temporary file was left");
+}

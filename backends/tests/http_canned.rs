@@ -177,6 +177,135 @@ fn a_delete_check_that_could_not_finish_is_made_again() {
     assert_eq!(seen[6].header("if-match"), Some("\"a\""));
 }
 
+/// The check of conditional deletes holds only for the spelling of ETags
+/// it was made in (issue 28). A service that refuses every quoted
+/// `If-Match`, a right one too (Ceph RGW 16.2 on PUT), fails it in quotes;
+/// once the store learned the bare spelling, the next conditional delete
+/// checks again, bare, and is sent, bare, when that check passes.
+#[test]
+fn the_delete_check_is_made_again_in_a_new_spelling() {
+    let mut replies = vec![
+        // The check in quotes: the scratch object created, a delete on a
+        // wrong ETag refused and the object kept, one on its own ETag
+        // refused too; then the clean-up.
+        Reply::status(200).header("ETag", "\"scratch\""),
+        Reply::error(412, "PreconditionFailed", "no", "RC1"),
+        Reply::status(200).header("ETag", "\"scratch\""),
+        Reply::error(412, "PreconditionFailed", "no", "RC2"),
+        Reply::status(204),
+        // A write on k's own ETag refused in quotes, the HEAD showing it
+        // was right, the write sent bare: accepted.
+        Reply::error(412, "PreconditionFailed", "no", "RK1"),
+        Reply::status(200).header("ETag", "\"e1\""),
+        Reply::status(200).header("ETag", "\"e2\""),
+    ];
+    replies.extend(delete_check_passes());
+    replies.push(Reply::status(204));
+    let server = Canned::start(replies);
+    let store = store(&server);
+    let e = store
+        .delete("k", &DeleteMode::IfVersion(Version::etag("\"a\"")), None)
+        .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::NotImplemented, "{e}");
+    store.put("k", b"x", &update("\"e1\"")).unwrap();
+    assert_eq!(store.condition_spelling(), 1, "learned bare");
+    store
+        .delete("k", &DeleteMode::IfVersion(Version::etag("\"e2\"")), None)
+        .expect("checked again in the bare spelling, and sent");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 14, "5 for the first check, 3, 5 again, 1");
+    assert_eq!(seen[3].header("if-match"), Some("\"scratch\""), "quoted");
+    let scratch = &seen[8].path;
+    assert!(scratch.starts_with("/bkt/k.probe-"), "{scratch}");
+    assert_eq!(seen[8].header("if-none-match"), Some("*"));
+    let wrong = seen[9].header("if-match").unwrap();
+    assert!(
+        !wrong.contains('"'),
+        "the check's deletes go out bare: {wrong}"
+    );
+    assert_eq!(seen[11].header("if-match"), Some("scratch"));
+    assert_eq!(
+        (seen[13].method.as_str(), seen[13].path.as_str()),
+        ("DELETE", "/bkt/k")
+    );
+    assert_eq!(seen[13].header("if-match"), Some("e2"));
+}
+
+/// A spelling a right ETag was accepted in is not switched by a question
+/// another thread opened before that (issue 28). One store, a service that
+/// honours quoted ETags (and bare ones): thread A's write on the pointer's
+/// `"e1"` is refused while the spelling is open (the pointer had moved);
+/// while A's HEAD is on its way the pointer comes back to `"e1"` (an ABA,
+/// or a stale replica), and thread B's write on its lease's `"f1"` is
+/// accepted in quotes, which settles them. A's HEAD then answers `"e1"`:
+/// A's refusal stands, the spelling stays quoted and uncounted, and B's
+/// next renewal goes out quoted as its probe checked.
+#[test]
+fn a_spelling_settled_while_another_threads_question_was_open_stays() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+    let (head_arrived, arrived) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let (head_arrived, released) = (Mutex::new(head_arrived), Mutex::new(released));
+    let heads = AtomicUsize::new(0);
+    let server = Canned::answering(move |seen| {
+        let ok = |etag: &str| Reply::status(200).header("ETag", etag);
+        let path = seen.path.as_str();
+        match (seen.method.as_str(), path, seen.header("if-match")) {
+            ("PUT", "/bkt/a/ptr", Some("\"e1\"")) => {
+                Reply::error(412, "PreconditionFailed", "moved", "RA1")
+            }
+            ("HEAD", "/bkt/a/ptr", _) => {
+                // The first HEAD is held until B's write was answered.
+                if heads.fetch_add(1, Ordering::SeqCst) == 0 {
+                    head_arrived.lock().unwrap().send(()).unwrap();
+                    let wait = released.lock().unwrap();
+                    wait.recv_timeout(Duration::from_secs(60)).unwrap();
+                }
+                ok("\"e1\"")
+            }
+            ("PUT", "/bkt/a/ptr", Some("e1")) => ok("\"e3\""),
+            ("PUT", "/bkt/b/LEASE", Some("\"f1\"")) => ok("\"f2\""),
+            ("PUT", "/bkt/b/LEASE", Some("\"f2\"" | "f2")) => ok("\"f3\""),
+            _ => Reply::status(500),
+        }
+    });
+    let store = Arc::new(store(&server));
+    let within = || Some(Instant::now() + Duration::from_secs(60));
+    let a = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            store.put("a/ptr", b"A", &update("\"e1\"").with_deadline(within()))
+        })
+    };
+    // A's refusal came while the spelling was open: its HEAD is waiting.
+    arrived.recv_timeout(Duration::from_secs(60)).unwrap();
+    let f2 = store
+        .put("b/LEASE", b"B", &update("\"f1\"").with_deadline(within()))
+        .expect("B's right ETag, accepted in quotes");
+    release.send(()).unwrap();
+    let a = a.join().unwrap();
+    assert_eq!(
+        store.condition_spelling(),
+        0,
+        "settled quoted: not switched"
+    );
+    let e = a.expect_err("A's refusal stands");
+    assert_eq!(e.kind(), StoreErrorKind::Precondition, "{e}");
+    let options = PutOptions::new(PutMode::Update(f2)).with_deadline(within());
+    store.put("b/LEASE", b"B", &options).unwrap();
+    let seen = server.seen();
+    let renewals: Vec<_> = seen.iter().filter(|s| s.path == "/bkt/b/LEASE").collect();
+    assert_eq!(renewals.len(), 2);
+    assert_eq!(
+        renewals[1].header("if-match"),
+        Some("\"f2\""),
+        "still quoted"
+    );
+    let pointer: Vec<_> = seen.iter().filter(|s| s.path == "/bkt/a/ptr").collect();
+    assert_eq!(pointer.len(), 2, "A's PUT and HEAD, no second spelling");
+}
+
 #[test]
 fn unquoted_etags_go_on_the_wire_without_quotes() {
     let server = Canned::start(vec![Reply::status(200).header("ETag", "\"b\"")]);

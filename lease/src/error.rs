@@ -74,6 +74,26 @@ impl fmt::Display for IgnoredCondition {
     }
 }
 
+/// Who holds a lease to the contender that found it held
+/// ([`LeaseError::Held`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HolderRelation {
+    /// Another instance: another id, or a record nobody could read.
+    Other,
+    /// Another process under this contender's own instance id (its record
+    /// carries another process nonce, or none): two processes were given
+    /// one id. Give each process its own.
+    Namesake,
+    /// Another live [`Lease`](crate::Lease) of this very process, taken by
+    /// an earlier acquire call and not yet released or dropped. A process
+    /// holds a key through one value at a time: release or drop the older
+    /// one first (its record is then freed, or taken over at once), or wait
+    /// until its record goes stale, when it is taken over at the next epoch
+    /// as another process's would be.
+    ThisProcess,
+}
+
 /// Why a lease operation failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -89,10 +109,12 @@ pub enum LeaseError {
         /// The holder's name for people, when its record carries one
         /// (see [`crate::record`]); informational only.
         holder_name: Option<String>,
-        /// Whether the holder goes by this contender's own instance id:
-        /// another process was given the same id (its record carries
-        /// another process nonce, or none). Give each process its own id.
-        same_instance_id: bool,
+        /// Who the holder is to this contender: another instance, another
+        /// process under this contender's own instance id, or another
+        /// live [`Lease`](crate::Lease) of this very process.
+        relation: HolderRelation,
+        /// The holder's epoch, when its record could be read.
+        epoch: Option<u64>,
     },
     /// This lease is no longer ours: its record was replaced or deleted.
     /// A lost lease never comes back.
@@ -173,6 +195,13 @@ pub enum LeaseError {
         /// The lease object's key.
         key: String,
     },
+    /// Another renewal of this lease was in progress (on another thread),
+    /// so this one sent nothing: renewals of one lease take turns. The
+    /// lease is as the other renewal leaves it.
+    RenewalInProgress {
+        /// The lease object's key.
+        key: String,
+    },
     /// A store request failed.
     Store(StoreError),
 }
@@ -211,7 +240,8 @@ impl LeaseError {
             | LeaseError::EpochExhausted { .. }
             | LeaseError::KeyTooLong { .. }
             | LeaseError::Cancelled { .. } => true,
-            LeaseError::Held { .. }
+            LeaseError::RenewalInProgress { .. }
+            | LeaseError::Held { .. }
             | LeaseError::Lost { .. }
             | LeaseError::Fenced { .. }
             | LeaseError::OwnWriteRefused { .. } => false,
@@ -226,7 +256,22 @@ impl fmt::Display for LeaseError {
                 key,
                 holder,
                 holder_name,
-                same_instance_id: true,
+                relation: HolderRelation::ThisProcess,
+                epoch,
+            } => write!(
+                f,
+                "the lease {key} is held by another Lease of this process (epoch {}, instance \
+                 {holder}{}); release or drop it first, or wait until its record goes stale \
+                 (one process holds a key through one Lease at a time)",
+                epoch.map_or_else(|| "unknown".to_string(), |e| e.to_string()),
+                named(holder_name)
+            ),
+            LeaseError::Held {
+                key,
+                holder,
+                holder_name,
+                relation: HolderRelation::Namesake,
+                ..
             } => write!(
                 f,
                 "the lease {key} is held by another process under this same instance id \
@@ -339,6 +384,12 @@ impl fmt::Display for LeaseError {
                     max_prefix_bytes(*limit, *probe)
                 )
             }
+            LeaseError::RenewalInProgress { key } => write!(
+                f,
+                "a renewal of the lease {key} was not sent: another renewal of it is in progress \
+                 on another thread; renew a lease from one thread at a time (a Keeper renews the \
+                 lease it keeps: leave the renewals to it)"
+            ),
             LeaseError::Cancelled { key } => write!(
                 f,
                 "waiting for lease {key} was cancelled; nothing was taken"

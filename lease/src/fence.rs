@@ -4,13 +4,17 @@
 //!
 //! A [`FencedWriter`] is bound to one held [`Lease`]. What it promises:
 //!
-//! - **No write starts outside the lease.** Each write first asks the lease
-//!   for its write deadline; without one it fails with
+//! - **No write starts outside the lease.** Each write asks the lease for
+//!   its write deadline right before its first request (`put_new` once it
+//!   has hashed the body, so that the hashing, seconds for a large body,
+//!   is not spent from the deadline); without one it fails with
 //!   [`WriteError::Fenced`] and sends nothing.
 //! - **No write lands outside the lease's prefix.** Keys must start with
 //!   the lease's prefix (`jobs/nightly/` for the lease on `jobs/nightly`),
 //!   or one allowed with [`FencedWriter::allow_prefix`], and no lease
-//!   record or probe key is ever written; any other key fails with
+//!   record or probe key is ever written, nor a key with a `.` or `..`
+//!   segment (a server or proxy that normalises paths would resolve it
+//!   elsewhere, as the directory store refuses it); any other key fails with
 //!   [`WriteError::OutsideLease`] and sends nothing.
 //! - **No write outlives the lease.** Every request's deadline is the
 //!   lease's write deadline, so an upload still in flight when the fence
@@ -61,7 +65,7 @@
 //! pointer race.
 
 use crate::lease::Lease;
-use crate::mutant::{self, Mutant};
+use crate::mutant::{self, Mutant, StoreMutant};
 use crate::store::{
     named_by, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
@@ -154,6 +158,13 @@ impl fmt::Display for WriteError {
                  {})",
                 allowed_list(allowed)
             ),
+            WriteError::OutsideLease { key, allowed } if has_dot_segment(key) => write!(
+                f,
+                "write of {key} refused: it has a `.` or `..` segment, which a server or proxy \
+                 that normalises paths would resolve outside the lease's prefix (allowed: {}); \
+                 name the object without such segments",
+                allowed_list(allowed)
+            ),
             WriteError::OutsideLease { key, allowed } => write!(
                 f,
                 "write of {key} refused: it is outside the prefix of the lease that fences it \
@@ -176,6 +187,13 @@ impl std::error::Error for WriteError {}
 fn is_lease_key(key: &str) -> bool {
     let last = key.rsplit('/').next().unwrap_or(key);
     last == "LEASE" || last.starts_with("LEASE.probe-")
+}
+
+/// Whether `key` has a `.` or `..` segment, which a server or proxy that
+/// normalises paths would resolve elsewhere (S3 itself stores it as it is).
+fn has_dot_segment(key: &str) -> bool {
+    key.split('/')
+        .any(|segment| segment == "." || segment == "..")
 }
 
 /// `allowed` for a message: each prefix quoted, the empty one as the whole
@@ -232,6 +250,13 @@ fn stamp_of(object: &Object) -> Stamp {
 /// epoch decide who wrote an object; the digest only tells two writes of
 /// one holder apart.
 fn digest(bytes: &[u8]) -> String {
+    // The tests make hashing take long here, deterministically.
+    #[cfg(test)]
+    tests::WHILE_HASHING.with(|hook| {
+        if let Some(hook) = hook.borrow().as_ref() {
+            hook();
+        }
+    });
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in bytes {
         hash ^= u64::from(*byte);
@@ -302,8 +327,20 @@ impl FencedWriter {
     /// earlier holder did; [`WriteError::Store`] when a request failed or
     /// timed out at the write deadline.
     pub fn put_new(&self, key: &str, body: &[u8]) -> Result<Version, WriteError> {
-        let deadline = self.deadline(key)?;
+        self.check_key(key)?;
+        // The defect a review found: the deadline taken before the hashing,
+        // which for a large body takes seconds, so the request left with
+        // its deadline spent or passed.
+        let early = StoreMutant::PutNewHashesAfterDeadline
+            .on()
+            .then(|| self.deadline(key));
         let sum = digest(body);
+        // Taken once the body is hashed, right before the request: a
+        // deadline that passed meanwhile fences the write, and sends nothing.
+        let deadline = match early {
+            Some(deadline) => deadline?,
+            None => self.deadline(key)?,
+        };
         let options = self
             .options(PutMode::Create, deadline)
             .with_metadata(DIGEST_METADATA, sum.clone());
@@ -490,18 +527,25 @@ impl FencedWriter {
     /// The deadline of a request on `key`: the lease's write deadline, once
     /// the key is known to be one this writer may touch.
     fn deadline(&self, key: &str) -> Result<Instant, WriteError> {
-        let inside = self.allowed.iter().any(|p| key.starts_with(p.as_str()));
-        if !inside || is_lease_key(key) {
-            return Err(WriteError::OutsideLease {
-                key: key.to_string(),
-                allowed: self.allowed.clone(),
-            });
-        }
+        self.check_key(key)?;
         self.lease
             .write_deadline()
             .ok_or_else(|| WriteError::Fenced {
                 key: key.to_string(),
             })
+    }
+
+    /// Whether this writer may touch `key`: under an allowed prefix, and
+    /// not a lease record or probe key.
+    fn check_key(&self, key: &str) -> Result<(), WriteError> {
+        let inside = self.allowed.iter().any(|p| key.starts_with(p.as_str()));
+        if !inside || is_lease_key(key) || has_dot_segment(key) {
+            return Err(WriteError::OutsideLease {
+                key: key.to_string(),
+                allowed: self.allowed.clone(),
+            });
+        }
+        Ok(())
     }
 
     fn pointers(&self) -> MutexGuard<'_, HashMap<String, Version>> {
@@ -654,6 +698,44 @@ impl FencedReader {
 mod tests {
     use super::*;
     use crate::conformance::assert_said_once;
+    use crate::memory::MemoryStore;
+    use crate::{LeaseOptions, TestClock};
+    use std::time::Duration;
+
+    thread_local! {
+        /// Called as `digest` starts hashing on this thread: a test's way
+        /// to make hashing take long.
+        pub(super) static WHILE_HASHING: std::cell::RefCell<Option<Box<dyn Fn()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// Hashing a large body takes time (seconds for 384 MiB in a debug
+    /// build): `put_new` hashes before it takes the write deadline, so a
+    /// deadline that passes while it hashes fences the write, and no
+    /// request leaves with a deadline already past.
+    #[test]
+    fn put_new_hashes_the_body_before_it_takes_the_write_deadline() {
+        let store = Arc::new(MemoryStore::new());
+        let clock = TestClock::new();
+        let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+        let lease = Lease::acquire(store.clone(), "db", options).unwrap();
+        let writer = FencedWriter::new(Arc::new(lease));
+        let hashing = clock.clone();
+        // The write deadline is 20 s away; hashing takes 25.
+        WHILE_HASHING.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || hashing.advance(Duration::from_secs(25))))
+        });
+        let requests = store.requests();
+        let answer = writer.put_new("db/big", b"a large body");
+        WHILE_HASHING.with(|hook| *hook.borrow_mut() = None);
+        assert_eq!(
+            answer,
+            Err(WriteError::Fenced {
+                key: "db/big".into()
+            })
+        );
+        assert_eq!(store.requests(), requests, "a request was sent");
+    }
 
     #[test]
     fn a_store_failure_behind_a_fenced_write_or_read_is_said_once() {

@@ -42,6 +42,7 @@ use crate::lease::{Contender, Lease, LeaseStatus, Released, Wait};
 use crossbeam_channel::Receiver;
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -52,6 +53,9 @@ pub struct Holding<'a> {
     keeper: &'a Keeper,
     writer: FencedWriter,
     ended: &'a Ending,
+    /// Set the first time [`Holding::stop_requested`] answers true, so that
+    /// it never answers false again (a renewal can land after the fence).
+    stop_seen: AtomicBool,
 }
 
 impl Holding<'_> {
@@ -73,7 +77,14 @@ impl Holding<'_> {
     /// true.
     #[must_use]
     pub fn stop_requested(&self) -> bool {
-        self.ended.get().is_some() || !self.keeper.may_write()
+        if self.stop_seen.load(Ordering::SeqCst) {
+            return true;
+        }
+        let stop = self.ended.get().is_some() || !self.keeper.may_write();
+        if stop {
+            self.stop_seen.store(true, Ordering::SeqCst);
+        }
+        stop
     }
 
     /// The lease, for its key, epoch and instance id.
@@ -275,6 +286,7 @@ impl Contender {
             keeper: &keeper,
             writer: FencedWriter::new(Arc::clone(keeper.lease())),
             ended: &ended,
+            stop_seen: AtomicBool::new(false),
         };
         let value = catch_unwind(AssertUnwindSafe(|| work(&holding)));
         // The lease as the closure left it, before the release changes it.

@@ -388,6 +388,7 @@ pub fn break_lease_before(
         released_at: None,
         instance_nonce: None,
         holder_name: None,
+        claim: None,
     };
     let body = record.to_bytes();
     let mut transient = Transient::default();
@@ -526,6 +527,7 @@ mod tests {
             released_at: None,
             instance_nonce: None,
             holder_name: None,
+            claim: None,
         };
         w.store.insert("jobs/a/LEASE", &record.to_bytes());
         let seen = w.inspect().unwrap();
@@ -650,6 +652,7 @@ mod tests {
                 released_at: None,
                 instance_nonce: None,
                 holder_name: None,
+                claim: None,
             };
             self.inner.insert(key, &successor.to_bytes());
             Err(StoreError::new(StoreErrorKind::Transport, "PUT", key))

@@ -402,7 +402,12 @@ impl RenewalSchedule {
                     until: lease.clock().now() + Duration::from_secs(1 << 30),
                 }
             }
-            LeaseStatus::Fenced | LeaseStatus::Released => return Step::End(Event::Fenced),
+            LeaseStatus::Fenced => {
+                // Reported and renewed no more: fenced for good.
+                lease.fence_for_good();
+                return Step::End(Event::Fenced);
+            }
+            LeaseStatus::Released => return Step::End(Event::Fenced),
         };
         if lease.clock().now() < self.next {
             Step::Wait {

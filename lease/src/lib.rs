@@ -117,7 +117,7 @@ pub mod supervision;
 pub use crossbeam_channel as channel;
 
 pub use clock::{Clock, SystemClock, TestClock};
-pub use error::{IgnoredCondition, LeaseError, OwnWrite};
+pub use error::{HolderRelation, IgnoredCondition, LeaseError, OwnWrite};
 pub use fence::{FencedWriter, WriteError};
 pub use hold::{HoldError, HoldOutcome, Holding, Ran};
 pub use keeper::{Event, Keeper, KeeperOptions, Loss};

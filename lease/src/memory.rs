@@ -202,6 +202,11 @@ fn named(error: StoreError) -> StoreError {
 }
 
 impl Store for MemoryStore {
+    /// Every call answers at once: nothing here waits.
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+
     fn store_url(&self) -> Option<&str> {
         Some(MEMORY_URL)
     }

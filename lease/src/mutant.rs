@@ -6,13 +6,14 @@
 //! the engine's hooks; the simulation (`bucket-lease-sim`) names the
 //! mutants and turns one on for a whole process with `select`.
 //!
-//! [`StoreMutant`]s are defects below the `Store` trait, where the
-//! simulation does not reach: the stores' own tests find them. The
-//! simulation's own store can break the trait's contract the way one of
-//! them did (`Mutant::StoreSendsLate`), so that its check of the
-//! contract is shown to work. One is
-//! chosen for a whole test process by the variable `BUCKET_LEASE_MUTANT`
-//! (with the feature `mutants`; `scripts/check-store-mutants.sh` runs each).
+//! [`StoreMutant`]s are defects the simulation does not reach: below the
+//! `Store` trait, or in time it does not model (`put_new` hashing its body
+//! takes no simulated time): the stores' and the fenced writer's own tests
+//! find them. The simulation's own store can break the trait's contract
+//! the way one of them did (`Mutant::StoreSendsLate`), so that its check of
+//! the contract is shown to work. One is chosen for a whole test process
+//! by the variable `BUCKET_LEASE_MUTANT` (with the feature `mutants`;
+//! `scripts/check-store-mutants.sh` runs each).
 
 internal! {
 /// A defect the lease once had, reintroduced on request. Some are switched
@@ -58,6 +59,17 @@ pub enum Mutant {
     /// write of ours that landed unseen, so a service that refuses every
     /// `If-Match` (a right one too) hands out a lease no renewal can keep.
     OwnEtagRefusalTrusted,
+    /// A record counts as a lease's own when it names the lease's process
+    /// (instance id and nonce), whatever acquire call claimed it (issue
+    /// 28): an acquire takes a live record of another `Lease` value of its
+    /// own process back at its epoch, and an old value's release or
+    /// renewal changes a newer value's record.
+    IdentityByProcess,
+    /// A keeper pool with `renewal_threads(0)` renews every lease on its
+    /// scheduler thread, whatever its store (issue 29): a store call that
+    /// waits (a locked directory, a slow service) holds every other
+    /// lease's renewals and its `Fenced`.
+    PoolInlineEveryStore,
 }
 }
 
@@ -88,9 +100,11 @@ pub fn on(_mutant: Mutant) -> bool {
 }
 }
 
-/// A defect a store once had, below the `Store` trait, reintroduced for a
-/// test process that names it in `BUCKET_LEASE_MUTANT` (feature `mutants`).
-/// Public only so the backends crate can ask; not part of the API.
+/// A defect a store once had, below the `Store` trait, or one the
+/// simulation cannot see for want of time spent (`put_new`'s hashing),
+/// reintroduced for a test process that names it in `BUCKET_LEASE_MUTANT`
+/// (feature `mutants`). Public only so the backends crate can ask; not
+/// part of the API.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreMutant {
@@ -107,15 +121,50 @@ pub enum StoreMutant {
     /// The HTTP store sends a profile's conditional deletes without first
     /// checking that the service honours them.
     DeleteConditionsTrusted,
+    /// The HTTP store's switch of ETag spelling compares only the spelling,
+    /// not whether it settled (issue 28): a question one thread opened
+    /// while the spelling was open switches it after another thread's
+    /// write on a right ETag settled it.
+    SettledSpellingSwitched,
+    /// The HTTP store keeps its check of conditional deletes across a
+    /// change of ETag spelling (issue 28): a verdict found in quotes is
+    /// taken for bare ETags too.
+    DeleteVerdictOutlivesSpelling,
+    /// The directory store writes its temporary file to the end with no
+    /// check of the deadline between chunks, so a large body is written
+    /// (and synced) long after the deadline.
+    DirChunksUnchecked,
+    /// The directory store's lock loop, after its last sleep, tries the
+    /// lock once more without checking the deadline, so a lock let go
+    /// after the deadline is taken.
+    DirLockLastTryUnchecked,
+    /// The directory store renames a written temporary file over its
+    /// object with no check of the deadline after taking the lock, so a
+    /// write paused past its deadline publishes.
+    DirRenameUnchecked,
+    /// The directory store removes an object with no check of the deadline
+    /// after taking the lock, so a delete paused past its deadline removes.
+    DirRemoveUnchecked,
+    /// `FencedWriter::put_new` takes the write deadline before it hashes
+    /// the body, so the hashing (seconds for a large body) is spent from
+    /// the deadline, and the request leaves with its deadline passed.
+    PutNewHashesAfterDeadline,
 }
 
 impl StoreMutant {
     /// Every store mutant, in the order the check script runs them.
-    pub const ALL: [StoreMutant; 4] = [
+    pub const ALL: [StoreMutant; 11] = [
         StoreMutant::TimeoutBeforeCredentials,
         StoreMutant::UnboundedProcessOutput,
         StoreMutant::UnboundedRefreshWait,
         StoreMutant::DeleteConditionsTrusted,
+        StoreMutant::SettledSpellingSwitched,
+        StoreMutant::DeleteVerdictOutlivesSpelling,
+        StoreMutant::DirChunksUnchecked,
+        StoreMutant::DirLockLastTryUnchecked,
+        StoreMutant::DirRenameUnchecked,
+        StoreMutant::DirRemoveUnchecked,
+        StoreMutant::PutNewHashesAfterDeadline,
     ];
 
     /// The mutant's name in `BUCKET_LEASE_MUTANT`.
@@ -125,6 +174,13 @@ impl StoreMutant {
             StoreMutant::UnboundedProcessOutput => "unbounded-process-output",
             StoreMutant::UnboundedRefreshWait => "unbounded-refresh-wait",
             StoreMutant::DeleteConditionsTrusted => "delete-conditions-trusted",
+            StoreMutant::SettledSpellingSwitched => "settled-spelling-switched",
+            StoreMutant::DeleteVerdictOutlivesSpelling => "delete-verdict-outlives-spelling",
+            StoreMutant::DirChunksUnchecked => "dir-chunks-unchecked",
+            StoreMutant::DirLockLastTryUnchecked => "dir-lock-last-try-unchecked",
+            StoreMutant::DirRenameUnchecked => "dir-rename-unchecked",
+            StoreMutant::DirRemoveUnchecked => "dir-remove-unchecked",
+            StoreMutant::PutNewHashesAfterDeadline => "put-new-hashes-after-deadline",
         }
     }
 

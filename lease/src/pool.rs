@@ -14,8 +14,13 @@
 //! - **One hanging renewal delays no other lease** while a renewal thread
 //!   is free: a renewal is bounded by its lease's write deadline, and the
 //!   others go to the other threads. With `renewal_threads(0)` the
-//!   scheduler renews inline, which suits stores that answer in
-//!   microseconds (memory, a local directory): one thread in all.
+//!   scheduler renews inline the leases of stores that answer at once
+//!   ([`Store::answers_at_once`](crate::Store::answers_at_once): the memory
+//!   store), one thread in all; a lease on any store that can wait (a
+//!   local directory waits for its bucket's lock, a network store for its
+//!   service) is still renewed off the scheduler thread, on renewal threads
+//!   the pool starts the first time it needs them, so no store call ever
+//!   holds another lease's renewal or its `Fenced`.
 //! - **`Fenced` goes out at the write deadline, busy threads or not.** A
 //!   renewal handed out carries a wake-up at its deadline: should every
 //!   renewal thread still be busy then (the renewal waiting in the queue or
@@ -78,10 +83,14 @@ impl PoolOptions {
         }
     }
 
-    /// Renew on `n` threads beside the scheduler; 0 renews on the
-    /// scheduler itself (for stores that never block: memory, a local
-    /// directory). For an HTTP store keep at least 2, so that one renewal
-    /// hanging until its deadline delays no other lease.
+    /// Renew on `n` threads beside the scheduler. 0 renews on the
+    /// scheduler itself the leases of stores that answer at once (the
+    /// memory store, [`Store::answers_at_once`](crate::Store::answers_at_once));
+    /// leases of any other store (a local directory, which waits for its
+    /// lock; a network store) are renewed on [`DEFAULT_RENEWAL_THREADS`]
+    /// threads started when the first such renewal falls due. For an HTTP
+    /// store keep at least 2, so that one renewal hanging until its
+    /// deadline delays no other lease.
     pub fn renewal_threads(mut self, n: usize) -> Self {
         self.renewal_threads = n;
         self
@@ -225,10 +234,15 @@ impl KeeperPool {
                 })?;
             threads.push(thread);
         }
+        let inline = (options.renewal_threads == 0).then(|| OnDemand {
+            jobs: job_rx.clone(),
+            name: options.thread_name.clone(),
+            threads: Vec::new(),
+        });
         let scheduler = Scheduler {
             clock: Arc::clone(&options.clock),
             release_timeout: options.release_timeout,
-            inline: options.renewal_threads == 0,
+            inline,
             commands: command_rx,
             jobs,
             done,
@@ -323,6 +337,18 @@ impl Drop for KeeperPool {
 }
 
 internal! {
+/// Whether `job` runs on the scheduler thread itself: only in an inline
+/// pool (`renewal_threads(0)`, `inline`), and only for a lease whose store
+/// answers at once ([`Store::answers_at_once`](crate::Store::answers_at_once)),
+/// so that no store call that can wait holds another lease's fence. The
+/// pool and the simulation's pools ask it.
+pub fn runs_on_scheduler(inline: bool, job: &Job) -> bool {
+    inline
+        && (job.lease().store().answers_at_once() || mutant::on(Mutant::PoolInlineEveryStore))
+}
+}
+
+internal! {
 /// Do one job on a renewal thread.
 pub fn work(job: Job, release_timeout: Duration) -> Done {
     match job {
@@ -343,6 +369,15 @@ pub enum Job {
     /// [`PoolSchedule::finish`].
     Release(LeaseId, Arc<Lease>),
 }
+}
+
+impl Job {
+    /// The lease the job is for.
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        match self {
+            Job::Renew(_, lease, _) | Job::Release(_, lease) => lease,
+        }
+    }
 }
 
 internal! {
@@ -587,10 +622,21 @@ impl PoolSchedule {
 fn end(kept: &mut Kept, id: LeaseId, event: Event, events: &mut Vec<PoolEvent>) {
     kept.ended = true;
     if event == Event::Fenced {
+        // Renewed no more: a renewal still out, landing late, must not let
+        // it write again.
+        kept.lease.fence_for_good();
         log::warn!("{}: fenced: no renewal landed in time", kept.lease.key());
     }
     let key = kept.lease.key().to_string();
     events.push(PoolEvent { id, key, event });
+}
+
+/// An inline pool's renewal threads, for the leases of stores that can
+/// wait: none until one is needed.
+struct OnDemand {
+    jobs: Receiver<Job>,
+    name: String,
+    threads: Vec<JoinHandle<()>>,
 }
 
 /// The scheduler thread: drives a [`PoolSchedule`] with channels and the
@@ -598,7 +644,9 @@ fn end(kept: &mut Kept, id: LeaseId, event: Event, events: &mut Vec<PoolEvent>) 
 struct Scheduler {
     clock: Arc<dyn Clock>,
     release_timeout: Duration,
-    inline: bool,
+    /// Renewing inline (`renewal_threads(0)`): the threads for the jobs
+    /// that may not run here.
+    inline: Option<OnDemand>,
     commands: Receiver<Command>,
     jobs: Sender<Job>,
     done: Receiver<Done>,
@@ -620,6 +668,7 @@ impl Scheduler {
                 if let Some((Some(reply), released)) = self.stopping.take() {
                     let _ = reply.send(released);
                 }
+                self.end_on_demand_threads();
                 return; // dropping `jobs` ends the renewal threads
             }
             let timer = match self.machine.next_wake() {
@@ -680,9 +729,16 @@ impl Scheduler {
         }
     }
 
-    /// Hand `job` to a renewal thread, or do it here when renewing inline.
+    /// Hand `job` to a renewal thread, or do it here when renewing inline
+    /// and its store answers at once; a job that cannot go to a thread
+    /// (none could be started) is done here all the same.
     fn dispatch(&mut self, job: Job) {
-        let job = if self.inline {
+        let here = match &mut self.inline {
+            None => false,
+            Some(_) if runs_on_scheduler(true, &job) => true,
+            Some(on_demand) => !on_demand.start(self.release_timeout, &self.done_tx),
+        };
+        let job = if here {
             job
         } else {
             match self.jobs.send(job) {
@@ -691,6 +747,44 @@ impl Scheduler {
             }
         };
         let _ = self.done_tx.send(work(job, self.release_timeout));
+    }
+
+    /// Close the job queue, and join the threads an inline pool started.
+    fn end_on_demand_threads(&mut self) {
+        let Some(on_demand) = self.inline.take() else {
+            return;
+        };
+        let (closed, _) = crossbeam_channel::bounded(0);
+        drop(std::mem::replace(&mut self.jobs, closed));
+        for thread in on_demand.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl OnDemand {
+    /// Start the renewal threads, once; whether there are any.
+    fn start(&mut self, release_timeout: Duration, done: &Sender<Done>) -> bool {
+        if self.threads.is_empty() {
+            for i in 0..DEFAULT_RENEWAL_THREADS {
+                let (jobs, done) = (self.jobs.clone(), done.clone());
+                let started = std::thread::Builder::new()
+                    .name(format!("{}-{i}", self.name))
+                    .spawn(move || {
+                        for job in jobs {
+                            let _ = done.send(work(job, release_timeout));
+                        }
+                    });
+                match started {
+                    Ok(thread) => self.threads.push(thread),
+                    Err(e) => {
+                        log::warn!("a pool's renewal thread could not start: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        !self.threads.is_empty()
     }
 }
 

@@ -21,6 +21,13 @@
 //!   under one name therefore never both hold the lease, and a restarted
 //!   process is a new holder: it waits out the record its previous life
 //!   left, like any contender.
+//! - **Which lease of that process is its `claim`.** Each acquire call
+//!   draws a random `claim` that its record carries for the life of the
+//!   `Lease` it returns: renewals, reconciling reads and the release touch
+//!   only a record with their own claim ([`LeaseRecord::is_claimed_by`]),
+//!   so one process's old `Lease` never changes a newer one's record. Of a
+//!   record of this process with another claim, an acquire asks whether a
+//!   live `Lease` of the process still holds it (see `crate::lease`).
 //! - Stamps are RFC 3339 on the writer's wall clock.
 //! - `ttl_s` is the writer's TTL, and it governs: a reader with a different
 //!   TTL of its own still judges the record by `ttl_s`.
@@ -245,6 +252,18 @@ where
     })
 }
 
+/// A record's `claim` as it reads: a string, or none for anything else.
+fn lenient_claim<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(match value {
+        serde_json::Value::String(claim) => Some(claim),
+        _ => None,
+    })
+}
+
 /// The contents of `{prefix}/LEASE`. See the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -279,6 +298,17 @@ pub struct LeaseRecord {
         skip_serializing_if = "Option::is_none"
     )]
     pub holder_name: Option<String>,
+    /// The acquire call that wrote the record: random, drawn anew by each
+    /// acquire and kept by its lease's renewals and release
+    /// ([`LeaseRecord::is_claimed_by`]); absent in records of the async
+    /// reference, of older versions and of a break. Anything but a string
+    /// is read as none, so the field never makes a record unreadable.
+    #[serde(
+        default,
+        deserialize_with = "lenient_claim",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub claim: Option<String>,
 }
 
 impl LeaseRecord {
@@ -302,6 +332,7 @@ impl LeaseRecord {
             released_at: None,
             instance_nonce: None,
             holder_name: None,
+            claim: None,
         }
     }
 
@@ -349,6 +380,16 @@ impl LeaseRecord {
         self.instance_id == instance_id
             && (self.instance_nonce.as_deref() == Some(nonce)
                 || crate::mutant::on(crate::mutant::Mutant::SameNameIsOurs))
+    }
+
+    /// Whether this record was written by the one acquire call of the
+    /// process `instance_id` and `nonce` name that drew `claim`, or by the
+    /// lease that call returned: the record of one `Lease` value, not of
+    /// any value of that process.
+    pub fn is_claimed_by(&self, instance_id: &str, nonce: &str, claim: &str) -> bool {
+        self.is_written_by(instance_id, nonce)
+            && (self.claim.as_deref() == Some(claim)
+                || crate::mutant::on(crate::mutant::Mutant::IdentityByProcess))
     }
 
     /// Whether this record carries the name `instance_id` but was written
@@ -445,6 +486,7 @@ mod tests {
             released_at: None,
             instance_nonce: None,
             holder_name: None,
+            claim: None,
         }
     }
 
@@ -510,6 +552,21 @@ mod tests {
         let stamp = ours["renewed_at"].as_str().unwrap();
         assert!(OffsetDateTime::parse(stamp, &Rfc3339).is_ok() && stamp.ends_with('Z'));
         assert!(LeaseRecord::parse(b"not json").is_none());
+    }
+
+    #[test]
+    fn a_claim_that_is_not_a_string_is_read_as_none() {
+        let rec = LeaseRecord::parse(
+            br#"{"instance_id":"a","acquired_at":"x","renewed_at":"y","ttl_s":5,"claim":7}"#,
+        )
+        .expect("still a record");
+        assert_eq!(rec.claim, None);
+        let rec = LeaseRecord::parse(
+            br#"{"instance_id":"a","acquired_at":"x","renewed_at":"y","ttl_s":5,"claim":"c1","instance_nonce":"n"}"#,
+        )
+        .unwrap();
+        assert!(rec.is_claimed_by("a", "n", "c1"));
+        assert!(!rec.is_claimed_by("a", "n", "c2") && !rec.is_claimed_by("a", "m", "c1"));
     }
 
     #[test]

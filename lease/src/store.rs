@@ -197,6 +197,21 @@ pub trait Store: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether every call answers at once, waiting on nothing: no network,
+    /// no lock another thread or process may hold, no disk to sync. Only
+    /// such a store's leases are renewed on a [`KeeperPool`]'s scheduler
+    /// thread itself (`renewal_threads(0)`), where a call that waits would
+    /// hold every other lease's renewals and fence. `false`, the default,
+    /// for every store that can wait, the directory store included (it
+    /// waits for its bucket's lock up to the deadline); the memory store
+    /// says `true`. A store wrapping another that adds no wait of its own
+    /// may answer for it.
+    ///
+    /// [`KeeperPool`]: crate::KeeperPool
+    fn answers_at_once(&self) -> bool {
+        false
+    }
+
     /// How many times the store has changed how it spells conditions since
     /// it was made: the HTTP store learns whether a service wants the ETag
     /// in `If-Match` with its quotes or without. The default, 0, is a store

@@ -342,3 +342,41 @@ fn writes_outside_the_lease_prefix_are_refused() {
         Err(WriteError::OutsideLease { .. })
     ));
 }
+
+/// A `.` or `..` segment is refused, as the directory store refuses it: S3
+/// stores `db/../other/x` literally, but a server or proxy that normalises
+/// dot segments would write outside the prefix.
+#[test]
+fn keys_with_dot_segments_are_refused() {
+    let (store, _clock, writer) = setup();
+    let before = store.inner.requests();
+    for key in [
+        "db/../other/x",
+        "db/parts/../../x",
+        "db/./x",
+        "db/parts/..",
+        "db/.",
+    ] {
+        for result in [
+            writer.put_new(key, b"x").map(|_| ()),
+            writer.put_pointer(key, b"x").map(|_| ()),
+            writer.read_pointer(key).map(|_| ()),
+        ] {
+            match result {
+                Err(e @ WriteError::OutsideLease { .. }) => {
+                    let text = e.to_string();
+                    assert!(
+                        text.contains(key) && text.contains("`.` or `..` segment"),
+                        "{text}"
+                    );
+                }
+                other => panic!("{key}: expected OutsideLease, got {other:?}"),
+            }
+        }
+    }
+    assert_eq!(store.inner.requests(), before, "nothing was sent");
+    // Dots inside a segment are names like any other.
+    writer.put_new("db/parts/.hidden", b"x").unwrap();
+    writer.put_new("db/parts/x..y", b"x").unwrap();
+    writer.put_new("db/.../x", b"x").unwrap();
+}

@@ -228,3 +228,29 @@ fn a_release_that_fails_is_reported_beside_the_value() {
         [Loss::NotReleased(_)]
     ));
 }
+
+/// `stop_requested` is documented "once true, stays true": a renewal that
+/// lands after the fence (here one the closure sends itself, while the
+/// keeper has not yet looked) must not turn it back to false.
+#[test]
+fn stop_requested_once_true_stays_true() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = TestClock::new();
+    let mut c = contender(&store, &clock, "worker");
+    let ran = c
+        .run_while_held(&wait(&clock), KeeperOptions::new(), |held| {
+            // Past the write deadline by the wall clock alone: fenced, and
+            // no monotonic timer of the keeper fires.
+            clock.step_wall(secs(21), true);
+            let fenced = held.stop_requested();
+            // A renewal lands after the fence: the lease may write again.
+            held.lease().renew().expect("nobody else wrote the record");
+            (fenced, held.may_write(), held.stop_requested())
+        })
+        .expect("taken");
+    assert_eq!(
+        ran.value,
+        (true, true, true),
+        "(stopped at the fence, may write after the late renewal, still stopped)"
+    );
+}

@@ -10,8 +10,8 @@ use bucket_lease_core::lease::TRANSIENT_WRITE_TRIES;
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::{format_stamp, process_nonce, LeaseRecord};
 use bucket_lease_core::{
-    Clock, Contender, FencedWriter, Lease, LeaseError, LeaseOptions, PutMode, PutOptions, Released,
-    Store, TestClock, WriteError,
+    Clock, Contender, FencedWriter, HolderRelation, Lease, LeaseError, LeaseOptions, PutMode,
+    PutOptions, Released, Store, TestClock, WriteError,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,10 +145,8 @@ fn the_held_error_says_when_the_holder_has_our_name() {
     let _first = w.namesake("process-a").try_acquire().unwrap();
     match w.namesake("process-b").try_acquire() {
         Err(LeaseError::Held {
-            holder,
-            same_instance_id,
-            ..
-        }) => assert!(same_instance_id && holder == NAME),
+            holder, relation, ..
+        }) => assert!(relation == HolderRelation::Namesake && holder == NAME),
         other => panic!("expected Held, got {other:?}"),
     }
     // Another name held by another process is the plain case.
@@ -156,7 +154,7 @@ fn the_held_error_says_when_the_holder_has_our_name() {
     match other {
         Err(
             e @ LeaseError::Held {
-                same_instance_id: false,
+                relation: HolderRelation::Other,
                 ..
             },
         ) => assert!(!e.to_string().contains("same instance id"), "{e}"),
@@ -176,14 +174,11 @@ fn a_lost_answer_is_still_recognised_within_one_process() {
     // Another process under the name is kept out of it...
     assert_held_by_namesake(w.namesake("process-b").try_acquire());
     // ...while this process, even through a contender built anew under the
-    // same id (as `bucket-lease run` does to clean up), takes it back at
-    // its epoch.
+    // same id (as `bucket-lease run` does to clean up), takes it over at
+    // once: no live lease of the process holds it. A new lease is a new
+    // holder, one epoch on (issue 28).
     let lease = w.ours().try_acquire().expect("our own record is ours");
-    assert_eq!(
-        lease.epoch(),
-        1,
-        "taking back our own record is no takeover"
-    );
+    assert_eq!(lease.epoch(), 2, "a new lease value is a new holder");
     assert_eq!(lease.instance_nonce(), process_nonce());
 
     // A renewal whose answer was lost is adopted, not taken for a loss.
@@ -192,10 +187,14 @@ fn a_lost_answer_is_still_recognised_within_one_process() {
     lease.renew().expect_err("the answer was lost");
     lease.renew().expect("the landed renewal is ours");
     assert!(lease.may_write());
+    drop(lease);
 
-    // And an abandoned acquire's record (its handle never given back:
-    // a dropped one would release) is freed by the same process.
-    std::mem::forget(lease);
+    // And an abandoned acquire's record (the call failed after its write
+    // landed unseen) is freed by the same process.
+    w.clock.advance(secs(TTL_S));
+    w.store.lose_next_answers(TRANSIENT_WRITE_TRIES as usize);
+    w.ours().try_acquire().expect_err("no answer ever came");
+    assert!(!w.record().is_released());
     assert_eq!(w.ours().release_abandoned().unwrap(), Released::Freed);
 }
 

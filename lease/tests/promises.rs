@@ -5,8 +5,9 @@ use bucket_lease_core::lease::TRANSIENT_WRITE_TRIES;
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::{
-    Clock, Contender, DeleteMode, Exclusion, IgnoredCondition, Lease, LeaseError, LeaseOptions,
-    Object, PutOptions, Released, Store, StoreError, StoreErrorKind, TestClock, Version,
+    Clock, Contender, DeleteMode, Exclusion, HolderRelation, IgnoredCondition, Lease, LeaseError,
+    LeaseOptions, Object, PutOptions, Released, Store, StoreError, StoreErrorKind, TestClock,
+    Version,
 };
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -266,8 +267,8 @@ fn a_lost_answer_on_acquire_is_recognised_by_the_next_attempt() {
     assert_eq!(lease.instance_id(), me.instance_id());
     assert_eq!(
         lease.epoch(),
-        1,
-        "taking back our own record is no takeover"
+        2,
+        "taken over at once (no live lease of ours holds it), as a new holder"
     );
     lease.renew().unwrap();
 }
@@ -646,7 +647,8 @@ fn errors_say_what_failed_and_what_to_do() {
         key: KEY.into(),
         holder: "abc".into(),
         holder_name: None,
-        same_instance_id: false,
+        relation: HolderRelation::Other,
+        epoch: Some(1),
     };
     assert_eq!(
         held.to_string(),

@@ -11,9 +11,10 @@
 // measures it there).
 #![allow(clippy::result_large_err)]
 
-use super::env::{SimClock, SimStore};
+use super::env::{without_probe_names, SimClock, SimStore};
 use super::sched::{current, Nanos, Shared, SEC};
-use super::world::{nonce_of, POINTER};
+use super::values::ValueId;
+use super::world::{nonce_of, KEY, POINTER};
 use bucket_lease_core::clock::Clock;
 use bucket_lease_core::keeper::{Attempt, Event, RenewalSchedule, Step};
 use bucket_lease_core::lease::{Contender, Lease, LeaseOptions, Wait};
@@ -67,7 +68,10 @@ pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
     loop {
         // As `run --wait` does: the real wait, expiry-aware, re-reading at
         // least every poll, each attempt bounded by a poll.
-        let span = sh.lock().rng.range(1, 4);
+        let (span, value) = {
+            let mut w = sh.lock();
+            (w.rng.range(1, 4), w.draw_value(c, KEY, "acquire_with"))
+        };
         let deadline = clock.now() + dur(poll * span);
         let wait = Wait::until(deadline)
             .max_reread(dur(poll))
@@ -82,18 +86,20 @@ pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
         match acquired {
             Ok(lease) => {
                 let epoch = lease.epoch();
+                let lease = Arc::new(lease);
                 {
                     let mut w = sh.lock();
                     let t = w.sched.now;
                     w.log(|| {
                         format!(
-                            "c{c} ACQUIRES epoch {epoch} (attempt began {:.4})",
+                            "c{c} ACQUIRES epoch {epoch} as v{value} (attempt began {:.4})",
                             super::world::secs(started)
                         )
                     });
-                    w.grants.push((t, c, epoch));
+                    w.grants.push((t, c, epoch, KEY));
+                    w.handed_out(value, &lease);
                 }
-                hold(&sh, c, Arc::new(lease));
+                hold(&sh, c, value, lease);
             }
             Err(e) => {
                 let text = short(&e);
@@ -108,14 +114,14 @@ pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
 fn short(e: &LeaseError) -> String {
     match e {
         LeaseError::Held { holder, .. } => format!("held by {holder}"),
-        other => other.to_string(),
+        other => without_probe_names(&other.to_string()),
     }
 }
 
 /// Run a command under `lease`, as `bucket-lease run` does: the keeper on
 /// one thread, the command's writes on another, and here the plan that
 /// decides when the command is signalled and killed.
-fn hold(sh: &Arc<Shared>, c: usize, lease: Arc<Lease>) {
+fn hold(sh: &Arc<Shared>, c: usize, value: ValueId, lease: Arc<Lease>) {
     let epoch = lease.epoch();
     let ttl = Duration::from_secs(lease.ttl_s());
     let hold = Arc::new(Hold::default());
@@ -126,17 +132,23 @@ fn hold(sh: &Arc<Shared>, c: usize, lease: Arc<Lease>) {
         let ttl_n = w.ttl_s * SEC;
         let end = t + w.rng.range(ttl_n / 2, 4 * ttl_n);
         let grace = w.rng.range(0, ttl_n / 2);
-        let window = w.open(c, epoch, super::world::COMMAND);
+        let window = w.open(value, KEY, epoch, super::world::COMMAND);
         w.contenders[c].command = Some(window);
         (end, grace, current())
     };
     let keeper = {
         let (lease, hold) = (Arc::clone(&lease), Arc::clone(&hold));
-        sh.spawn(c, move |sh| keep(&sh, c, me, &lease, &hold))
+        sh.spawn(c, move |sh| {
+            sh.lock().act_for(current(), value);
+            keep(&sh, c, me, &lease, &hold);
+        })
     };
     {
         let (lease, hold) = (Arc::clone(&lease), Arc::clone(&hold));
-        sh.spawn(c, move |sh| write(&sh, c, &lease, &hold));
+        sh.spawn(c, move |sh| {
+            sh.lock().act_for(current(), value);
+            write(&sh, c, value, &lease, &hold);
+        });
     }
     let mut plan = Plan::new(dur(grace), ttl);
     let mut exits_at: Option<Nanos> = None;
@@ -271,7 +283,7 @@ fn keep(sh: &Arc<Shared>, c: usize, supervisor: usize, lease: &Lease, hold: &Hol
 
 /// The command's writes through the real [`FencedWriter`]: a create-only
 /// data object, then the pointer moved to it (now and then read first).
-fn write(sh: &Arc<Shared>, c: usize, lease: &Arc<Lease>, hold: &Hold) {
+fn write(sh: &Arc<Shared>, c: usize, value: ValueId, lease: &Arc<Lease>, hold: &Hold) {
     let writer = FencedWriter::new(Arc::clone(lease));
     let gap = {
         let w = sh.lock();
@@ -283,7 +295,9 @@ fn write(sh: &Arc<Shared>, c: usize, lease: &Arc<Lease>, hold: &Hold) {
             return;
         }
         let data = format!("sim/data/c{c}-e{epoch}-{n}");
-        let written = fenced(sh, c, &writer, hold, "write", |w| w.put_new(&data, b"x"));
+        let written = fenced(sh, c, value, &writer, hold, "write", |w| {
+            w.put_new(&data, b"x")
+        });
         if written == Some(true) && hold.command_alive.load(Ordering::SeqCst) {
             // Now and then the command reads the pointer first, as a job
             // that builds on the last manifest does (a read: no window).
@@ -297,7 +311,7 @@ fn write(sh: &Arc<Shared>, c: usize, lease: &Arc<Lease>, hold: &Hold) {
                 sh.lock()
                     .log(|| format!("c{c} fenced pointer read: {text}"));
             }
-            fenced(sh, c, &writer, hold, "pointer write", |w| {
+            fenced(sh, c, value, &writer, hold, "pointer write", |w| {
                 w.put_pointer(POINTER, data.as_bytes())
             });
         }
@@ -315,6 +329,7 @@ fn write(sh: &Arc<Shared>, c: usize, lease: &Arc<Lease>, hold: &Hold) {
 fn fenced<T>(
     sh: &Arc<Shared>,
     c: usize,
+    value: ValueId,
     writer: &FencedWriter,
     hold: &Hold,
     what: &'static str,
@@ -328,7 +343,7 @@ fn fenced<T>(
     let me = current();
     let window = {
         let mut w = sh.lock();
-        let i = w.open(c, lease.epoch(), what);
+        let i = w.open(value, KEY, lease.epoch(), what);
         w.contenders[c].writing = Some((i, me));
         w.put_answer.remove(&me);
         i

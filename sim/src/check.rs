@@ -2,7 +2,8 @@
 //! checked as each request lands, in [`super::world`].)
 
 use super::sched::{Nanos, SEC};
-use super::world::{secs, Op, Window, World, COMMAND};
+use super::values::ValueId;
+use super::world::{secs, Op, Window, World, COMMAND, KEY, WATCHED};
 use bucket_lease_core::memory::Misbehaviour;
 
 /// Check safety, fencing tokens, failing closed and liveness; record each
@@ -17,11 +18,20 @@ pub(crate) fn check(w: &mut World) {
     store_contract(w);
 }
 
-/// No two leases (contender, epoch) inside a window at once, and each new
-/// lease's epoch above the previous one's.
+/// On each key: no two `Lease` values inside a window at once, two values
+/// of one process included (a value is one acquire call's lease: see
+/// `values.rs`), and each new value's epoch above the previous one's.
 fn safety_and_epochs(w: &mut World) {
+    for (key, _, _) in WATCHED {
+        let found = safety_on(w, key);
+        w.violations.extend(found);
+    }
+}
+
+/// [`safety_and_epochs`] on `key`: what it found.
+fn safety_on(w: &World, key: &str) -> Vec<String> {
     let mut windows: Vec<Window> = Vec::new();
-    for x in &w.windows {
+    for x in w.windows.iter().filter(|x| x.key == key) {
         if x.what == COMMAND {
             // A paused contender's command is paused with it (a paused
             // machine, or SIGSTOP to the whole process group): it is not
@@ -59,47 +69,48 @@ fn safety_and_epochs(w: &mut World) {
     }
     windows.retain(|x| x.end.is_some_and(|e| e > x.start));
     windows.sort_by_key(|x| (x.start, x.end));
-    // The window reaching furthest, and the furthest of any other lease.
-    let mut best: Option<(Nanos, (usize, u64), &'static str)> = None;
-    let mut second: Option<(Nanos, (usize, u64), &'static str)> = None;
-    let mut last_lease: Option<(usize, u64)> = None;
+    // The window reaching furthest, and the furthest of any other value.
+    type Lease = (ValueId, usize, u64);
+    let mut best: Option<(Nanos, Lease, &'static str)> = None;
+    let mut second: Option<(Nanos, Lease, &'static str)> = None;
+    let mut last_lease: Option<Lease> = None;
     let mut found = Vec::new();
     for x in &windows {
-        let lease = (x.contender, x.epoch);
+        let lease = (x.value, x.contender, x.epoch);
         let end = x.end.unwrap_or(x.start);
         let clash = match (best, second) {
-            (Some(b), _) if b.1 != lease && x.start < b.0 => Some(b),
-            (Some(b), Some(s)) if b.1 == lease && x.start < s.0 => Some(s),
+            (Some(b), _) if b.1 .0 != lease.0 && x.start < b.0 => Some(b),
+            (Some(b), Some(s)) if b.1 .0 == lease.0 && x.start < s.0 => Some(s),
             _ => None,
         };
-        if let Some((other_end, (oc, oe), what)) = clash {
+        if let Some((other_end, (ov, oc, oe), what)) = clash {
             found.push(format!(
-                "safety: c{} ({}, epoch {}) opens a window at {:.4} s while c{oc} ({what}, epoch \
-                 {oe}) is inside one until {:.4} s",
+                "safety: on {key} c{} (v{}, {}, epoch {}) opens a window at {:.4} s while c{oc} \
+                 (v{ov}, {what}, epoch {oe}) is inside one until {:.4} s",
                 x.contender,
+                x.value,
                 x.what,
                 x.epoch,
                 secs(x.start),
                 secs(other_end)
             ));
         }
-        if let Some(prev) = last_lease {
-            if prev != lease && x.epoch <= prev.1 {
+        if let Some((pv, pc, pe)) = last_lease {
+            if pv != lease.0 && x.epoch <= pe {
                 found.push(format!(
-                    "fencing tokens: c{} opens a window with epoch {} at {:.4} s after c{}'s \
-                     window with epoch {}",
+                    "fencing tokens: on {key} c{} (v{}) opens a window with epoch {} at {:.4} s \
+                     after c{pc}'s window (v{pv}) with epoch {pe}",
                     x.contender,
+                    x.value,
                     x.epoch,
                     secs(x.start),
-                    prev.0,
-                    prev.1
                 ));
             }
         }
         last_lease = Some(lease);
         let me = (end, lease, x.what);
         match best {
-            Some(b) if b.1 == lease => {
+            Some(b) if b.1 .0 == lease.0 => {
                 if end > b.0 {
                     best = Some(me);
                 }
@@ -116,9 +127,7 @@ fn safety_and_epochs(w: &mut World) {
             None => best = Some(me),
         }
     }
-    for f in found {
-        w.violations.push(f);
-    }
+    found
 }
 
 /// On a store that ignores a write condition (or cannot send one, or
@@ -138,9 +147,9 @@ fn fail_closed(w: &mut World) {
     if !ignoring {
         return;
     }
-    if let Some(&(t, c, epoch)) = w.grants.first() {
+    if let Some(&(t, c, epoch, key)) = w.grants.first() {
         w.violations.push(format!(
-            "fail closed: c{c} was handed epoch {epoch} at {:.4} s on a store with {:?}",
+            "fail closed: c{c} was handed epoch {epoch} on {key} at {:.4} s on a store with {:?}",
             secs(t),
             w.switch
         ));
@@ -165,8 +174,8 @@ fn liveness(w: &mut World) {
     let next = w
         .grants
         .iter()
-        .find(|(t, c, _)| *t >= crashed_at && *c != holder)
-        .map(|(t, _, _)| *t);
+        .find(|(t, c, _, key)| *t >= crashed_at && *c != holder && *key == KEY)
+        .map(|(t, _, _, _)| *t);
     match next {
         Some(t) if t <= bound => {}
         other => w.violations.push(format!(
@@ -193,7 +202,12 @@ fn suspect_taken_over(w: &mut World) {
         return;
     }
     let bound = 2 * rec.suspect_watch_s(w.ttl_s) * SEC;
-    match w.grants.first().copied() {
+    let first = w
+        .grants
+        .iter()
+        .find(|(_, _, _, key)| *key == KEY)
+        .map(|&(t, c, epoch, _)| (t, c, epoch));
+    match first {
         Some((t, _, epoch)) if t <= bound && epoch > rec.epoch => {}
         Some((t, c, epoch)) if t <= bound => w.violations.push(format!(
             "fencing tokens: c{c} took over the suspect record of epoch {} at epoch {epoch}",

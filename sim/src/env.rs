@@ -13,13 +13,14 @@
 //! break it, holding a request past its deadline before sending it.
 
 use super::sched::{current, Ev, Nanos, Shared, SEC};
-use super::world::{instance_id, key_of, Done, Op, Request, World, KEY};
+use super::world::{instance_id, key_of, watched, Done, Op, Request, World};
 use bucket_lease_core::channel::{self, Receiver};
 use bucket_lease_core::clock::Clock;
 use bucket_lease_core::mutant::{self, Mutant};
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -63,6 +64,19 @@ fn shown(key: &str) -> &str {
     key.find(".probe-").map_or(key, |i| &key[..i + 7])
 }
 
+/// `text` (an error's) with each probe key's random name left out, as
+/// [`shown`] shows it.
+pub(crate) fn without_probe_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(".probe-") {
+        out.push_str(&rest[..i + 7]);
+        rest = rest[i + 7..].trim_start_matches(|ch: char| ch.is_ascii_hexdigit());
+    }
+    out.push_str(rest);
+    out
+}
+
 pub(crate) fn describe_op(op: &Op) -> String {
     let op = &match op {
         Op::Get(k) => Op::Get(shown(k).to_string()),
@@ -98,6 +112,14 @@ impl SimStore {
         let tid = current();
         let c = self.c;
         let mut w = self.sh.lock();
+        if w.sched.over {
+            // A thread that caught the end of the run as a panic (the
+            // pool's jobs guard against panics) goes on until it next
+            // waits: nothing it asks for is sent or seen.
+            return Err(
+                StoreError::new(StoreErrorKind::Transport, method(&op), key_of(&op)).timed_out(),
+            );
+        }
         let now = w.sched.now;
         let called = now;
         let asked = deadline.map(|d| w.nanos_of(d));
@@ -115,7 +137,7 @@ impl SimStore {
         }
         let (mut w, now, deadline) = self.sends_late(w, now, deadline);
         if let Op::Put(k, body, _) = &op {
-            if k == KEY {
+            if watched(k).is_some() {
                 w.first_sent.entry(body.clone()).or_insert(now);
             }
         }
@@ -185,8 +207,10 @@ impl SimStore {
         } else {
             String::new()
         };
+        let value = w.acting.get(&tid).copied();
         w.requests.push(Request {
             contender: c,
+            value,
             op,
             sent: now,
             landed: None,
@@ -328,12 +352,45 @@ impl fmt::Debug for SimClock {
     }
 }
 
+thread_local! {
+    /// The clocks as the scheduler froze them: the monotonic instant and
+    /// each contender's wall clock (see [`with_frozen_clocks`]).
+    static FROZEN: RefCell<Option<(Instant, Vec<SystemTime>)>> = const { RefCell::new(None) };
+}
+
+/// Run `f` on the scheduler's thread, which holds the world, with every
+/// [`SimClock`] read on this thread answering `mono` and `walls` instead of
+/// locking the world: so the checker can ask a `Lease` itself whether it
+/// may write as a request lands.
+pub(crate) fn with_frozen_clocks<T>(
+    mono: Instant,
+    walls: Vec<SystemTime>,
+    f: impl FnOnce() -> T,
+) -> T {
+    FROZEN.with(|frozen| *frozen.borrow_mut() = Some((mono, walls)));
+    let out = f();
+    FROZEN.with(|frozen| *frozen.borrow_mut() = None);
+    out
+}
+
+/// The clocks as [`with_frozen_clocks`] froze them on this thread, if it
+/// did: the monotonic instant and contender `c`'s wall clock.
+pub(crate) fn frozen(c: usize) -> Option<(Instant, SystemTime)> {
+    FROZEN.with(|f| f.borrow().as_ref().map(|(m, w)| (*m, w[c])))
+}
+
 impl Clock for SimClock {
     fn now(&self) -> Instant {
+        if let Some((mono, _)) = frozen(self.c) {
+            return mono;
+        }
         self.sh.lock().mono()
     }
 
     fn wall(&self) -> SystemTime {
+        if let Some((_, wall)) = frozen(self.c) {
+            return wall;
+        }
         self.sh.lock().wall(self.c)
     }
 

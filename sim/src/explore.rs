@@ -67,15 +67,17 @@
 //! of choices, each from nothing (a stateless search: the real code's
 //! state cannot be saved, so each execution replays its prefix of
 //! choices, and one that does not follow them is a violation: the code
-//! must be deterministic in them). Each execution is checked as the seeded
-//! runs are (`check.rs`, `world.rs`: safety, fencing tokens, failing
-//! closed, no loss, pointers, calls back by their deadlines, the store
-//! contract, the suspect record taken over) and as one process may hold
-//! several `Lease` values (`values.rs`: one value writes at a time, an old
-//! value never changes a newer value's record, epochs of successive
-//! holders grow). It promises nothing beyond the bounds, for more than two
-//! processes, or for the keeper, `run`'s plan and the pool, which the
-//! programs do not use ([`out_of_scope`]).
+//! must be deterministic in them). Each execution is checked as a seeded
+//! run is, by the same checkers (`check.rs`, `world.rs`, `values.rs`):
+//! safety and fencing tokens by `Lease` value, two values of one process
+//! included; failing closed; no loss between processes, and between values
+//! of one process (a record whose `Lease` lives and may write is never
+//! replaced, released or removed by another value); pointers; calls back
+//! by their deadlines; the store contract; the suspect record taken over.
+//! Each acquire call draws its value, and each request is tagged with the
+//! value its process acts for. The search promises nothing beyond the
+//! bounds, for more than two processes, or for the keeper, `run`'s plan
+//! and the pool, which the programs do not use ([`out_of_scope`]).
 //!
 //! [`Contender`]: bucket_lease_core::Contender
 //! [`Lease`]: bucket_lease_core::Lease
@@ -87,7 +89,6 @@ mod dfs;
 mod io;
 mod pool;
 mod programs;
-mod values;
 
 pub use cli::command;
 
@@ -436,8 +437,6 @@ fn execute(case: &Case, bounds: Bounds, replay: Vec<u8>, trace: bool) -> Executi
     let mut s = exec.lock();
     s.w.finish();
     crate::check::check(&mut s.w);
-    let values = std::mem::take(&mut s.values);
-    values.check(&mut s.w);
     let diverged = s.chooser.diverged();
     if diverged {
         s.w.violations.push(
@@ -459,6 +458,7 @@ fn execute(case: &Case, bounds: Bounds, replay: Vec<u8>, trace: bool) -> Executi
 /// Process `p`'s thread: its program on the real code, when its turn
 /// comes.
 fn process(exec: &Arc<Exec>, p: usize, program: &Program) {
+    crate::sched::set_current(p);
     if !exec.begin(p) {
         return;
     }
@@ -501,6 +501,7 @@ fn world_of(case: &Case, trace: bool) -> World {
         .iter()
         .map(|program| world::Contender {
             ttl_s: program.ttl_s,
+            program: true,
             skew_ms: 0,
             drift_ppm: 0,
             pauses: Vec::new(),
@@ -534,7 +535,7 @@ fn world_of(case: &Case, trace: bool) -> World {
         faults_from: if case.suspect { 2 * TTL_S * SEC } else { 0 },
         faults_until: Nanos::MAX,
         suspect,
-        pointer_epoch: 0,
+        pointer_epochs: HashMap::new(),
         pointer_checks: 0,
         requests: Vec::new(),
         windows: Vec::new(),
@@ -550,5 +551,9 @@ fn world_of(case: &Case, trace: bool) -> World {
         pool: None,
         events: HashMap::new(),
         shared_name: case.one_name.then_some((0, 1)),
+        values: Vec::new(),
+        acting: HashMap::new(),
+        record_writer: HashMap::new(),
+        drawn: Injected::default(),
     }
 }

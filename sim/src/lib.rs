@@ -17,19 +17,26 @@
 //! writes through the real [`bucket_lease_core::FencedWriter`] while `may_write()`
 //! (a create-only data object, then the pointer moved to it), and runs a
 //! command whose death `bucket-lease run`'s real
-//! [`bucket_lease_core::supervision::Plan`] decides. Blocking calls take simulated time:
-//! see `env.rs` and `sched.rs`.
+//! [`bucket_lease_core::supervision::Plan`] decides. In about a third of
+//! the runs, one or two more processes each run a random program of public
+//! calls over one or two keys, with up to two live `Lease` values per key,
+//! taking a key again after `Fenced` while the old value lives
+//! (`program.rs`, which says which calls are the real code). Blocking
+//! calls take simulated time: see `env.rs` and `sched.rs`.
 //!
-//! Checked on every run, on true time: **safety** (no two leases inside a
-//! write window at once: a write from `may_write()` at its send to its
-//! answer, or a command alive), **fencing tokens** (each new lease's
-//! windows carry a higher epoch), **fail closed** (no lease on a store that
+//! Holders are told apart by `Lease` value, one per acquire call
+//! (`values.rs`), so two values of one process are two holders. Checked
+//! on every run, on true time and on each key: **safety** (no two values
+//! inside a write window at once: a write from `may_write()` at its send
+//! to its answer, or a command alive), **fencing tokens** (each new
+//! value's windows carry a higher epoch), **fail closed** (no lease on a store that
 //! ignores a write condition, sends none, or returns no ETag),
 //! **liveness** (after the holder crashes, another contender holds within
 //! the bound in `check.rs`; a suspect record is taken over within two
 //! TTLs), **no loss** (a live record is replaced or removed only by its
-//! holder, or once stale on true time; a suspect one not before its
-//! watch), **pointers** (every state of the pointer names an existing
+//! holder's process, or once stale on true time; a suspect one not before
+//! its watch; and a record whose `Lease` lives and may write never by
+//! another value of its own process), **pointers** (every state of the pointer names an existing
 //! object written at the pointer's epoch or later, and its epoch never
 //! goes back), **deadlines** (no call returns past its deadline unless
 //! its contender was paused) and **the store contract** the lease relies
@@ -43,8 +50,10 @@ mod env;
 pub mod explore;
 mod mutants;
 mod pooled;
+mod program;
 mod rng;
 mod sched;
+mod values;
 mod world;
 
 use self::rng::Rng;
@@ -187,6 +196,7 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         }
         contenders.push(Contender {
             quiet: false,
+            program: false,
             ttl_s: if huge_ttl == Some(c as u64) {
                 4000
             } else {
@@ -212,6 +222,7 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         let leases = usize::try_from(rng.range(3, 9)).unwrap_or(3);
         contenders.push(Contender {
             quiet: true,
+            program: false,
             ttl_s,
             skew_ms: rng.range_i(-skew_limit, skew_limit + 1),
             drift_ppm: rng.range_i(-100, 101),
@@ -236,12 +247,31 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
             events: Vec::new(),
             ttls: vec![ttl_s; leases],
             jammed: false,
+            inline: inline_pool(seed),
             deadlines: vec![None; leases],
             fenced: Vec::new(),
             started: 0,
         };
         pooled::maybe_jammed(run, &mut rng, ttl_s)
     });
+    // Some runs add program processes (`program.rs`), drawn from a stream
+    // of their own.
+    let programs = program::draw(seed, contenders.len(), ttl_s, run_len);
+    for plan in &programs {
+        contenders.push(Contender {
+            quiet: false,
+            program: true,
+            ttl_s,
+            skew_ms: plan.skew_ms,
+            drift_ppm: plan.drift_ppm,
+            pauses: clip(plan.pauses.clone()),
+            partitions: clip(plan.partitions.clone()),
+            crashed: false,
+            threads: Vec::new(),
+            command: None,
+            writing: None,
+        });
+    }
     let end = match crash_at {
         Some(t) => run_len.max(t + 4 * ttl + 3 * SEC),
         None => run_len,
@@ -272,9 +302,10 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         world::secs(end)
     ) + &pool.as_ref().map_or(String::new(), |p| {
         format!(
-            ", a pool of {} leases on {} renewal threads (c{}{})",
+            ", a pool of {} leases on {} renewal threads{} (c{}{})",
             p.leases,
             p.threads,
+            if p.inline { ", renewing inline" } else { "" },
             p.contender,
             if p.jammed {
                 format!(", jammed: ttls {:?} s", p.ttls)
@@ -282,7 +313,11 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
                 String::new()
             }
         )
-    }) + &suspect.as_ref().map_or(String::new(), |r| {
+    }) + &if programs.is_empty() {
+        String::new()
+    } else {
+        program::describe(&programs)
+    } + &suspect.as_ref().map_or(String::new(), |r| {
         format!(
             ", starts with a suspect record (renewed_at {}, ttl {} s, epoch {})",
             r.renewed_at, r.ttl_s, r.epoch
@@ -301,7 +336,7 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         faults_from,
         faults_until,
         suspect,
-        pointer_epoch: 0,
+        pointer_epochs: HashMap::new(),
         pointer_checks: 0,
         requests: Vec::new(),
         windows: Vec::new(),
@@ -317,6 +352,10 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         pool,
         events: HashMap::new(),
         shared_name: None,
+        values: Vec::new(),
+        acting: HashMap::new(),
+        record_writer: HashMap::new(),
+        drawn: Injected::default(),
     };
     w.shared_name = shared_name(seed, n);
     let setup = setup
@@ -371,6 +410,10 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
     if let Some(c) = pool_contender {
         sh.spawn(c, move |sh| pooled::pool_holder(sh, c));
     }
+    let program_count = programs.len() as u64;
+    for plan in programs {
+        sh.spawn(plan.contender, move |sh| program::process(sh, plan));
+    }
     sh.run(end);
     let mut w = sh.lock();
     check::check(&mut w);
@@ -390,9 +433,15 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
     );
     checked.insert("shared instance ids", u64::from(w.shared_name.is_some()));
     checked.insert(
+        "inline pools",
+        u64::from(w.pool.as_ref().is_some_and(|p| p.inline)),
+    );
+    checked.insert(
         "jammed pools",
         u64::from(w.pool.as_ref().is_some_and(|p| p.jammed)),
     );
+    checked.insert("program processes", program_count);
+    checked.extend(w.drawn.counts.iter().map(|(k, v)| (*k, *v)));
     Outcome {
         seed,
         checked,
@@ -401,6 +450,13 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         trace: w.trace.take().unwrap_or_default(),
         setup,
     }
+}
+
+/// Whether a pool run renews inline (`renewal_threads(0)`): one pool run
+/// in three. From a stream of its own, so the rest of each seed's run is
+/// what it was before this workload existed.
+fn inline_pool(seed: u64) -> bool {
+    Rng::new(seed.rotate_left(17) ^ 0x1A11_4E00_0000_0029).chance(3333)
 }
 
 /// In about one run in four, two of the `n` contenders configured with one

@@ -5,7 +5,7 @@
 use bucket_lease_core::mutant::Mutant;
 
 /// Every mutant and its name.
-pub(crate) const ALL: [(Mutant, &str); 14] = [
+pub(crate) const ALL: [(Mutant, &str); 16] = [
     (Mutant::KeeperNeverFences, "keeper-never-fences"),
     (Mutant::KillAtFullTtl, "kill-at-full-ttl"),
     (Mutant::ReleaseByDelete, "release-by-delete"),
@@ -20,6 +20,8 @@ pub(crate) const ALL: [(Mutant, &str); 14] = [
     (Mutant::PoolFencedWhenTaken, "pool-fenced-when-taken"),
     (Mutant::StoreSendsLate, "store-sends-late"),
     (Mutant::OwnEtagRefusalTrusted, "own-etag-refusal-trusted"),
+    (Mutant::IdentityByProcess, "identity-by-process"),
+    (Mutant::PoolInlineEveryStore, "pool-inline-every-store"),
 ];
 
 /// The mutant called `name`.

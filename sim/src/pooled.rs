@@ -9,6 +9,12 @@
 //! write deadline and that no other lease of the pool is ever fenced or
 //! lost: one lease's renewals never move another's fence.
 //!
+//! Some pool runs renew *inline* (`renewal_threads(0)`): the scheduler
+//! asks the real [`runs_on_scheduler`] which jobs it does on its own
+//! thread. A store call that waits there (the black-holed lease's) would
+//! hold every other lease's renewals and `Fenced` (the mutant
+//! `pool-inline-every-store`), which the checks below catch.
+//!
 //! Some pool runs are *jammed*: one renewal thread, and the black-holed
 //! lease has three times the run's TTL (the others one or two), so while
 //! its renewal hangs every renewal thread is busy and the others' renewals
@@ -17,14 +23,16 @@
 //! deadline passed was reported fenced by that deadline, not when a thread
 //! took its job.
 
-use super::env::{id, SimClock, SimStore};
+use super::env::{id, without_probe_names, SimClock, SimStore};
 use super::rng::Rng;
 use super::sched::{current, Nanos, Shared, SEC};
 use super::world::World;
 use bucket_lease_core::clock::Clock;
 use bucket_lease_core::keeper::Event;
 use bucket_lease_core::lease::{Contender, LeaseOptions};
-use bucket_lease_core::pool::{work, Done, Job, LeaseId, PoolEvent, PoolSchedule};
+use bucket_lease_core::pool::{
+    runs_on_scheduler, work, Done, Job, LeaseId, PoolEvent, PoolSchedule,
+};
 use bucket_lease_core::store::Store;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -59,6 +67,12 @@ pub(crate) struct PoolRun {
     /// One renewal thread, which the black-holed lease holds (see the
     /// module docs).
     pub(crate) jammed: bool,
+    /// The pool renews inline (`renewal_threads(0)`): its scheduler does
+    /// itself the jobs the real [`runs_on_scheduler`] gives it (those of a
+    /// store that answers at once, which the simulated store never does),
+    /// and hands the rest to renewal threads, as the real pool's threads
+    /// started when first needed.
+    pub(crate) inline: bool,
     /// Each lease's write deadline on the monotonic clock, as of the
     /// scheduler's last look (none before its first look; for a lease that
     /// left the pool, the last one seen).
@@ -131,7 +145,7 @@ fn lock(q: &Mutex<Queues>) -> std::sync::MutexGuard<'_, Queues> {
 /// The pool's scheduler thread: take the leases, start the renewal
 /// threads, then drive the machine.
 pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
-    let (n, threads, ttls, hole_from, remove_at) = {
+    let (n, threads, ttls, hole_from, remove_at, inline) = {
         let w = sh.lock();
         let run = w.pool.as_ref().expect("a pool run");
         let remove_at = run.removed.as_ref().map_or(Nanos::MAX, |(_, t)| *t);
@@ -141,6 +155,7 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
             run.ttls.clone(),
             run.hole_from,
             remove_at,
+            run.inline,
         )
     };
     let clock: Arc<dyn Clock> = Arc::new(SimClock {
@@ -167,7 +182,7 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
             match contender.try_acquire() {
                 Ok(lease) => break lease,
                 Err(e) => {
-                    let text = e.to_string();
+                    let text = without_probe_names(&e.to_string());
                     sh.lock()
                         .log(|| format!("c{c} pool acquire of lease {i} fails: {text}"));
                     clock.sleep(Duration::from_millis(100));
@@ -230,6 +245,12 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
             machine.finish(done, &mut jobs, &mut events);
         }
         machine.run_due(clock.now(), &mut jobs, &mut events);
+        // An inline pool does here, on the scheduler's own thread, what the
+        // real pool would (finishing one may hand out another).
+        while let Some(at) = jobs.iter().position(|job| runs_on_scheduler(inline, job)) {
+            let done = work(jobs.remove(at), Duration::from_secs(5));
+            machine.finish(done, &mut jobs, &mut events);
+        }
         {
             let mut w = sh.lock();
             let t = w.sched.now;

@@ -55,7 +55,8 @@ pub(crate) struct Sched {
     seq: u64,
     queue: BinaryHeap<Reverse<(Nanos, u64, Ev)>>,
     running: Option<usize>,
-    over: bool,
+    /// The run is over: every simulated thread unwinds as it next waits.
+    pub(crate) over: bool,
     pub(crate) threads: Vec<SimThread>,
     handles: Vec<JoinHandle<()>>,
 }
@@ -82,6 +83,13 @@ thread_local! {
 /// The simulated thread running on this OS thread.
 pub(crate) fn current() -> usize {
     TID.with(|t| t.get())
+}
+
+/// Make this OS thread simulated thread `tid` for whatever asks
+/// [`current`]: the exhaustive search (`explore/`) runs each process on a
+/// thread of its own, numbered by process.
+pub(crate) fn set_current(tid: usize) {
+    TID.with(|t| t.set(tid));
 }
 
 impl Shared {

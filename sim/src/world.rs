@@ -1,8 +1,10 @@
 //! The state of one run: the contenders' clocks and faults, the store, the
-//! requests in flight, the write windows seen, and the trace.
+//! requests in flight, the write windows seen, and the trace; and the
+//! checks made as each request lands (no loss, pointers).
 
 use super::rng::Rng;
 use super::sched::{Ev, Nanos, Sched, SEC};
+use super::values::{Value, ValueId};
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::LeaseRecord;
 use bucket_lease_core::store::{DeleteMode, Object, PutOptions, Store, StoreError, Version};
@@ -15,6 +17,24 @@ pub(crate) const KEY: &str = "sim/LEASE";
 /// The pointer every holder's command moves to the data object it wrote
 /// last, through [`bucket_lease_core::FencedWriter::put_pointer`].
 pub(crate) const POINTER: &str = "sim/LATEST";
+
+/// The second key some programs (`program.rs`) also take, and its pointer.
+pub(crate) const KEY_B: &str = "sim/b/LEASE";
+pub(crate) const POINTER_B: &str = "sim/b/LATEST";
+
+/// Every lease key the checkers watch: (key, its prefix, its pointer).
+pub(crate) const WATCHED: [(&str, &str, &str); 2] =
+    [(KEY, "sim", POINTER), (KEY_B, "sim/b", POINTER_B)];
+
+/// `key` as a watched lease key, if it is one.
+pub(crate) fn watched(key: &str) -> Option<&'static str> {
+    WATCHED.iter().map(|(k, _, _)| *k).find(|k| *k == key)
+}
+
+/// `key` as a watched pointer, if it is one.
+fn pointer(key: &str) -> Option<&'static str> {
+    WATCHED.iter().map(|(_, _, p)| *p).find(|p| *p == key)
+}
 
 /// The instance id of the dead holder whose suspect record some runs
 /// start with.
@@ -37,6 +57,9 @@ pub(crate) struct Contender {
     pub(crate) threads: Vec<usize>,
     /// No faults, pauses or partitions of its own (the pool's contender).
     pub(crate) quiet: bool,
+    /// A program process (`program.rs`): it holds leases without a
+    /// command.
+    pub(crate) program: bool,
     /// The window of the command now running, if any.
     pub(crate) command: Option<usize>,
     /// The window of the command's write in flight, if any, and the
@@ -45,12 +68,17 @@ pub(crate) struct Contender {
 }
 
 /// A write window: `may_write()` at a write's send through its answer, or
-/// a command alive under `run`'s plan.
+/// a command alive under `run`'s plan; of one `Lease` value on one key.
 #[derive(Debug, Clone)]
 pub(crate) struct Window {
     pub(crate) contender: usize,
+    pub(crate) value: ValueId,
+    pub(crate) key: &'static str,
     pub(crate) epoch: u64,
     pub(crate) what: &'static str,
+    /// The thread that opened it: a write's ends with the answer to that
+    /// thread's last PUT.
+    pub(crate) thread: usize,
     pub(crate) start: Nanos,
     pub(crate) end: Option<Nanos>,
 }
@@ -75,6 +103,8 @@ pub(crate) enum Done {
 #[derive(Debug)]
 pub(crate) struct Request {
     pub(crate) contender: usize,
+    /// The `Lease` value its thread acted for, if any (see `values.rs`).
+    pub(crate) value: Option<ValueId>,
     pub(crate) op: Op,
     /// When it left for the store.
     pub(crate) sent: Nanos,
@@ -130,14 +160,14 @@ pub(crate) struct World {
     /// The suspect record the run started with (a dead holder's, stamped
     /// far ahead or with an absurd TTL), if any.
     pub(crate) suspect: Option<LeaseRecord>,
-    /// The highest epoch the pointer has carried, and how many of its
+    /// The highest epoch each pointer has carried, and how many of their
     /// states were checked.
-    pub(crate) pointer_epoch: u64,
+    pub(crate) pointer_epochs: HashMap<&'static str, u64>,
     pub(crate) pointer_checks: u64,
     pub(crate) requests: Vec<Request>,
     pub(crate) windows: Vec<Window>,
-    /// (when, contender, epoch) of every lease handed out.
-    pub(crate) grants: Vec<(Nanos, usize, u64)>,
+    /// (when, contender, epoch, key) of every lease handed out.
+    pub(crate) grants: Vec<(Nanos, usize, u64, &'static str)>,
     /// When the holder crashed, the record's TTL, and who it was.
     pub(crate) crash: Option<(Nanos, u64, usize)>,
     /// When each lease body was first sent.
@@ -158,6 +188,13 @@ pub(crate) struct World {
     /// In a shared-name run, (owner, namesake): the namesake contender, a
     /// process of its own, is configured with the owner's instance id.
     pub(crate) shared_name: Option<(usize, usize)>,
+    /// Every `Lease` value drawn, which one each simulated thread acts
+    /// for, and which one wrote each watched key's record (`values.rs`).
+    pub(crate) values: Vec<Value>,
+    pub(crate) acting: HashMap<usize, ValueId>,
+    pub(crate) record_writer: HashMap<&'static str, ValueId>,
+    /// What the programs drew, by kind (`program.rs`).
+    pub(crate) drawn: Injected,
 }
 
 /// Seconds, for the trace.
@@ -166,9 +203,10 @@ pub(crate) fn secs(t: Nanos) -> f64 {
 }
 
 impl World {
-    /// Add a line to the trace, when tracing.
+    /// Add a line to the trace, when tracing (and the run is not over:
+    /// see `SimStore::request`).
     pub(crate) fn log(&mut self, line: impl FnOnce() -> String) {
-        if self.trace.is_some() {
+        if self.trace.is_some() && !self.sched.over {
             let now = self.sched.now;
             let text = line();
             if let Some(trace) = self.trace.as_mut() {
@@ -256,14 +294,24 @@ impl World {
             .any(|(from, to)| *from <= at && at < *to)
     }
 
-    /// Open a window; its index.
-    pub(crate) fn open(&mut self, c: usize, epoch: u64, what: &'static str) -> usize {
+    /// Open a window of value `value` on `key`; its index.
+    pub(crate) fn open(
+        &mut self,
+        value: ValueId,
+        key: &'static str,
+        epoch: u64,
+        what: &'static str,
+    ) -> usize {
         let start = self.sched.now;
-        self.log(|| format!("c{c} window opens: {what}, epoch {epoch}"));
+        let c = self.values[value].contender;
+        self.log(|| format!("c{c} window opens: v{value} {what} on {key}, epoch {epoch}"));
         self.windows.push(Window {
             contender: c,
+            value,
+            key,
             epoch,
             what,
+            thread: super::sched::current(),
             start,
             end: None,
         });
@@ -277,8 +325,9 @@ impl World {
             let w = self.windows[i].clone();
             self.log(|| {
                 format!(
-                    "c{} window closes: {}, epoch {} (ends {:.4})",
+                    "c{} window closes: v{} {}, epoch {} (ends {:.4})",
                     w.contender,
+                    w.value,
                     w.what,
                     w.epoch,
                     secs(at)
@@ -314,7 +363,8 @@ impl World {
         if self.crash.is_some_and(|(t, _, _)| sent < t) {
             self.last_landing_before_crash = self.last_landing_before_crash.max(self.sched.now);
         }
-        let before = self.store.peek(KEY);
+        let key = watched(key_of(&op));
+        let before = key.and_then(|k| self.store.peek(k));
         let done = match &op {
             Op::Get(key) => Done::Get(self.store.get(key, None)),
             Op::Put(key, body, options) => {
@@ -324,18 +374,19 @@ impl World {
             }
             Op::Delete(key, mode) => Done::Delete(self.store.delete(key, mode, None)),
         };
-        let after = self.store.peek(KEY);
+        let after = key.and_then(|k| self.store.peek(k));
         self.log(|| {
             format!(
                 "   store: request #{id} of c{c} lands: {}",
                 describe_done(&done)
             )
         });
-        if before != after {
-            self.check_replacement(c, before.as_deref(), after.as_deref());
+        if let Some(key) = key.filter(|_| before != after) {
+            self.check_replacement(c, key, before.as_deref(), after.as_deref());
+            self.check_own_values(id, key, after.as_deref());
         }
-        if key_of(&op) == POINTER {
-            self.check_pointer(c, id);
+        if let Some(pointer) = pointer(key_of(&op)) {
+            self.check_pointer(c, id, pointer);
         }
         self.requests[id].landed = Some(done);
     }
@@ -343,7 +394,13 @@ impl World {
     /// No loss: a record is removed or replaced only by the holder it names,
     /// or by a takeover of a record stale on true time (allowing for the
     /// clocks' disagreement).
-    fn check_replacement(&mut self, c: usize, before: Option<&[u8]>, after: Option<&[u8]>) {
+    fn check_replacement(
+        &mut self,
+        c: usize,
+        key: &str,
+        before: Option<&[u8]>,
+        after: Option<&[u8]>,
+    ) {
         let Some(before) = before else { return };
         if let Some(after) = after {
             self.first_sent
@@ -395,8 +452,8 @@ impl World {
                 "removed"
             };
             self.violation(format!(
-                "no loss: c{c} {how} the live record of {} (nonce {}, epoch {}, ttl {} s, sent \
-                 at {:.4} s)",
+                "no loss: c{c} {how} the live record on {key} of {} (nonce {}, epoch {}, ttl {} \
+                 s, sent at {:.4} s)",
                 rec.instance_id,
                 rec.instance_nonce.as_deref().unwrap_or("none"),
                 rec.epoch,
@@ -406,12 +463,12 @@ impl World {
         }
     }
 
-    /// Every state of the pointer a reader could see (checked as each
+    /// Every state of a pointer a reader could see (checked as each
     /// request on it lands): it names a data object that exists and was
     /// written at the pointer's epoch or later, and its epoch never goes
     /// back.
-    fn check_pointer(&mut self, c: usize, id: usize) {
-        let Ok(pointer) = self.store.get(POINTER, None) else {
+    fn check_pointer(&mut self, c: usize, id: usize, key: &'static str) {
+        let Ok(pointer) = self.store.get(key, None) else {
             return;
         };
         self.pointer_checks += 1;
@@ -421,34 +478,54 @@ impl World {
         let problem = match data_epoch {
             None => Some(format!("names {named}, which does not exist")),
             Some(e) if e < epoch => Some(format!("names {named}, written at epoch {e}")),
-            _ if epoch < self.pointer_epoch => Some(format!(
+            _ if epoch < self.pointer_epochs.get(key).copied().unwrap_or(0) => Some(format!(
                 "went back from epoch {} (names {named})",
-                self.pointer_epoch
+                self.pointer_epochs[key]
             )),
             _ => None,
         };
         if let Some(problem) = problem {
             self.violation(format!(
-                "pointer: after request #{id} of c{c} the pointer at epoch {epoch} {problem}"
+                "pointer: after request #{id} of c{c} the pointer {key} at epoch {epoch} \
+                 {problem}"
             ));
         }
-        self.pointer_epoch = self.pointer_epoch.max(epoch);
+        let highest = self.pointer_epochs.entry(key).or_insert(0);
+        *highest = (*highest).max(epoch);
     }
 
-    /// Whoever runs a command under the lease now crashes: no more steps,
-    /// never a release; its command dies with it.
+    /// Whoever holds the lease now crashes: no more steps, never a
+    /// release; its command (or its write in flight) dies with it.
     pub(crate) fn crash_holder(&mut self) {
         let now = self.sched.now;
+        let running = |c: usize| !self.contenders[c].crashed && self.paused_until(c, now).is_none();
         // The holder: the running command of the highest epoch (a paused
-        // contender may still run a command under an older lease).
-        let holder = (0..self.contenders.len())
-            .filter(|&c| !self.contenders[c].crashed && self.paused_until(c, now).is_none())
+        // contender may still run a command under an older lease)...
+        let command = (0..self.contenders.len())
+            .filter(|&c| running(c))
             .filter_map(|c| {
                 self.contenders[c]
                     .command
                     .map(|i| (self.windows[i].epoch, c))
             })
             .max();
+        // ... unless a program process, which holds without a command,
+        // holds the live record on the key (a `Lease` of its wrote it and
+        // lives) at a higher epoch.
+        let program = self
+            .record_writer
+            .get(KEY)
+            .filter(|&&v| self.is_live(v))
+            .map(|&v| self.values[v].contender)
+            .filter(|&c| self.contenders[c].program && running(c))
+            .and_then(|c| {
+                let rec = LeaseRecord::parse(&self.store.peek(KEY)?)?;
+                (!rec.is_released()).then_some((rec.epoch, c))
+            });
+        let holder = match (command, program) {
+            (Some(command), Some(program)) => Some(command.max(program)),
+            (command, program) => command.or(program),
+        };
         let Some((_, c)) = holder else {
             self.log(|| "crash: nobody holds the lease".to_string());
             return;
@@ -460,6 +537,12 @@ impl World {
         self.injected.add("crash");
         self.log(|| format!("c{c} CRASHES (holder; never releases)"));
         self.command_dies(c, now);
+        for i in 0..self.windows.len() {
+            if self.windows[i].contender == c {
+                let end = self.window_end(i, now);
+                self.close(i, end);
+            }
+        }
     }
 
     /// Contender `c`'s wall clock steps.
@@ -477,8 +560,21 @@ impl World {
             self.command_dies(c, now);
         }
         for i in 0..self.windows.len() {
-            self.close(i, now);
+            let end = self.window_end(i, now);
+            self.close(i, end);
         }
+    }
+
+    /// Where window `i`, still open, ends when its thread stops at `t`: a
+    /// command's at `t`; a write's at the answer of its last PUT, if that
+    /// came earlier (none sent: it wrote nothing, an empty window).
+    fn window_end(&self, i: usize, t: Nanos) -> Nanos {
+        let x = &self.windows[i];
+        if x.what == COMMAND {
+            return t;
+        }
+        let answered = self.put_answer.get(&x.thread).copied();
+        t.min(answered.unwrap_or(x.start))
     }
 
     /// Queue an event.

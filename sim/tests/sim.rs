@@ -21,7 +21,8 @@ fn seeded_runs_break_no_invariant() {
     }
     // The seeds reach every check: pointers moved, holders crashed, suspect
     // records met, pools of leases kept, one instance id given to two
-    // processes.
+    // processes, programs holding two values of one key, one taken again
+    // after `Fenced`.
     for kind in [
         "write windows",
         "pointer states",
@@ -30,6 +31,9 @@ fn seeded_runs_break_no_invariant() {
         "pooled leases",
         "shared instance ids",
         "jammed pools",
+        "program processes",
+        "program: two live values on a key",
+        "program: re-acquires after Fenced",
     ] {
         assert!(
             checked.get(kind).copied().unwrap_or(0) > 0,

@@ -912,13 +912,16 @@ pub fn break_stops_the_running_holder(t: &Target) {
 /// refused, naming the breaker's record.
 pub fn break_a_stale_holder(t: &Target) {
     let url = t.url("break-stale");
-    let mut holder = t.spawn_holder(&url, 1, &pid_then_sleep("pid"));
+    // A TTL of 3 s: with 1 s, an acquire slowed by a loaded machine (its
+    // probe syncs the disk) outlasted its 667 ms fence and the command
+    // never started.
+    let mut holder = t.spawn_holder(&url, 3, &pid_then_sleep("pid"));
     let pid = wait_for_file(&t.path("pid"), Duration::from_secs(10));
     let id = t.holder(&url).expect("held");
     holder.kill().expect("SIGKILL");
     let _ = holder.wait();
     kill_pid(&pid);
-    std::thread::sleep(Duration::from_millis(1200));
+    std::thread::sleep(Duration::from_millis(3200));
     assert_eq!(t.inspect(&url)["state"], "expired");
 
     let broke = t.run(["break", "--json", "--holder", id.as_str(), url.as_str()]);

@@ -17,7 +17,6 @@
 //! at no cost beyond its fault.
 
 use super::dfs::Chooser;
-use super::values::Values;
 use super::Bounds;
 use crate::sched::{Nanos, SEC};
 use crate::world::{describe_done, Done, Op, Request, World, KEY};
@@ -127,7 +126,6 @@ pub(crate) struct Abandoned;
 pub(crate) struct State {
     pub(crate) w: World,
     pub(crate) chooser: Chooser,
-    pub(crate) values: Values,
     bounds: Bounds,
     spent: Bounds,
     procs: Vec<Proc>,
@@ -157,7 +155,6 @@ impl Exec {
         let state = State {
             w,
             chooser,
-            values: Values::default(),
             bounds,
             spent: Bounds::default(),
             procs: (0..processes).map(|_| Proc::Start).collect(),
@@ -395,8 +392,9 @@ impl State {
         let k = self.chooser.pick(options);
         self.steps += 1;
         if k >= may_go.len() {
+            // It lands now: the store does it, and the world checks it.
             let (id, _) = self.late.remove(landings[k - may_go.len()]);
-            self.land(id);
+            self.w.apply(id);
             return Stepped::Quiet;
         }
         if k > 0 {
@@ -486,8 +484,10 @@ impl State {
                 .with_message("simulated 5xx"),
         );
         let timed_out = Err(timeout(&op));
+        let value = self.w.acting.get(&q).copied();
         self.w.requests.push(Request {
             contender: q,
+            value,
             op,
             sent,
             landed: None,
@@ -495,11 +495,10 @@ impl State {
             deadline: asked,
             returned: None,
         });
-        self.values.sent(q);
         let name = fate.name();
         self.w.log(|| format!("c{q} sends #{id} {line}: {name}"));
         match fate {
-            Fate::Lands | Fate::AnswerLost => self.land(id),
+            Fate::Lands | Fate::AnswerLost => self.w.apply(id),
             Fate::LandsLate => self.late.push((id, self.steps)),
             _ => {}
         }
@@ -545,16 +544,6 @@ impl State {
             self.w.log(|| format!("c{q} answer to #{id}: {shown}"));
         }
         self.procs[q] = Proc::Ready(answer);
-    }
-
-    /// Request `id` lands now: the store does it, and the world and the
-    /// lease values check the landing.
-    fn land(&mut self, id: usize) {
-        let before = self.w.store.peek(KEY);
-        self.w.apply(id);
-        let after = self.w.store.peek(KEY);
-        self.values
-            .landed(&mut self.w, id, before.as_deref(), after.as_deref());
     }
 }
 

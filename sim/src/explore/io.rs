@@ -5,6 +5,7 @@
 //! all (the base pause, as is).
 
 use super::baton::Exec;
+use crate::env::frozen;
 use crate::world::{Done, Op};
 use bucket_lease_core::channel::{self, Receiver};
 use bucket_lease_core::clock::Clock;
@@ -78,11 +79,19 @@ impl fmt::Debug for SearchClock {
 }
 
 impl Clock for SearchClock {
+    // Frozen while the checker asks a `Lease` whether it may write, on the
+    // thread that holds the world (see `env::with_frozen_clocks`).
     fn now(&self) -> Instant {
+        if let Some((mono, _)) = frozen(self.p) {
+            return mono;
+        }
         self.exec.lock().w.mono()
     }
 
     fn wall(&self) -> SystemTime {
+        if let Some((_, wall)) = frozen(self.p) {
+            return wall;
+        }
         self.exec.lock().w.wall(self.p)
     }
 

@@ -8,9 +8,9 @@
 
 use super::baton::Exec;
 use super::io::{SearchClock, SearchStore};
-use super::values::{value_id, Deed};
-use crate::sched::{Nanos, SEC};
-use crate::world::{nonce_of, secs, POINTER};
+use crate::sched::{current, Nanos, SEC};
+use crate::values::ValueId;
+use crate::world::{nonce_of, secs, KEY, POINTER};
 use bucket_lease_core::clock::Clock;
 use bucket_lease_core::lease::{Contender, Lease, LeaseOptions, Wait, DROP_RELEASE_TIMEOUT};
 use bucket_lease_core::memory::Misbehaviour;
@@ -194,7 +194,7 @@ pub(crate) fn cases() -> Vec<Case> {
 
 /// One lease value a process holds, and its writer.
 struct Value {
-    id: usize,
+    id: ValueId,
     lease: Arc<Lease>,
     writer: FencedWriter,
     writes: u64,
@@ -216,7 +216,6 @@ pub(crate) fn run(exec: &Arc<Exec>, p: usize, program: &Program) {
         .with_instance_id(name)
         .with_instance_nonce(nonce_of(p));
     let mut held: Vec<Value> = Vec::new();
-    let mut made = 0;
     let now = || exec.lock().w.sched.now;
     let instant = |n: Nanos| clock.now() + Duration::from_nanos(n);
     for call in program.calls {
@@ -227,8 +226,11 @@ pub(crate) fn run(exec: &Arc<Exec>, p: usize, program: &Program) {
         }
         match call {
             Call::Acquire | Call::Wait => {
-                let id = value_id(p, made);
-                act(exec, p, id, Deed::Acquire);
+                let how = match call {
+                    Call::Wait => "acquire_with",
+                    _ => "try_acquire_before",
+                };
+                let id = exec.lock().w.draw_value(p, KEY, how);
                 let began = now();
                 let (got, deadline) = if matches!(call, Call::Wait) {
                     let deadline = instant(2 * TTL_S * SEC);
@@ -246,10 +248,10 @@ pub(crate) fn run(exec: &Arc<Exec>, p: usize, program: &Program) {
                 match got {
                     Ok(lease) => {
                         let (t, epoch) = (s.w.sched.now, lease.epoch());
-                        s.w.log(|| format!("c{p} ACQUIRES epoch {epoch} as value {id}"));
-                        s.w.grants.push((t, p, epoch));
-                        made += 1;
+                        s.w.log(|| format!("c{p} ACQUIRES epoch {epoch} as v{id}"));
+                        s.w.grants.push((t, p, epoch, KEY));
                         let lease = Arc::new(lease);
+                        s.w.handed_out(id, &lease);
                         held.push(Value {
                             id,
                             writer: FencedWriter::new(Arc::clone(&lease)),
@@ -270,7 +272,7 @@ pub(crate) fn run(exec: &Arc<Exec>, p: usize, program: &Program) {
                 let Some(deadline) = v.lease.write_deadline() else {
                     continue;
                 };
-                act(exec, p, v.id, Deed::Renew);
+                act(exec, v.id);
                 let began = now();
                 let renewed = v.lease.renew_before(Some(deadline));
                 let mut s = exec.lock();
@@ -280,7 +282,7 @@ pub(crate) fn run(exec: &Arc<Exec>, p: usize, program: &Program) {
             }
             Call::Release => {
                 let Some(v) = held.pop() else { continue };
-                act(exec, p, v.id, Deed::Release);
+                act(exec, v.id);
                 let (began, deadline) = (now(), instant(THIRD));
                 let released = v.lease.release_before(Some(deadline));
                 let mut s = exec.lock();
@@ -304,7 +306,7 @@ pub(crate) fn run(exec: &Arc<Exec>, p: usize, program: &Program) {
 
 /// Process `p`'s value `v` is dropped: its `Drop` releases it.
 fn drop_value(exec: &Exec, p: usize, v: Value) {
-    act(exec, p, v.id, Deed::Release);
+    act(exec, v.id);
     let began = exec.lock().w.sched.now;
     drop(v);
     let mut s = exec.lock();
@@ -312,14 +314,15 @@ fn drop_value(exec: &Exec, p: usize, v: Value) {
     s.w.returned_by(p, "drop", began, limit);
 }
 
-fn act(exec: &Exec, p: usize, value: usize, deed: Deed) {
-    exec.lock().values.act(p, value, deed);
+/// This process's requests are `value`'s from now on.
+fn act(exec: &Exec, value: ValueId) {
+    exec.lock().w.act_for(current(), value);
 }
 
 /// A data object, then the pointer moved to it, through value `v`'s
 /// writer.
 fn write(exec: &Exec, p: usize, v: &mut Value) {
-    act(exec, p, v.id, Deed::Write);
+    act(exec, v.id);
     let data = format!("sim/data/c{p}-v{}-{}", v.id, v.writes);
     v.writes += 1;
     if fenced(exec, p, v, "write", |w| w.put_new(&data, b"x")) == Some(true) {
@@ -343,8 +346,7 @@ fn fenced<T>(
     let deadline = v.lease.write_deadline()?;
     let window = {
         let mut s = exec.lock();
-        let i = s.w.open(p, v.lease.epoch(), what);
-        s.values.window(i, v.id);
+        let i = s.w.open(v.id, KEY, v.lease.epoch(), what);
         s.w.put_answer.remove(&p);
         i
     };

@@ -150,7 +150,14 @@ impl Job {
                 );
             }
         }
-        let child = command.spawn()?;
+        // The supervisor asks for a parent-death signal, so it is started
+        // from this thread, with its mask (it blocks the same signals
+        // itself); a command started directly gets its own job control.
+        let child = if supervised {
+            command.spawn()?
+        } else {
+            crate::tty::spawn_with_terminal_stops(&mut command)?
+        };
         Ok(Job {
             child,
             supervised,

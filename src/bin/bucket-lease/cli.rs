@@ -422,6 +422,7 @@ impl Timeout {
                     let failure = this.failure(doing);
                     kill_credential_helpers();
                     failure.print();
+                    crate::log::finish(crate::EXIT_LOG_BOUND);
                     std::process::exit(i32::from(failure.code));
                 }
             });

@@ -13,6 +13,15 @@
 //!   records show too, from `debug` up: a release build compiles every
 //!   `trace` record out (the `cli` feature's `log/release_max_level_debug`,
 //!   for the command's size; bucket-lease itself logs nothing at `trace`).
+//! - **Logging never waits on stderr.** A record becomes one line in a
+//!   bounded queue ([`QUEUE_LINES`]) that a thread of its own writes out;
+//!   a line that does not fit is dropped and counted, and the count is
+//!   written before the next line that goes out. So a stderr whose reader
+//!   stopped reading (a stalled pipe, a terminal suspended with Ctrl-S, a
+//!   background job under `stty tostop`) can hold only that writer
+//!   thread, never the thread that logged: `run`'s threads, which keep
+//!   the write deadline, log and go on. [`finish`] lets the queue drain
+//!   for a bounded time at exit.
 //! - A line is written whole (stderr is locked for it); a failed write is
 //!   ignored, never a panic.
 //! - Control characters in a record's text (which may quote a lease
@@ -23,8 +32,103 @@
 //! show on stderr by default.
 
 use crate::text::printable_lines;
+use bucket_lease::channel::{self, Receiver, Sender, TrySendError};
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How many lines may wait for stderr before more are dropped.
+pub const QUEUE_LINES: usize = 256;
+
+/// The lines on their way to stderr, and what became of those that did
+/// not fit.
+struct Queue {
+    lines: Sender<String>,
+    /// Lines dropped since the writer last said how many.
+    dropped: AtomicU64,
+    /// Lines queued and not yet written out (or given up on).
+    pending: AtomicUsize,
+}
+
+static QUEUE: OnceLock<Queue> = OnceLock::new();
+
+/// Queue `line` (without its newline) for stderr; drop and count it when
+/// the queue is full. Before the writer thread is started (a usage error
+/// found before the command line is read), the line is written at once.
+pub fn line(line: String) {
+    let Some(queue) = QUEUE.get() else {
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+        return;
+    };
+    queue.pending.fetch_add(1, Ordering::SeqCst);
+    match queue.lines.try_send(line) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            queue.pending.fetch_sub(1, Ordering::SeqCst);
+            queue.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Wait at most `bound` for the queued lines to reach stderr: at exit, so
+/// that what was said is seen, but never held by a stderr nobody reads.
+/// Whether everything went out.
+pub fn finish(bound: Duration) -> bool {
+    let Some(queue) = QUEUE.get() else {
+        return true;
+    };
+    let end = Instant::now() + bound;
+    loop {
+        let idle = queue.pending.load(Ordering::SeqCst) == 0;
+        if idle || Instant::now() >= end {
+            return idle;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Start the writer thread, once. Without a thread (the system refused
+/// one), lines are dropped and counted rather than written by the caller.
+fn start_writer() {
+    QUEUE.get_or_init(|| {
+        let (lines, queued) = channel::bounded(QUEUE_LINES);
+        if let Err(e) = std::thread::Builder::new()
+            .name("stderr".into())
+            .spawn(move || write_out(&queued))
+        {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "bucket-lease: warning: no thread for log lines ({e}): they are dropped"
+            );
+        }
+        Queue {
+            lines,
+            dropped: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
+        }
+    });
+}
+
+/// The writer thread: each queued line, whole, after a note of how many
+/// were dropped before it.
+fn write_out(queued: &Receiver<String>) {
+    for line in queued {
+        let Some(queue) = QUEUE.get() else { continue };
+        let mut err = std::io::stderr().lock();
+        let dropped = queue.dropped.swap(0, Ordering::SeqCst);
+        if dropped > 0 {
+            let _ = writeln!(
+                err,
+                "bucket-lease: warning: {dropped} log lines dropped: stderr was not being read"
+            );
+        }
+        let _ = writeln!(err, "{line}");
+        drop(err);
+        queue.pending.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// The environment variable that sets the level when neither `-v` nor `-q`
 /// is given.
@@ -52,21 +156,18 @@ impl Log for StderrLogger {
             Level::Trace => "trace",
         };
         let message = printable_lines(&record.args().to_string());
-        let mut err = std::io::stderr().lock();
-        let _ = if self.level >= LevelFilter::Debug {
-            writeln!(
-                err,
+        line(if self.level >= LevelFilter::Debug {
+            format!(
                 "bucket-lease: {level}: [{}] {message}",
                 printable_lines(record.target()),
             )
         } else {
-            writeln!(err, "bucket-lease: {level}: {message}")
-        };
+            format!("bucket-lease: {level}: {message}")
+        });
     }
 
-    fn flush(&self) {
-        let _ = std::io::stderr().flush();
-    }
+    /// Never waits on stderr: see [`finish`].
+    fn flush(&self) {}
 }
 
 /// The level `-v` given `verbose` times, `-q`, and the environment ask for.
@@ -98,6 +199,7 @@ fn level(verbose: u8, quiet: bool, env: Option<String>) -> (LevelFilter, Option<
 /// Install the logger. Called once, after the command line is parsed.
 pub fn init(verbose: u8, quiet: bool) {
     let (level, complaint) = level(verbose, quiet, std::env::var(LOG_ENV).ok());
+    start_writer();
     // One logger for the life of the process: leaking it is the point.
     if log::set_logger(Box::leak(Box::new(StderrLogger { level }))).is_ok() {
         log::set_max_level(level);

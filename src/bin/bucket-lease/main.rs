@@ -121,6 +121,10 @@ const MAIN: &[Opt<MainKey>] = &[
 /// The commands, in the order help lists them.
 const COMMANDS: &str = "run, inspect, break or bench";
 
+/// How long the command waits at exit for its log lines to reach stderr:
+/// what it said is seen, and a stderr nobody reads holds it no longer.
+pub const EXIT_LOG_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn main_spec() -> Spec {
     Spec::new(
         "",
@@ -151,10 +155,14 @@ pub fn specs() -> Vec<Spec> {
 }
 
 fn main() -> ExitCode {
+    // First, before any thread starts, so that every thread inherits it.
+    tty::block_terminal_stops();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     #[cfg(target_os = "linux")]
     if args.first().is_some_and(|a| a == child::SUPERVISE) {
-        return ExitCode::from(supervise::main(&args[1..]));
+        let code = supervise::main(&args[1..]);
+        log::finish(EXIT_LOG_BOUND);
+        return ExitCode::from(code);
     }
     let code = match dispatch(Args::new(args)) {
         Ok(code) => code,
@@ -163,6 +171,7 @@ fn main() -> ExitCode {
             failure.code
         }
     };
+    log::finish(EXIT_LOG_BOUND);
     ExitCode::from(code)
 }
 
@@ -260,10 +269,14 @@ fn print_version() -> u8 {
 impl Failure {
     fn print(&self) {
         // Messages quote records and service answers: escape what they hold.
-        eprintln!("bucket-lease: {}", text::printable_lines(&self.message));
+        // Through the log's queue: a stderr nobody reads never holds it.
+        log::line(format!(
+            "bucket-lease: {}",
+            text::printable_lines(&self.message)
+        ));
         match self.usage_of {
-            Some("") => eprintln!("try `bucket-lease --help`"),
-            Some(command) => eprintln!("try `bucket-lease {command} --help`"),
+            Some("") => log::line("try `bucket-lease --help`".to_string()),
+            Some(command) => log::line(format!("try `bucket-lease {command} --help`")),
             None => {}
         }
     }

@@ -130,13 +130,18 @@
 //!    never continued, and `run` exits 76. Else the supervisor continues
 //!    every process; after `fg` COMMAND's group gets the terminal again,
 //!    after `bg` it runs in the background, and reading the terminal stops
-//!    the job again (as for any background job).
+//!    the job again (as for any background job). A signal sent to `run`
+//!    while it was suspended (`kill %1`, which also continues it) is acted
+//!    on then, as if it came at that moment: the grace period counts from
+//!    then, not from the suspension.
 //!
 //! A process continued by hand (`kill -CONT PID`) while `run` is
 //! suspended runs with nobody renewing the lease, as when `run` itself is
-//! frozen. `run` and the supervisor block SIGTTOU, so that their
-//! messages, written from the background while COMMAND has the terminal,
-//! do not stop them under `stty tostop`. In any other case (standard input a file or a pipe, `run` in
+//! frozen. `run` and the supervisor block SIGTTOU and SIGTTIN whatever
+//! standard input is, and write their messages from a thread of their own
+//! (see `log`), so that a message never stops them (`stty tostop` in the
+//! background) nor holds them (a stalled pipe, a suspended terminal): they
+//! signal first and say so after. In any other case (standard input a file or a pipe, `run` in
 //! the background) nothing changes: COMMAND runs in the background of the
 //! terminal, one that reads it is stopped (SIGTTIN) with a warning, and
 //! SIGTSTP is ignored.
@@ -315,6 +320,11 @@ const SUPERVISOR_TIMEOUT: Duration = Duration::from_secs(12);
 /// least a `--wait` is given.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long `run` lets its own lines reach stderr before it starts the
+/// command, so that they come first; a stderr nobody reads delays the
+/// command no longer than this.
+const BEFORE_COMMAND_LOG_BOUND: Duration = Duration::from_millis(300);
+
 /// How long the look for a record of ours left by a failed or interrupted
 /// attempt may take.
 const ABANDON_TIMEOUT: Duration = Duration::from_secs(2);
@@ -419,13 +429,8 @@ fn parse(p: &mut Args) -> Result<Option<Options>, Failure> {
 /// A usage, configuration, held, lost or store failure; the command's
 /// status is returned as `Ok`.
 pub fn main(mut p: Args) -> Result<u8, Failure> {
-    // Before any thread starts (the store's, the renewal thread), so that
-    // every thread inherits the mask: a message written from the
-    // background of the terminal under `stty tostop` must not stop run,
-    // which would then renew nothing.
-    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-        crate::tty::block_sigttou();
-    }
+    // SIGTTOU and SIGTTIN are blocked from `main` on (`tty`), before any
+    // thread starts: no message stops run.
     let Some(o) = parse(&mut p)? else {
         return Ok(exit::OK);
     };
@@ -482,6 +487,11 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
             format!("run: cannot start the renewal thread: {e}"),
         )
     })?;
+    // What run said so far ("holding …") comes before what the command
+    // says, unless stderr is not being read: then the command starts
+    // after at most this bound, its lines unsaid. (Before the last look
+    // at the lease: the command starts only while it may be written.)
+    crate::log::finish(BEFORE_COMMAND_LOG_BOUND);
     if !keeper.may_write() {
         release(keeper);
         return Err(Failure::new(
@@ -603,13 +613,19 @@ fn acquire(
                     }
                 }
                 Ok((contender, Err(_))) => abandon(&contender),
-                // The attempt still has the contender: one built anew under
-                // its id has this process's nonce too, so it knows (and
-                // frees) only records the attempt wrote.
-                Err(_) => abandon(
-                    &Contender::new(Arc::clone(store), prefix, options.clone())
-                        .with_instance_id(id.clone()),
-                ),
+                // The attempt still has the contender, and is still in
+                // flight: one built anew under its id has this process's
+                // nonce too. run exits now, so nothing of this process
+                // writes after it: the record the attempt may have
+                // written is freed whatever claims it.
+                Err(_) => {
+                    let contender = Contender::new(Arc::clone(store), prefix, options.clone())
+                        .with_instance_id(id.clone());
+                    let deadline = Instant::now().checked_add(ABANDON_TIMEOUT);
+                    if let Err(e) = contender.release_at_exit_before(deadline) {
+                        log::warn!("could not check for an abandoned record of ours: {e}");
+                    }
+                }
             }
             return Err(interrupted(sig));
         }
@@ -746,7 +762,7 @@ fn supervise(
                 ));
             }
         }
-        let now = Instant::now();
+        let mut now = Instant::now();
         let mut terminate_now = false;
         if let Some(event) = reported.take() {
             terminate_now |= plan.observe(now, event);
@@ -765,8 +781,13 @@ fn supervise(
                 let resumed = suspend(&job, keeper);
                 // SIGTSTP is sent to run's own group too: those are not new.
                 pending.extend(signals.pending().filter(|&sig| sig != SIGTSTP));
-                let now = Instant::now();
-                if !resumed {
+                // Everything from here on is dated from now, not from before
+                // the suspension (however long): a signal taken now gets its
+                // whole grace, and the lease is looked at again.
+                now = Instant::now();
+                if resumed {
+                    terminate_now |= plan.observe(now, Seen::of(keeper.lease()));
+                } else {
                     let why = "the write deadline passed while run was suspended (Ctrl-Z), so \
                                the command was not continued (continue a suspended run within \
                                two thirds of its TTL, or give it a longer --ttl)";
@@ -806,14 +827,16 @@ fn supervise(
                             human_secs(at.saturating_duration_since(now).as_secs_f64())
                         )
                     });
+                job.terminate();
                 log::error!("{why}: stopping the command (SIGTERM now, {kill})");
+            } else {
+                job.terminate();
             }
-            job.terminate();
         }
         if killed_at.is_none() && plan.kill_due(now) {
-            log::warn!("the command did not stop in time: sending SIGKILL to all its processes");
             job.kill();
             killed_at = Some(now);
+            log::warn!("the command did not stop in time: sent SIGKILL to all its processes");
         }
         if !supervisor_killed
             && killed_at.is_some_and(|at| now.saturating_duration_since(at) >= SUPERVISOR_TIMEOUT)

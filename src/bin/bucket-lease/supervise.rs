@@ -41,7 +41,9 @@
 //!
 //! It exits once it has no child left: with COMMAND's exit code, or killed
 //! by the signal that killed COMMAND (raised again on itself, with core
-//! dumps off), so `run` reads COMMAND's status from it unchanged. A kill
+//! dumps off), so `run` reads COMMAND's status from it unchanged; either
+//! way once its messages went out, or after at most
+//! [`EXIT_LOG_BOUND`](crate::EXIT_LOG_BOUND) when stderr takes nothing. A kill
 //! that cannot finish (a process in uninterruptible sleep, or one it may
 //! not signal) ends after [`KILL_BOUND`], naming the processes left.
 
@@ -122,7 +124,6 @@ pub fn main(args: &[OsString]) -> u8 {
     };
     let interactive = terminal == TTY;
     if interactive {
-        tty::block_sigttou();
         for sig in [SIGTSTP, SIGCONT] {
             if let Err(e) = signals.add_signal(sig) {
                 return setup_failed("cannot handle job-control signals", &e);
@@ -132,7 +133,9 @@ pub fn main(args: &[OsString]) -> u8 {
     if let Err(e) = set_child_subreaper(Some(Pid::INIT)) {
         return setup_failed("cannot become the subreaper of the command", &e);
     }
-    let child = match Command::new(program).args(rest).process_group(0).spawn() {
+    let mut command = Command::new(program);
+    command.args(rest).process_group(0);
+    let child = match tty::spawn_with_terminal_stops(&mut command) {
         Ok(child) => child,
         Err(e) => {
             eprintln!("bucket-lease: run: cannot run {program:?}: {e}");
@@ -300,8 +303,8 @@ impl Supervisor {
             }
             SIGUSR1 => self.phase = Phase::Killing,
             SIGUSR2 if self.phase != Phase::Killing => {
-                log::error!("bucket-lease run died: killing every process of the command");
                 self.phase = Phase::Killing;
+                log::error!("bucket-lease run died: killing every process of the command");
             }
             SIGTSTP if self.phase == Phase::Running => self.freeze(),
             SIGCONT if self.phase == Phase::Running => self.thaw(),
@@ -369,14 +372,22 @@ impl Supervisor {
     /// Ctrl-Z stops every process of COMMAND's group, but `wait` tells only
     /// of COMMAND: one inside `vfork` (dash, for each command it runs)
     /// waits, unstoppable, for a child that the terminal stopped before it
-    /// could exec, and is never reported stopped. A member of COMMAND's
-    /// group found stopped is taken as COMMAND stopped, every [`RESCAN`].
+    /// could exec, and is never reported stopped. Another member of
+    /// COMMAND's group found stopped is taken as COMMAND stopped, every
+    /// [`RESCAN`]. COMMAND itself found stopped is left to `wait`, which
+    /// reports it (now, or as soon as all its threads are stopped) and
+    /// names the signal, which `/proc` does not: the kernel's SIGTTIN for
+    /// a read made before COMMAND had the terminal may land after the last
+    /// `wait`, and taken for Ctrl-Z here it stopped run's job for nothing
+    /// (issue 28); [`on_stopped`](Self::on_stopped) continues it.
     fn look_for_a_stop(&mut self) {
         let group = self.command.as_raw_nonzero().get();
-        let stopped = procs::descendants(getpid())
+        let stopped: Vec<i32> = procs::descendants(getpid())
             .into_iter()
-            .any(|p| p.pgid == group && p.state == 'T');
-        if stopped {
+            .filter(|p| p.pgid == group && p.state == 'T')
+            .map(|p| p.pid)
+            .collect();
+        if !stopped.is_empty() && !stopped.contains(&group) {
             self.on_stopped_member();
         }
     }
@@ -493,7 +504,9 @@ fn warn_stopped(status: WaitStatus) {
 }
 
 /// Exit as COMMAND did: its exit code, or its signal raised on this
-/// process (no core dump).
+/// process (no core dump), once the log lines went out (or the exit
+/// bound passed: a stderr nobody takes holds it no longer), as `main`
+/// waits for them after a return.
 fn mirror(status: Option<WaitStatus>) -> u8 {
     let Some(status) = status else {
         log::error!("the command's status is unknown");
@@ -513,6 +526,9 @@ fn mirror(status: Option<WaitStatus>) -> u8 {
             maximum,
         },
     );
+    // Raising the signal ends this process here: what it said goes out
+    // first, within the bound (`main`'s own drain never comes).
+    crate::log::finish(crate::EXIT_LOG_BOUND);
     let _ = signal_hook::low_level::emulate_default_handler(sig);
     // A signal that does not kill by default (or that could not be
     // raised): the status a shell would give.

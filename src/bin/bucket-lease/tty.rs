@@ -11,12 +11,16 @@
 //!   ([`give`]): a process outside the foreground that calls `tcsetpgrp`
 //!   is sent SIGTTOU (and stopped) unless it blocks it, so SIGTTOU is
 //!   blocked in the calling thread for the call, as shells ignore it.
-//!   Only that thread's mask changes, and only for the call; a child
-//!   started later gets an empty mask from std.
-//! - **Messages never stop `run`**: in a terminal, `run` and the
-//!   supervisor block SIGTTOU for good ([`block_sigttou`]), as shells
-//!   ignore it, so that a message written from the background under
-//!   `stty tostop` does not stop them.
+//!   Only that thread's mask changes, and only for the call.
+//! - **Messages never stop `run`**: `run` and the supervisor block
+//!   SIGTTOU and SIGTTIN for good, whatever standard input is
+//!   ([`block_terminal_stops`]), as shells ignore them, so that a message
+//!   written from the background under `stty tostop` does not stop them.
+//!   A child inherits the mask of the thread that starts it (std does not
+//!   reset it), so COMMAND is started with them unblocked
+//!   ([`spawn_with_terminal_stops`]); a `credential_process` the stores
+//!   run inherits them blocked (reading the terminal fails rather than
+//!   stopping it).
 //! - **The terminal is taken back only from a group that is gone**
 //!   ([`take_back`]): a foreground group with a live process (the shell's,
 //!   after `bg`) is left alone.
@@ -124,19 +128,52 @@ pub fn job_control() -> bool {
     true
 }
 
-/// Block SIGTTOU in this thread and in the threads it starts from now on
-/// (children get an empty mask from std): a process in the background of
-/// the terminal is then neither stopped for writing to it under `stty
-/// tostop` (`run`'s and the supervisor's messages while the command has
-/// the terminal; a stopped `run` would renew nothing) nor for `tcsetpgrp`.
-/// Logs a failure.
-pub fn block_sigttou() {
+/// Block SIGTTOU and SIGTTIN in this thread and in the threads it starts
+/// from now on, whatever standard input is (a program it starts would
+/// inherit the mask: start one with [`spawn_with_terminal_stops`]): a process in the background of the terminal is then neither
+/// stopped for writing to it under `stty tostop` (a message of `run` or
+/// the supervisor, from the thread that writes them) nor for `tcsetpgrp`,
+/// and a read of it fails instead of stopping the process. A stopped `run`
+/// would renew nothing and signal nothing. Called first thing in `main`,
+/// before any thread starts. Says a failure on stderr, at once: the logger
+/// has no thread yet.
+pub fn block_terminal_stops() {
     use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
-    let mut ttou = SigSet::empty();
-    ttou.add(Signal::SIGTTOU);
-    if let Err(e) = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), None) {
-        log::warn!("cannot block SIGTTOU ({e}): under `stty tostop` a message may stop run");
+    let mut stops = SigSet::empty();
+    stops.add(Signal::SIGTTOU);
+    stops.add(Signal::SIGTTIN);
+    if let Err(e) = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&stops), None) {
+        crate::log::line(format!(
+            "bucket-lease: warning: cannot block SIGTTOU and SIGTTIN ({e}): in the background \
+             of a terminal, a message may stop bucket-lease"
+        ));
     }
+}
+
+/// Start `command` with SIGTTOU and SIGTTIN unblocked, as the program
+/// expects them: from a thread of its own that unblocks them first, for a
+/// child inherits the mask of the thread that starts it. Not for a child
+/// that asks for a parent-death signal: it would come when that thread
+/// ends.
+pub fn spawn_with_terminal_stops(
+    command: &mut std::process::Command,
+) -> std::io::Result<std::process::Child> {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+    std::thread::scope(|scope| {
+        let spawned = std::thread::Builder::new()
+            .name("spawn".into())
+            .spawn_scoped(scope, || {
+                let mut stops = SigSet::empty();
+                stops.add(Signal::SIGTTOU);
+                stops.add(Signal::SIGTTIN);
+                pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&stops), None)
+                    .map_err(std::io::Error::from)?;
+                command.spawn()
+            })?;
+        spawned
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// Give the terminal back to this process's group when its foreground

@@ -1,0 +1,331 @@
+//! The acquire's check of the service: three writes that must be refused
+//! and one, on our record's own ETag, that must be accepted, each bounded
+//! by the caller's deadline and the new lease's fence. See the [parent
+//! module](super).
+
+use super::requests::{put_resending, read_record};
+use super::Lease;
+use crate::error::{IgnoredCondition, LeaseError};
+use crate::mutant::{self, Mutant};
+use crate::record::probe_key;
+use crate::store::{DeleteMode, PutMode, StoreError, StoreErrorKind, Version};
+use std::time::Instant;
+
+/// An ETag no service issues, for the probe's conditional writes.
+const PROBE_ETAG: &str = "\"bucket-lease-probe-etag-never-issued\"";
+
+impl Lease {
+    /// Check the probe writes of a conditional acquire, each bounded by
+    /// `deadline` and by the new lease's write deadline. See the [module
+    /// docs](self).
+    pub(super) fn probe(&self, body: &[u8], deadline: Option<Instant>) -> Result<(), LeaseError> {
+        let spelling = self.store.condition_spelling();
+        self.probe_once(body, deadline)?;
+        if self.store.condition_spelling() != spelling {
+            // The store changed how it spells conditions meanwhile: the
+            // refusals seen may have been of the old spelling. Once more.
+            log::debug!(
+                "{}: the store's spelling of conditions changed; probing again",
+                self.key
+            );
+            return self.probe_once(body, deadline);
+        }
+        Ok(())
+    }
+
+    /// One round of [`probe`](Self::probe)'s four writes.
+    fn probe_once(&self, body: &[u8], deadline: Option<Instant>) -> Result<(), LeaseError> {
+        let fake = Version::etag(PROBE_ETAG);
+        let checks = [
+            (
+                self.key.clone(),
+                PutMode::Create,
+                IgnoredCondition::IfNoneMatch,
+            ),
+            (
+                self.key.clone(),
+                PutMode::Update(fake.clone()),
+                IgnoredCondition::IfMatch,
+            ),
+            (
+                probe_key(&self.key),
+                PutMode::Update(fake),
+                IgnoredCondition::IfMatchOnAbsentKey,
+            ),
+        ];
+        if self.store.concurrent_requests() {
+            return self.probe_at_once(body, deadline, checks);
+        }
+        for (key, mode, condition) in checks {
+            let bound = self.probe_bound(deadline)?;
+            match put_resending(&*self.store, &*self.clock, &key, body, mode, bound) {
+                Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+                Ok(_) => {
+                    if key != self.key {
+                        if let Err(e) = self.store.delete(&key, &DeleteMode::Unconditional, bound) {
+                            log::error!("{key}: could not remove the probe object: {e}");
+                        }
+                    }
+                    return Err(LeaseError::ConditionsIgnored {
+                        key: self.key.clone(),
+                        condition,
+                    });
+                }
+            }
+        }
+        let bound = self.probe_bound(deadline)?;
+        let sent = self.lock().version.clone();
+        let answer = self.own_update(body, &sent, bound);
+        self.judge_own_update(&sent, answer, bound)
+    }
+
+    /// The deadline of a probe write sent now: the caller's `deadline` or
+    /// the new lease's write deadline, whichever comes first;
+    /// [`LeaseError::Fenced`] once the lease may no longer be written.
+    fn probe_bound(&self, deadline: Option<Instant>) -> Result<Option<Instant>, LeaseError> {
+        let Some(fence) = self.write_deadline() else {
+            return Err(LeaseError::Fenced {
+                key: self.key.clone(),
+            });
+        };
+        Ok(Some(deadline.map_or(fence, |d| d.min(fence))))
+    }
+
+    /// The probe's one write that must be accepted, as every renewal must:
+    /// our record again, conditional on the version our acquire's write
+    /// gave it (its own ETag).
+    fn own_update(
+        &self,
+        body: &[u8],
+        sent: &Version,
+        bound: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        let mode = PutMode::Update(sent.clone());
+        put_resending(&*self.store, &*self.clock, &self.key, body, mode, bound)
+    }
+
+    /// What the answer to [`own_update`](Self::own_update), sent on
+    /// `sent`, says. Accepted: its version is the lease's from now on. A
+    /// refusal is read: our record still at `sent` means the service
+    /// refused a write conditional on the object's own ETag, so no renewal
+    /// could ever land ([`LeaseError::OwnEtagRefused`]); our record at
+    /// another version is our own write that landed unseen (adopted);
+    /// anything else is someone else's.
+    fn judge_own_update(
+        &self,
+        sent: &Version,
+        answer: Result<Version, StoreError>,
+        bound: Option<Instant>,
+    ) -> Result<(), LeaseError> {
+        let refusal = match answer {
+            Ok(version) => {
+                let version = self.known_version(version, "PUT")?;
+                self.lock().version = version;
+                return Ok(());
+            }
+            Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => e,
+            Err(e) => return Err(e.into()),
+        };
+        match read_record(&*self.store, &self.key, bound)? {
+            Some((Some(rec), version)) if self.is_ours(&rec) => {
+                if version == *sent && !mutant::on(Mutant::OwnEtagRefusalTrusted) {
+                    log::debug!(
+                        "{}: probe write on our own ETag refused: {refusal}",
+                        self.key
+                    );
+                    return Err(LeaseError::OwnEtagRefused {
+                        key: self.key.clone(),
+                    });
+                }
+                self.lock().version = self.known_version(version, "GET")?;
+                Ok(())
+            }
+            other => Err(self.lose(self.other_holder(other))),
+        }
+    }
+
+    /// [`probe`](Self::probe) with its four writes sent at once, each on
+    /// its own thread (the first on this one), for stores that allow it
+    /// ([`Store::concurrent_requests`]). The answer is the sequential
+    /// probe's: the first write, in the same order, whose answer was not a
+    /// refusal decides (an accepted write is [`LeaseError::ConditionsIgnored`]
+    /// naming its condition, another error is returned as it is). The probe
+    /// object is removed whenever its write was accepted, whatever decided.
+    fn probe_at_once(
+        &self,
+        body: &[u8],
+        deadline: Option<Instant>,
+        checks: [(String, PutMode, IgnoredCondition); 3],
+    ) -> Result<(), LeaseError> {
+        let bound = self.probe_bound(deadline)?;
+        let (store, clock) = (&*self.store, &*self.clock);
+        let put = |(key, mode, _): &(String, PutMode, IgnoredCondition)| {
+            put_resending(store, clock, key, body, mode.clone(), bound)
+        };
+        let sent = self.lock().version.clone();
+        let (answers, own): (Vec<Result<Version, StoreError>>, _) = std::thread::scope(|scope| {
+            let own = std::thread::Builder::new()
+                .name("bucket-lease-probe".into())
+                .spawn_scoped(scope, || self.own_update(body, &sent, bound));
+            let others: Vec<_> = checks[1..]
+                .iter()
+                .map(|check| {
+                    // Without a thread, the write is sent from this one.
+                    std::thread::Builder::new()
+                        .name("bucket-lease-probe".into())
+                        .spawn_scoped(scope, move || put(check))
+                        .map_err(|_| check)
+                })
+                .collect();
+            let mut answers = vec![put(&checks[0])];
+            for other in others {
+                answers.push(match other {
+                    Ok(thread) => thread
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(check) => put(check),
+                });
+            }
+            let own = match own {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(_) => self.own_update(body, &sent, bound),
+            };
+            (answers, own)
+        });
+        let (probe_key, _, _) = &checks[2];
+        if answers[2].is_ok() {
+            if let Err(e) = self
+                .store
+                .delete(probe_key, &DeleteMode::Unconditional, bound)
+            {
+                log::error!("{probe_key}: could not remove the probe object: {e}");
+            }
+        }
+        for ((_, _, condition), answer) in checks.iter().zip(answers) {
+            match answer {
+                Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+                Ok(_) => {
+                    return Err(LeaseError::ConditionsIgnored {
+                        key: self.key.clone(),
+                        condition: *condition,
+                    })
+                }
+            }
+        }
+        self.judge_own_update(&sent, own, bound)
+    }
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::super::{Contender, LeaseOptions};
+    use super::*;
+    use crate::clock::TestClock;
+    use crate::memory::{MemoryStore, Misbehaviour};
+    use crate::record::{lease_key, LeaseRecord};
+    use crate::store::Object;
+    use crate::store::{PutOptions, Store};
+    use std::sync::Arc;
+
+    /// A memory store on which the probe sends its writes at once.
+    #[derive(Debug)]
+    struct AtOnce(Arc<MemoryStore>);
+
+    impl Store for AtOnce {
+        fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+            self.0.get(key, deadline)
+        }
+        fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+            self.0.head(key, deadline)
+        }
+        fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+            self.0.put(key, body, options)
+        }
+        fn delete(
+            &self,
+            key: &str,
+            mode: &DeleteMode,
+            deadline: Option<Instant>,
+        ) -> Result<(), StoreError> {
+            self.0.delete(key, mode, deadline)
+        }
+        fn concurrent_requests(&self) -> bool {
+            true
+        }
+        fn store_url(&self) -> Option<&str> {
+            self.0.store_url()
+        }
+    }
+
+    /// What an acquire answers with `switches` on, and the keys and the
+    /// record it leaves.
+    fn acquire(at_once: bool, switches: &[Misbehaviour]) -> (String, Vec<String>, String) {
+        let memory = Arc::new(MemoryStore::new());
+        for switch in switches {
+            memory.set(*switch);
+        }
+        let store: Arc<dyn Store> = if at_once {
+            Arc::new(AtOnce(memory.clone()))
+        } else {
+            memory.clone()
+        };
+        let options = LeaseOptions::new(30).clock(Arc::new(TestClock::new()));
+        let answer = match Contender::new(store, "db", options).try_acquire() {
+            Ok(lease) => format!("held, {:?}", lease.exclusion()),
+            Err(e) => format!("{e:?}"),
+        };
+        let keys = memory
+            .keys()
+            .into_iter()
+            .map(|k| {
+                if k.contains(".probe-") {
+                    "PROBE".into()
+                } else {
+                    k
+                }
+            })
+            .collect();
+        let record = memory
+            .peek(&lease_key("db"))
+            .and_then(|b| LeaseRecord::parse(&b))
+            .map_or("none".into(), |r| format!("released: {}", r.is_released()));
+        (answer, keys, record)
+    }
+
+    #[test]
+    fn the_probe_sent_at_once_answers_as_the_one_sent_in_order() {
+        use Misbehaviour::*;
+        let ignored = [IgnoreIfNoneMatch, IgnoreIfMatch, CreateOnIfMatchAbsent];
+        let mut cases: Vec<Vec<Misbehaviour>> = (0..8u32)
+            .map(|bits| {
+                (0..3)
+                    .filter(|i| bits & (1 << i) != 0)
+                    .map(|i| ignored[i])
+                    .collect()
+            })
+            .collect();
+        for other in [
+            NotModifiedOnCreate,
+            NoConditions,
+            NoEtags,
+            IgnoreIfMatchOnDelete,
+        ] {
+            cases.push(vec![other]);
+            cases.push(vec![other, IgnoreIfMatch]);
+        }
+        for switches in cases {
+            let in_order = acquire(false, &switches);
+            for _ in 0..3 {
+                assert_eq!(acquire(true, &switches), in_order, "{switches:?}");
+            }
+            assert!(
+                !in_order.1.iter().any(|k| k == "PROBE"),
+                "{switches:?}: the probe object is removed"
+            );
+        }
+    }
+}
