@@ -27,7 +27,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// The round trip of a request that lands and is answered.
-pub(crate) const ROUND_TRIP: Nanos = 1_000_000;
+const ROUND_TRIP: Nanos = 1_000_000;
 
 /// A call without a deadline, or with one further off, is cut here (as
 /// the seeded simulation's store does).
@@ -39,7 +39,7 @@ const MAX_STEPS: u64 = 400;
 
 /// What becomes of one request: a choice at each request sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fate {
+enum Fate {
     /// It lands and its answer arrives one round trip later.
     Lands,
     /// It lands; its answer is lost, and the caller times out at its
@@ -73,7 +73,7 @@ impl Fate {
 
 /// What a blocked process gets when it goes on.
 #[derive(Debug)]
-pub(crate) enum Answer {
+enum Answer {
     /// Its sleep ended, or it starts.
     Woken,
     /// Its store call's result.
@@ -137,7 +137,7 @@ pub(crate) struct State {
     late: Vec<(usize, u64)>,
     pub(crate) steps: u64,
     finished: bool,
-    pub(crate) over: bool,
+    over: bool,
 }
 
 /// The state behind its lock, with a condition variable per process and
