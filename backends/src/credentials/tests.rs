@@ -536,7 +536,7 @@ fn while_the_source_is_asked_again_every_thread_signs_with_the_valid_credentials
     // stamped to the second, 4 s after a 2 s run, inside the 3 s window),
     // so run 3 can replace them before a look sees them: any key after
     // the first shows the slow refresh landed.
-    until("the slow refresh", Duration::from_secs(4), || {
+    until("the slow refresh", Duration::from_secs(10), || {
         key_id(&provider) != "AKIDPROC1"
     });
 }
