@@ -299,6 +299,22 @@ fn reading_a_pointer_from_a_newer_holder_supersedes_the_stale_holder() {
     assert_eq!(store.inner.peek("db/LATEST").unwrap(), b"2");
 }
 
+/// What `put_new`, `put_pointer` and `read_pointer` of `key` each say:
+/// every one must be refused with `OutsideLease`.
+fn refusals(writer: &FencedWriter, key: &str) -> Vec<String> {
+    [
+        writer.put_new(key, b"x").map(|_| ()),
+        writer.put_pointer(key, b"x").map(|_| ()),
+        writer.read_pointer(key).map(|_| ()),
+    ]
+    .into_iter()
+    .map(|result| match result {
+        Err(e @ WriteError::OutsideLease { .. }) => e.to_string(),
+        other => panic!("{key}: expected OutsideLease, got {other:?}"),
+    })
+    .collect()
+}
+
 /// A writer stays inside its lease: a key outside the lease's prefix, and
 /// any lease record or probe key (its own or a nested lease's), is refused
 /// with nothing sent, saying how to write elsewhere; another prefix can be
@@ -315,22 +331,12 @@ fn writes_outside_the_lease_prefix_are_refused() {
         "db/LEASE.probe-0123",
         "db/tables/t1/LEASE",
     ] {
-        for result in [
-            writer.put_new(key, b"x").map(|_| ()),
-            writer.put_pointer(key, b"x").map(|_| ()),
-            writer.read_pointer(key).map(|_| ()),
-        ] {
-            match result {
-                Err(e @ WriteError::OutsideLease { .. }) => {
-                    let text = e.to_string();
-                    assert!(text.contains(key), "{text}");
-                    assert!(
-                        text.contains("allow_prefix") || text.contains("lease record"),
-                        "{text}"
-                    );
-                }
-                other => panic!("{key}: expected OutsideLease, got {other:?}"),
-            }
+        for text in refusals(&writer, key) {
+            assert!(text.contains(key), "{text}");
+            assert!(
+                text.contains("allow_prefix") || text.contains("lease record"),
+                "{text}"
+            );
         }
     }
     assert_eq!(store.inner.requests(), before, "nothing was sent");
@@ -357,21 +363,11 @@ fn keys_with_dot_segments_are_refused() {
         "db/parts/..",
         "db/.",
     ] {
-        for result in [
-            writer.put_new(key, b"x").map(|_| ()),
-            writer.put_pointer(key, b"x").map(|_| ()),
-            writer.read_pointer(key).map(|_| ()),
-        ] {
-            match result {
-                Err(e @ WriteError::OutsideLease { .. }) => {
-                    let text = e.to_string();
-                    assert!(
-                        text.contains(key) && text.contains("`.` or `..` segment"),
-                        "{text}"
-                    );
-                }
-                other => panic!("{key}: expected OutsideLease, got {other:?}"),
-            }
+        for text in refusals(&writer, key) {
+            assert!(
+                text.contains(key) && text.contains("`.` or `..` segment"),
+                "{text}"
+            );
         }
     }
     assert_eq!(store.inner.requests(), before, "nothing was sent");

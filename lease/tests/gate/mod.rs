@@ -186,6 +186,17 @@ impl World {
             .with_instance_nonce("another-process")
     }
 
+    /// A lease of ours whose record is at a version it does not know: a
+    /// renewal's write landed and its answer was lost.
+    pub fn lease_with_an_unseen_version(&self) -> bucket_lease_core::Lease {
+        let lease = self.ours().try_acquire().expect("taken");
+        self.memory.lose_next_answers(1);
+        lease
+            .renew()
+            .expect_err("the answer was lost (the write landed)");
+        lease
+    }
+
     /// The record as it stands.
     pub fn record(&self) -> LeaseRecord {
         LeaseRecord::parse(&self.memory.peek(KEY).expect("a LEASE object")).expect("a record")
