@@ -45,6 +45,12 @@
 //! `HTTP_PROXY` / `HTTPS_PROXY` by the endpoint's scheme, and `NO_PROXY`
 //! (see `Proxies`, HTTP features).
 //!
+//! `BUCKET_LEASE_WRITE_INTERVAL` (`1s`, `1500ms`, `0` or `off`) is the
+//! shortest time the service allows between two writes of one key: `r2://`
+//! defaults to one second, R2's documented limit, the others to none. Set
+//! it for any endpoint that limits writes of a key (Google Cloud Storage
+//! behind its S3 API takes one a second too).
+//!
 //! Reading the environment is injectable ([`open_with_env`]), so tests
 //! need not change the process's variables. Programs that configure in
 //! code use the builders (`s3::builder()`, …) instead.
@@ -307,6 +313,27 @@ fn url_profile_name(url: &StoreUrl) -> &'static str {
     }
 }
 
+/// A write interval as `BUCKET_LEASE_WRITE_INTERVAL` gives it: whole
+/// seconds (`1`, `1s`) or milliseconds (`1500ms`), or `0` / `off` for none
+/// (`Duration::ZERO`); at most an hour.
+#[cfg(http)]
+fn parse_interval(value: &str) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("off") {
+        return Some(Duration::ZERO);
+    }
+    let (digits, unit) = match value.strip_suffix("ms") {
+        Some(digits) => (digits, Duration::from_millis(1)),
+        None => (
+            value.strip_suffix('s').unwrap_or(value),
+            Duration::from_secs(1),
+        ),
+    };
+    let count: u32 = digits.trim().parse().ok()?;
+    Some(unit * count).filter(|d| *d <= Duration::from_secs(3600))
+}
+
 fn not_built(url: &StoreUrl) -> ConfigError {
     let (scheme, feature) = match url {
         StoreUrl::S3 { .. } => ("s3", "s3"),
@@ -481,6 +508,15 @@ pub fn http_builder(
         if let Some(on) = switch(variable)? {
             builder = set(builder, on);
         }
+    }
+    if let Some(value) = var("BUCKET_LEASE_WRITE_INTERVAL") {
+        let interval = parse_interval(&value).ok_or_else(|| ConfigError::Invalid {
+            what: url_profile_name(url),
+            value: value.clone(),
+            why: "is not a write interval (BUCKET_LEASE_WRITE_INTERVAL)".into(),
+            fix: "set it to a duration such as 1s or 1500ms, or 0 (or off) for none",
+        })?;
+        builder = builder.write_interval(interval);
     }
     // The roots trusted beside the built-in ones, as the AWS CLI reads
     // them (the variable wins over the profile), and the system's store
@@ -1320,6 +1356,42 @@ pub(crate) mod tests {
             "configuring the r2 store: \"maybe\" is not on or off \
              (BUCKET_LEASE_UNQUOTED_ETAGS); set it to on or off (true or false)"
         );
+    }
+
+    #[cfg(all(feature = "r2", feature = "s3"))]
+    #[test]
+    fn the_write_interval_is_r2s_second_unless_the_environment_sets_it() {
+        let debug = |url: &str, interval: Option<&'static str>| {
+            let url = StoreUrl::parse(url).unwrap();
+            let env = move |name: &str| match name {
+                "AWS_ACCESS_KEY_ID" => Some("A".to_string()),
+                "AWS_SECRET_ACCESS_KEY" => Some("S".to_string()),
+                "AWS_REGION" => Some("us-east-1".to_string()),
+                "R2_ACCOUNT_ID" => Some("acct".to_string()),
+                "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
+                "BUCKET_LEASE_WRITE_INTERVAL" => interval.map(str::to_string),
+                _ => None,
+            };
+            http_builder(&url, &env)
+                .and_then(|b| b.build())
+                .map(|store| format!("{store:?}"))
+                .map_err(|e| e.to_string())
+        };
+        let shown = |text: String| {
+            let at = text.find("write_interval: ").expect("shown") + "write_interval: ".len();
+            text[at..].split([',', ' ']).next().unwrap().to_string()
+        };
+        assert_eq!(shown(debug("r2://b/p", None).unwrap()), "Some(1s)");
+        assert_eq!(shown(debug("s3://b/p", None).unwrap()), "None");
+        assert_eq!(shown(debug("r2://b/p", Some("0")).unwrap()), "None");
+        assert_eq!(shown(debug("r2://b/p", Some("off")).unwrap()), "None");
+        assert_eq!(
+            shown(debug("s3://b/p", Some("1500ms")).unwrap()),
+            "Some(1.5s)"
+        );
+        assert_eq!(shown(debug("s3://b/p", Some("2s")).unwrap()), "Some(2s)");
+        let bad = debug("s3://b/p", Some("soon")).unwrap_err();
+        assert!(bad.contains("BUCKET_LEASE_WRITE_INTERVAL"), "{bad}");
     }
 
     #[cfg(feature = "minio")]

@@ -38,10 +38,11 @@ use crate::settings::{redact_user_info, url_text, ConfigError, Named, Proxies, P
 use crate::sign::{sign_request, Credentials, KeyCache};
 use crate::spelling::{same_etag, Now, Spelling};
 use crate::xml::ErrorBody;
-use bucket_lease_core::clock::{jittered, transient_backoff};
+use bucket_lease_core::clock::{jittered, transient_backoff, Clock, SystemClock};
 use bucket_lease_core::mutant::StoreMutant;
+use bucket_lease_core::spacing::WriteSpacing;
 use bucket_lease_core::store::{
-    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+    DeleteMode, Delivery, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
 use std::fmt;
 use std::io::Read;
@@ -149,6 +150,10 @@ pub struct Profile {
     /// Whether `If-Match` carries the ETag without its quotes (some services
     /// accept only that).
     pub unquoted_etags: bool,
+    /// The shortest time the service allows between two writes of one key
+    /// (R2: one second), which the store spaces its own writes by; `None`
+    /// for no such limit. See [`Store::write_interval`].
+    pub write_interval: Option<Duration>,
 }
 
 /// Which of a region's endpoints to use (`AWS_USE_FIPS_ENDPOINT`,
@@ -204,6 +209,7 @@ pub struct HttpStoreBuilder {
     etag_spelling_set: bool,
     timeout: Duration,
     max_body: usize,
+    write_interval: Option<Duration>,
     connect_to: Option<SocketAddr>,
     /// The host name lookup (tests inject one; never real DNS in tests).
     lookup: Option<crate::net::Lookup>,
@@ -227,6 +233,7 @@ impl fmt::Debug for HttpStoreBuilder {
             .field("unquoted_etags", &self.unquoted_etags)
             .field("timeout", &self.timeout)
             .field("max_body", &self.max_body)
+            .field("write_interval", &self.write_interval)
             .field("connect_to", &self.connect_to)
             .field("trust", &self.trust)
             .field("proxies", &self.proxies)
@@ -250,11 +257,24 @@ impl HttpStoreBuilder {
             etag_spelling_set: false,
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
+            write_interval: profile.write_interval,
             connect_to: None,
             lookup: None,
             trust: Trust::default(),
             proxies: None,
         }
+    }
+
+    /// The shortest time the service allows between two writes of one key,
+    /// which the store then spaces its own writes of each key by (a write
+    /// waits its turn within its deadline) and the lease plans for (see
+    /// [`Store::write_interval`]). The `r2` profile's default is one
+    /// second, R2's documented limit; the others have none. `Duration::ZERO`
+    /// sets none. `BUCKET_LEASE_WRITE_INTERVAL` sets it from the
+    /// environment (`1s`, `1500ms`, `0`).
+    pub fn write_interval(mut self, interval: Duration) -> Self {
+        self.write_interval = (!interval.is_zero()).then_some(interval);
+        self
     }
 
     /// The service's URL: `https://host[:port][/base]`, or `host[:port]`
@@ -628,6 +648,7 @@ impl HttpStoreBuilder {
             spelling: Spelling::new(self.unquoted_etags, self.etag_spelling_set),
             timeout: self.timeout,
             max_body: self.max_body,
+            spacing: self.write_interval.map(WriteSpacing::new),
         })
     }
 }
@@ -709,6 +730,8 @@ pub struct HttpStore {
     spelling: Spelling,
     timeout: Duration,
     max_body: usize,
+    /// The turns of each key's writes, on a service with a write interval.
+    spacing: Option<WriteSpacing>,
 }
 
 impl fmt::Debug for HttpStore {
@@ -723,6 +746,10 @@ impl fmt::Debug for HttpStore {
             .field("unquoted_etags", &self.spelling.bare())
             .field("timeout", &self.timeout)
             .field("max_body", &self.max_body)
+            .field(
+                "write_interval",
+                &self.spacing.as_ref().map(WriteSpacing::interval),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -751,6 +778,12 @@ impl Op {
 
     fn conditional(self) -> bool {
         matches!(self, Op::Create | Op::Update | Op::DeleteIfMatch)
+    }
+
+    /// Whether the request changes the object: what a service's write
+    /// interval counts.
+    fn writes(self) -> bool {
+        !matches!(self, Op::Get | Op::Head)
     }
 }
 
@@ -964,8 +997,37 @@ impl HttpStore {
         Ok(left.min(self.timeout))
     }
 
-    /// Sign and send `request`, and read its answer up to the cap.
+    /// Sign and send `request`, and read its answer up to the cap; a
+    /// write waits its key's turn first on a service with a write interval
+    /// ([`WriteSpacing`]), and is not sent when the turn comes after
+    /// `deadline`.
     fn send(
+        &self,
+        op: Op,
+        key: &str,
+        request: http::Request<()>,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Answer, StoreError> {
+        let spacing = match &self.spacing {
+            Some(spacing) if op.writes() => spacing,
+            _ => return self.send_now(op, key, request, body, deadline),
+        };
+        let clock = SystemClock;
+        if let Err(late) = spacing.wait_turn(key, &clock, deadline) {
+            return Err(late.error(op.method(), key, spacing.interval(), clock.now()));
+        }
+        let answer = self.send_now(op, key, request, body, deadline);
+        match &answer {
+            Err(e) if e.delivery() == Delivery::NotSent => spacing.not_sent(key, &clock),
+            Err(_) => spacing.wrote(key, &clock, None),
+            Ok(answer) => spacing.wrote(key, &clock, throttle_of(answer).flatten()),
+        }
+        answer
+    }
+
+    /// [`send`](Self::send), now.
+    fn send_now(
         &self,
         op: Op,
         key: &str,
@@ -1054,6 +1116,9 @@ impl HttpStore {
         if kind == StoreErrorKind::Transport {
             // A 5xx (or 408, 429): the service's own answer.
             error = error.answered();
+        }
+        if let Some(retry_after) = throttle_of_parts(&answer, parsed.code.as_deref()) {
+            error = error.throttled(retry_after);
         }
         let mut error = error.with_code(
             parsed
@@ -1207,6 +1272,34 @@ impl HttpStore {
             (result, _) => result,
         }
     }
+}
+
+/// Whether `answer` asks the client to slow down, and for how long when it
+/// says: `Some(retry_after)` for a 429 or a 503 whose code is S3's
+/// `SlowDown`. See [`HttpStore`] for what such an answer means.
+fn throttle_of(answer: &Answer) -> Option<Option<Duration>> {
+    let code = match &answer.body {
+        Ok(bytes) if answer.status == 503 => ErrorBody::parse(bytes).code,
+        _ => None,
+    };
+    throttle_of_parts(answer, code.as_deref())
+}
+
+/// [`throttle_of`], with the answer's error code already read.
+fn throttle_of_parts(answer: &Answer, code: Option<&str>) -> Option<Option<Duration>> {
+    let throttled = answer.status == 429
+        || (answer.status == 503 && code.is_some_and(|c| c.starts_with("SlowDown")));
+    throttled.then(|| retry_after(&answer.headers))
+}
+
+/// The longest `Retry-After` honoured: a longer one is taken as this.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// An answer's `Retry-After` in seconds (its HTTP-date form is not read),
+/// at most [`MAX_RETRY_AFTER`].
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: u64 = header(headers, "retry-after")?.trim().parse().ok()?;
+    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
 }
 
 /// The most times one request is sent (the AWS SDKs' standard mode).
@@ -1417,6 +1510,18 @@ impl Store for HttpStore {
     /// S3's limit, which R2 and MinIO share.
     fn max_key_bytes(&self) -> Option<usize> {
         Some(crate::settings::S3_MAX_KEY_BYTES)
+    }
+
+    /// The profile's or the builder's
+    /// ([`HttpStoreBuilder::write_interval`]).
+    fn write_interval(&self) -> Option<Duration> {
+        self.spacing.as_ref().map(WriteSpacing::interval)
+    }
+
+    fn await_write_turn(&self, key: &str, deadline: Option<Instant>) {
+        if let Some(spacing) = &self.spacing {
+            spacing.await_turn(key, &SystemClock, deadline);
+        }
     }
 
     /// `s3://bucket/`, `r2://bucket/` or `minio://bucket/`, by the profile.

@@ -16,6 +16,7 @@ pub const PROFILE: Profile = Profile {
     endpoint_for_region: None,
     conditional_delete: true,
     unquoted_etags: false,
+    write_interval: None,
 };
 
 /// A builder with the MinIO defaults; set the endpoint, the bucket and the

@@ -9,6 +9,7 @@
 //! Turn them on with [`HttpStoreBuilder::conditional_delete`] once probed.
 
 use crate::http::{Addressing, HttpStoreBuilder, Profile};
+use std::time::Duration;
 
 /// The defaults for Cloudflare R2.
 pub const PROFILE: Profile = Profile {
@@ -18,6 +19,9 @@ pub const PROFILE: Profile = Profile {
     endpoint_for_region: None,
     conditional_delete: false,
     unquoted_etags: false,
+    // "Maximum concurrent writes to the same object name (key): 1 per
+    // second" (R2's Limits page); beyond it, 429.
+    write_interval: Some(Duration::from_secs(1)),
 };
 
 /// The endpoint of `account_id`, in `jurisdiction` (such as `eu` or

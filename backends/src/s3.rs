@@ -21,6 +21,7 @@ pub const PROFILE: Profile = Profile {
     endpoint_for_region: Some(endpoint),
     conditional_delete: true,
     unquoted_etags: false,
+    write_interval: None,
 };
 
 /// The standard AWS partition `region` belongs to: `aws`, `aws-cn`

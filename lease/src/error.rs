@@ -169,6 +169,18 @@ pub enum LeaseError {
         /// The TTL asked for, in seconds.
         ttl_s: u64,
     },
+    /// The store takes one write of a key per
+    /// [`write_interval`](crate::store::Store::write_interval), and the
+    /// TTL's renewal interval (a third of it) is shorter, so renewals would
+    /// be refused. Nothing was written.
+    TtlTooShort {
+        /// The TTL asked for, in seconds.
+        ttl_s: u64,
+        /// The smallest TTL whose renewals the store takes, in seconds.
+        min_ttl_s: u64,
+        /// The store's interval between two writes of a key.
+        write_interval: std::time::Duration,
+    },
     /// The record's epoch is `u64::MAX`, so no later holder can be given a
     /// greater one. Nothing was written.
     EpochExhausted {
@@ -202,6 +214,21 @@ pub enum LeaseError {
         /// The lease object's key.
         key: String,
     },
+    /// An acquire failed (`cause`), and so did its hand-back of the record
+    /// it had written: the record names this instance and keeps the key
+    /// from every other contender until `blocks_until`, when its TTL runs
+    /// out, unless someone breaks it (`bucket-lease break`).
+    RecordLeft {
+        /// The lease object's key.
+        key: String,
+        /// Why the acquire failed.
+        cause: Box<LeaseError>,
+        /// Why the record could not be handed back.
+        hand_back: Box<LeaseError>,
+        /// When the record goes stale, as an RFC 3339 instant of the
+        /// writer's clock.
+        blocks_until: String,
+    },
     /// A store request failed.
     Store(StoreError),
 }
@@ -222,7 +249,17 @@ impl LeaseError {
     pub fn store_error(&self) -> Option<&StoreError> {
         match self {
             LeaseError::Store(e) => Some(e),
+            LeaseError::RecordLeft { cause, .. } => cause.store_error(),
             _ => None,
+        }
+    }
+
+    /// The error an acquire failed with, without what its failed hand-back
+    /// added ([`LeaseError::RecordLeft`]): for deciding what to do.
+    pub fn cause(&self) -> &LeaseError {
+        match self {
+            LeaseError::RecordLeft { cause, .. } => cause.cause(),
+            other => other,
         }
     }
 
@@ -234,9 +271,11 @@ impl LeaseError {
     pub fn is_permanent(&self) -> bool {
         match self {
             LeaseError::Store(e) => e.is_permanent(),
+            LeaseError::RecordLeft { cause, .. } => cause.is_permanent(),
             LeaseError::ConditionsIgnored { .. }
             | LeaseError::OwnEtagRefused { .. }
             | LeaseError::TtlTooLong { .. }
+            | LeaseError::TtlTooShort { .. }
             | LeaseError::EpochExhausted { .. }
             | LeaseError::KeyTooLong { .. }
             | LeaseError::Cancelled { .. } => true,
@@ -354,6 +393,16 @@ impl fmt::Display for LeaseError {
                  would treat such a record as suspect and could take it from a live holder; use \
                  a TTL from 1 to {MAX_SANE_TTL_S} s"
             ),
+            LeaseError::TtlTooShort {
+                ttl_s,
+                min_ttl_s,
+                write_interval,
+            } => write!(
+                f,
+                "a lease TTL of {ttl_s} s is too short for this store: it takes one write of a \
+                 key every {write_interval:?}, and a lease is renewed every third of its TTL; \
+                 use a TTL of at least {min_ttl_s} s"
+            ),
             LeaseError::EpochExhausted { key } => write!(
                 f,
                 "lease {key} not taken: its record's epoch is at the largest value ({}), so no \
@@ -395,6 +444,17 @@ impl fmt::Display for LeaseError {
                 "waiting for lease {key} was cancelled; nothing was taken"
             ),
             LeaseError::Store(e) => write!(f, "lease store request failed: {e}"),
+            LeaseError::RecordLeft {
+                key,
+                cause,
+                hand_back,
+                blocks_until,
+            } => write!(
+                f,
+                "{cause}; and the record could not be handed back ({hand_back}): it names this \
+                 instance and keeps {key} from every other contender until {blocks_until}, when \
+                 its TTL runs out (or break it: bucket-lease break)"
+            ),
         }
     }
 }

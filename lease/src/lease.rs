@@ -466,6 +466,9 @@ pub struct Lease {
     /// [`Lease::renew_before`]).
     renewing: std::sync::atomic::AtomicBool,
     held: Mutex<Held>,
+    /// Objects the acquire's probe made beside the record on a store with
+    /// a write interval, to remove once their interval is over.
+    probe_objects: Mutex<Vec<String>>,
 }
 
 impl Lease {

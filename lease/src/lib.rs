@@ -105,6 +105,7 @@ pub mod memory;
 pub mod mutant;
 pub mod pool;
 pub mod record;
+pub mod spacing;
 pub mod store;
 #[cfg(feature = "internals")]
 #[doc(hidden)]

@@ -10,13 +10,14 @@
 //!
 //! It is for unit and simulation tests; nothing persists.
 
+use crate::clock::Clock;
 use crate::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// One way the store can deviate from S3. Switches are set with
 /// [`MemoryStore::set`] and stay on until cleared, except the counted
@@ -51,11 +52,44 @@ pub enum Misbehaviour {
     RefuseOwnEtag,
 }
 
+/// A service's limit on the writes of one key: Cloudflare R2 takes "1 per
+/// second" and answers `429 Too Many Requests` beyond it
+/// ([`MemoryStore::limit_writes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteLimit {
+    /// The shortest time between two counted writes of a key.
+    pub interval: Duration,
+    /// Which writes start a new interval.
+    pub counts: WriteCount,
+}
+
+/// Which writes of a key start its [`WriteLimit`]'s interval: the two
+/// readings of R2's rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WriteCount {
+    /// Only writes that took effect.
+    Accepted,
+    /// Every write the service decided, a refused condition's too; a write
+    /// answered 429 does not (it was turned away before it was decided).
+    Every,
+}
+
 /// The in-memory store. See the [module docs](self).
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
     next_etag: AtomicU64,
+}
+
+/// The service's side of a [`WriteLimit`]: the last counted write of each
+/// key, by the limit's clock.
+#[derive(Debug)]
+struct Limited {
+    limit: WriteLimit,
+    clock: Arc<dyn Clock>,
+    last: HashMap<String, Instant>,
+    throttled: u64,
 }
 
 #[derive(Debug, Default)]
@@ -68,6 +102,7 @@ struct State {
     requests: u64,
     puts: u64,
     read_cap: Option<usize>,
+    limited: Option<Limited>,
 }
 
 impl MemoryStore {
@@ -112,6 +147,27 @@ impl MemoryStore {
     /// HTTP client with a read cap does; `None` reads everything.
     pub fn set_read_cap(&self, bytes: Option<usize>) {
         self.lock().read_cap = bytes;
+    }
+
+    /// Answer as a service with `limit` does, by `clock`: a write of a key
+    /// within the interval of its last counted write is answered as R2
+    /// answers it (429, code `TooManyRequests`, `Retry-After` the time
+    /// left), a throttled [`StoreErrorKind::Transport`] error, and takes no
+    /// effect. The store does not space its own writes for it: wrap it in a
+    /// [`SpacedStore`](crate::spacing::SpacedStore) per client for that.
+    pub fn limit_writes(&self, limit: WriteLimit, clock: Arc<dyn Clock>) {
+        self.lock().limited = Some(Limited {
+            limit,
+            clock,
+            last: HashMap::new(),
+            throttled: 0,
+        });
+    }
+
+    /// How many writes the [`limit_writes`](Self::limit_writes) limit
+    /// turned away.
+    pub fn throttled(&self) -> u64 {
+        self.lock().limited.as_ref().map_or(0, |l| l.throttled)
     }
 
     /// How many requests the store has answered (or failed).
@@ -162,6 +218,45 @@ impl MemoryStore {
 impl State {
     fn on(&self, switch: Misbehaviour) -> bool {
         self.switches.contains(&switch)
+    }
+
+    /// A throttled answer when the write limit turns this write of `key`
+    /// away.
+    fn turned_away(&mut self, method: &'static str, key: &str) -> Result<(), StoreError> {
+        let Some(limited) = &mut self.limited else {
+            return Ok(());
+        };
+        let now = limited.clock.now();
+        let Some(open) = limited
+            .last
+            .get(key)
+            .map(|last| *last + limited.limit.interval)
+            .filter(|open| *open > now)
+        else {
+            return Ok(());
+        };
+        limited.throttled += 1;
+        let wait = open - now;
+        Err(StoreError::new(StoreErrorKind::Transport, method, key)
+            .answered()
+            .throttled(Some(wait))
+            .with_code("TooManyRequests")
+            .with_message(format!(
+                "one write of a key per {:?}: this key was written {:?} ago",
+                limited.limit.interval,
+                limited.limit.interval - wait
+            )))
+    }
+
+    /// Count a decided write of `key` (`applied` when it took effect)
+    /// against the write limit.
+    fn decided(&mut self, key: &str, applied: bool) {
+        if let Some(limited) = &mut self.limited {
+            if applied || limited.limit.counts == WriteCount::Every {
+                let now = limited.clock.now();
+                limited.last.insert(key.to_string(), now);
+            }
+        }
     }
 
     /// Count the request, and fail it if a failure is queued.
@@ -267,6 +362,21 @@ impl MemoryStore {
         let mut s = self.lock();
         s.puts += 1;
         s.begin("PUT", key)?;
+        s.turned_away("PUT", key)?;
+        let decided = Self::put_in(&mut s, key, body, options, version);
+        s.decided(key, decided.is_ok());
+        s.answer("PUT", key, decided?)
+    }
+
+    /// The write itself, decided on the locked state; `Ok` when it took
+    /// effect.
+    fn put_in(
+        s: &mut State,
+        key: &str,
+        body: &[u8],
+        options: &PutOptions,
+        version: Version,
+    ) -> Result<Version, StoreError> {
         let refuse = |kind, code: &str| Err(StoreError::new(kind, "PUT", key).with_code(code));
         let existing = s.objects.get(key).map(|o| o.version.clone());
         match &options.mode {
@@ -311,12 +421,11 @@ impl MemoryStore {
                 metadata: options.metadata.clone(),
             },
         );
-        let version = if s.on(Misbehaviour::NoEtags) {
+        Ok(if s.on(Misbehaviour::NoEtags) {
             Version::default()
         } else {
             version
-        };
-        s.answer("PUT", key, version)
+        })
     }
 
     fn delete_object(
@@ -327,6 +436,16 @@ impl MemoryStore {
     ) -> Result<(), StoreError> {
         let mut s = self.lock();
         s.begin("DELETE", key)?;
+        s.turned_away("DELETE", key)?;
+        let decided = Self::delete_in(&mut s, key, mode);
+        s.decided(key, decided.is_ok());
+        decided?;
+        s.answer("DELETE", key, ())
+    }
+
+    /// The delete itself, decided on the locked state; `Ok` when it took
+    /// effect (or the key was already absent).
+    fn delete_in(s: &mut State, key: &str, mode: &DeleteMode) -> Result<(), StoreError> {
         if let DeleteMode::IfVersion(wanted) = mode {
             if s.on(Misbehaviour::NoConditions) || s.on(Misbehaviour::NoConditionalDelete) {
                 return Err(
@@ -343,7 +462,7 @@ impl MemoryStore {
             }
         }
         s.objects.remove(key);
-        s.answer("DELETE", key, ())
+        Ok(())
     }
 }
 

@@ -240,6 +240,28 @@ pub trait Store: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The shortest time the service allows between two writes of one key
+    /// (Cloudflare R2: one a second), or `None`, the default, for no such
+    /// limit. A store with one spaces its own writes of a key by it (a
+    /// write waits its turn within its deadline, and fails not sent when
+    /// the turn comes after it), and the lease plans for it: an acquire's
+    /// probe writes other keys, and a TTL whose renewal interval (a third
+    /// of it) is shorter is refused
+    /// ([`LeaseError::TtlTooShort`](crate::LeaseError::TtlTooShort)).
+    fn write_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Wait until a write of `key` would go out at once, or until
+    /// `deadline`: for a caller that takes the time a write starts before
+    /// sending it (an acquire dates the new lease's fence from then), so
+    /// that a store with a [`write_interval`](Self::write_interval) does
+    /// not spend the fence waiting for the key's turn. The default, for a
+    /// store without one, returns at once.
+    fn await_write_turn(&self, key: &str, deadline: Option<Instant>) {
+        let _ = (key, deadline);
+    }
+
     /// Write `body` to `key` as `options` say, and return the new version.
     ///
     /// # Errors
@@ -367,6 +389,11 @@ pub struct StoreError {
     delivery: Delivery,
     version: Option<Box<Version>>,
     permanent: bool,
+    /// Whether the service said to slow down (429, `SlowDown`), and the
+    /// wait it asked for (`Retry-After`), in one word to keep the error
+    /// small: 0, not throttled; 1, throttled without a wait; `1 + ms`,
+    /// throttled with a wait of `ms` milliseconds.
+    throttle: u32,
 }
 
 impl StoreError {
@@ -384,6 +411,7 @@ impl StoreError {
             delivery: Delivery::Unknown,
             version: None,
             permanent: false,
+            throttle: 0,
         }
     }
 
@@ -477,6 +505,31 @@ impl StoreError {
         self
     }
 
+    /// The same error, marked as the service's request to slow down (a
+    /// 429, or S3's `503 SlowDown`), with the wait it asked for
+    /// (`Retry-After`) when it gave one. Its kind stays
+    /// [`StoreErrorKind::Transport`], [`Delivery::Answered`]: no service
+    /// documents that a throttled write took no effect, so it is settled as
+    /// any unanswered write is, by reading.
+    /// A wait over `u32::MAX` milliseconds (49 days) is kept as that.
+    pub fn throttled(mut self, retry_after: Option<Duration>) -> Self {
+        let ms = retry_after.map_or(0, |wait| wait.as_millis());
+        self.throttle = u32::try_from(ms).unwrap_or(u32::MAX - 1) + 1;
+        self
+    }
+
+    /// Whether the service asked the client to slow down
+    /// ([`throttled`](Self::throttled)).
+    pub fn is_throttled(&self) -> bool {
+        self.throttle > 0
+    }
+
+    /// How long the service asked the client to wait before the next
+    /// request, when it said (`Retry-After`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        (self.throttle > 1).then(|| Duration::from_millis(u64::from(self.throttle - 1)))
+    }
+
     /// How far the request got.
     pub fn delivery(&self) -> Delivery {
         self.delivery
@@ -555,6 +608,10 @@ impl StoreError {
 
     fn hint(&self) -> Option<&'static str> {
         match self.kind {
+            StoreErrorKind::Transport if self.is_throttled() => Some(
+                "the service is throttling requests (too many of this key or prefix): the \
+                 request may or may not have taken effect; retry after a pause",
+            ),
             StoreErrorKind::Transport => Some(match self.delivery {
                 Delivery::Unknown => {
                     "the request may have taken effect; check the endpoint and network, then retry"
@@ -606,6 +663,9 @@ impl fmt::Display for StoreError {
         }
         if let Some(id) = &self.request_id {
             details.push(format!("request id {id}"));
+        }
+        if let Some(wait) = self.retry_after() {
+            details.push(format!("retry after {wait:?}"));
         }
         if !details.is_empty() {
             write!(f, " ({})", details.join("; "))?;

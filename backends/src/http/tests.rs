@@ -10,6 +10,7 @@ fn profile(name: &'static str) -> Profile {
         endpoint_for_region: None,
         conditional_delete: true,
         unquoted_etags: false,
+        write_interval: None,
     }
 }
 

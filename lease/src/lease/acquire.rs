@@ -57,6 +57,7 @@ impl Contender {
             });
         }
         self.check_key_room()?;
+        self.check_write_interval()?;
         self.free_at = None;
         let clock = Arc::clone(&self.options.clock);
         let best_effort = self.options.best_effort;
@@ -81,6 +82,9 @@ impl Contender {
                     }
                 }
             };
+            // The fence counts from before the write: not from before a wait
+            // for the key's turn on a store with a write interval.
+            self.store.await_write_turn(&self.key, deadline);
             let (confirmed, confirmed_wall) = (clock.now(), clock.wall());
             let stamp = format_stamp(confirmed_wall);
             let record = LeaseRecord {
@@ -159,20 +163,20 @@ impl Contender {
                     exclusion,
                     state: State::Held,
                 }),
+                probe_objects: Mutex::new(Vec::new()),
             };
             if exclusion == Exclusion::Conditional {
                 if let Err(e) = lease.probe(&body, deadline) {
                     // This lease is unproven or excludes nobody: give the
                     // key back (a conditional write of a released record).
-                    let _ = lease.release_before(deadline);
-                    return Err(e);
+                    return Err(lease.hand_back(e, deadline));
                 }
             }
             if !lease.may_write() {
-                let _ = lease.release_before(deadline);
-                return Err(LeaseError::Fenced {
+                let fenced = LeaseError::Fenced {
                     key: self.key.clone(),
-                });
+                };
+                return Err(lease.hand_back(fenced, deadline));
             }
             if exclusion == Exclusion::BestEffort {
                 log::warn!(
@@ -261,6 +265,24 @@ impl Contender {
             exclusion,
         };
         target.release_if_ours(deadline)
+    }
+
+    /// [`LeaseError::TtlTooShort`] when the store takes one write of a key
+    /// per interval ([`Store::write_interval`]) and a third of the TTL, the
+    /// renewal interval, is shorter.
+    fn check_write_interval(&self) -> Result<(), LeaseError> {
+        let Some(interval) = self.store.write_interval() else {
+            return Ok(());
+        };
+        let ttl = Duration::from_secs(self.options.ttl_s);
+        if ttl / 3 >= interval {
+            return Ok(());
+        }
+        Err(LeaseError::TtlTooShort {
+            ttl_s: self.options.ttl_s,
+            min_ttl_s: (interval * 3).as_secs_f64().ceil() as u64,
+            write_interval: interval,
+        })
     }
 
     /// [`LeaseError::KeyTooLong`] when the lease key, or the probe's key

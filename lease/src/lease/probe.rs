@@ -53,6 +53,9 @@ impl Lease {
                 IgnoredCondition::IfMatchOnAbsentKey,
             ),
         ];
+        if self.store.write_interval().is_some() {
+            return self.probe_spaced(body, deadline);
+        }
         if self.store.concurrent_requests() {
             return self.probe_at_once(body, deadline, checks);
         }
@@ -78,6 +81,30 @@ impl Lease {
         let sent = self.lock().version.clone();
         let answer = self.own_update(body, &sent, bound);
         self.judge_own_update(&sent, answer, bound)
+    }
+
+    /// The probe objects of a [spaced probe](Self::probe_spaced) not yet
+    /// removed.
+    fn probe_objects(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.probe_objects
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Remove the objects a [spaced probe](Self::probe_spaced) made, each
+    /// in its turn, within `deadline`: after the lease's first renewal,
+    /// and at its release. One that cannot be removed is named in a
+    /// warning and left (a few bytes, never read again).
+    pub(super) fn remove_probe_objects(&self, deadline: Option<Instant>) {
+        let keys = std::mem::take(&mut *self.probe_objects());
+        for key in keys {
+            if let Err(e) = self
+                .store
+                .delete(&key, &DeleteMode::Unconditional, deadline)
+            {
+                log::warn!("{key}: could not remove the acquire's probe object, left: {e}");
+            }
+        }
     }
 
     /// The deadline of a probe write sent now: the caller's `deadline` or
@@ -159,42 +186,14 @@ impl Lease {
         checks: [(String, PutMode, IgnoredCondition); 3],
     ) -> Result<(), LeaseError> {
         let bound = self.probe_bound(deadline)?;
-        let (store, clock) = (&*self.store, &*self.clock);
-        let put = |(key, mode, _): &(String, PutMode, IgnoredCondition)| {
-            put_resending(store, clock, key, body, mode.clone(), bound)
-        };
         let sent = self.lock().version.clone();
-        let (answers, own): (Vec<Result<Version, StoreError>>, _) = std::thread::scope(|scope| {
-            let own = std::thread::Builder::new()
-                .name("bucket-lease-probe".into())
-                .spawn_scoped(scope, || self.own_update(body, &sent, bound));
-            let others: Vec<_> = checks[1..]
-                .iter()
-                .map(|check| {
-                    // Without a thread, the write is sent from this one.
-                    std::thread::Builder::new()
-                        .name("bucket-lease-probe".into())
-                        .spawn_scoped(scope, move || put(check))
-                        .map_err(|_| check)
-                })
-                .collect();
-            let mut answers = vec![put(&checks[0])];
-            for other in others {
-                answers.push(match other {
-                    Ok(thread) => thread
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    Err(check) => put(check),
-                });
-            }
-            let own = match own {
-                Ok(thread) => thread
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                Err(_) => self.own_update(body, &sent, bound),
-            };
-            (answers, own)
-        });
+        let mut writes: Vec<(String, PutMode)> = checks
+            .iter()
+            .map(|(key, mode, _)| (key.clone(), mode.clone()))
+            .collect();
+        writes.push((self.key.clone(), PutMode::Update(sent.clone())));
+        let mut answers = self.send_together(&writes, body, bound);
+        let own = answers.pop().expect("the own write's answer");
         let (probe_key, _, _) = &checks[2];
         if answers[2].is_ok() {
             if let Err(e) = self
@@ -204,20 +203,148 @@ impl Lease {
                 log::error!("{probe_key}: could not remove the probe object: {e}");
             }
         }
-        for ((_, _, condition), answer) in checks.iter().zip(answers) {
-            match answer {
-                Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
-                Ok(_) => {
-                    return Err(LeaseError::ConditionsIgnored {
-                        key: self.key.clone(),
-                        condition: *condition,
-                    })
-                }
-            }
-        }
+        let conditions = checks.iter().map(|(_, _, condition)| *condition);
+        judge_refusals(&self.key, conditions.zip(answers))?;
         self.judge_own_update(&sent, own, bound)
     }
+
+    /// [`probe`](Self::probe) on a store that takes one write of a key per
+    /// interval ([`Store::write_interval`]): no key is written twice in
+    /// one interval except our record, once, after it. The refusals are
+    /// checked on objects of their own beside the record, made for it:
+    ///
+    /// 1. at once: two probe objects are created, and a write conditional
+    ///    on an ETag goes to a third, absent key (it must be refused);
+    /// 2. an interval later, at once: a create-only write over the first
+    ///    object and a write on a wrong ETag over the second (both must be
+    ///    refused), and our record on its own ETag (it must be accepted).
+    ///
+    /// The answer is the other probes': the first check, in the same order
+    /// (create-only, wrong ETag, absent key, own ETag), that was not
+    /// answered as it must be decides. The probe objects are removed by
+    /// the lease's first renewal or its release, when their own interval
+    /// is over ([`Lease::remove_probe_objects`]).
+    fn probe_spaced(&self, body: &[u8], deadline: Option<Instant>) -> Result<(), LeaseError> {
+        let bound = self.probe_bound(deadline)?;
+        let fake = Version::etag(PROBE_ETAG);
+        let (over, wrong_etag, absent) = (
+            probe_key(&self.key),
+            probe_key(&self.key),
+            probe_key(&self.key),
+        );
+        let made = self.send_together(
+            &[
+                (over.clone(), PutMode::Create),
+                (wrong_etag.clone(), PutMode::Create),
+                (absent.clone(), PutMode::Update(fake.clone())),
+            ],
+            body,
+            bound,
+        );
+        for (key, answer) in [&over, &wrong_etag, &absent].into_iter().zip(&made) {
+            if answer.is_ok() {
+                self.probe_objects().push(key.clone());
+            }
+        }
+        let mut made = made.into_iter();
+        let (over_made, wrong_etag_made, on_absent) = (
+            made.next().expect("three answers"),
+            made.next().expect("three answers"),
+            made.next().expect("three answers"),
+        );
+        over_made?;
+        wrong_etag_made?;
+        let bound = self.probe_bound(deadline)?;
+        let sent = self.lock().version.clone();
+        let mut answers = self
+            .send_together(
+                &[
+                    (over, PutMode::Create),
+                    (wrong_etag, PutMode::Update(fake)),
+                    (self.key.clone(), PutMode::Update(sent.clone())),
+                ],
+                body,
+                bound,
+            )
+            .into_iter();
+        let (on_existing, on_wrong_etag, own) = (
+            answers.next().expect("three answers"),
+            answers.next().expect("three answers"),
+            answers.next().expect("three answers"),
+        );
+        judge_refusals(
+            &self.key,
+            [
+                (IgnoredCondition::IfNoneMatch, on_existing),
+                (IgnoredCondition::IfMatch, on_wrong_etag),
+                (IgnoredCondition::IfMatchOnAbsentKey, on_absent),
+            ],
+        )?;
+        self.judge_own_update(&sent, own, bound)
+    }
+
+    /// Send `writes` of `body`, each bounded by `bound`, and return their
+    /// answers in the same order: at once, each on its own thread (the
+    /// first on this one), when the store allows it
+    /// ([`Store::concurrent_requests`]); else one after another.
+    fn send_together(
+        &self,
+        writes: &[(String, PutMode)],
+        body: &[u8],
+        bound: Option<Instant>,
+    ) -> Vec<Result<Version, StoreError>> {
+        let (store, clock) = (&*self.store, &*self.clock);
+        let put = |(key, mode): &(String, PutMode)| {
+            put_resending(store, clock, key, body, mode.clone(), bound)
+        };
+        if !self.store.concurrent_requests() || writes.len() < 2 {
+            return writes.iter().map(put).collect();
+        }
+        std::thread::scope(|scope| {
+            let others: Vec<_> = writes[1..]
+                .iter()
+                .map(|write| {
+                    // Without a thread, the write is sent from this one.
+                    std::thread::Builder::new()
+                        .name("bucket-lease-probe".into())
+                        .spawn_scoped(scope, move || put(write))
+                        .map_err(|_| write)
+                })
+                .collect();
+            let mut answers = vec![put(&writes[0])];
+            for other in others {
+                answers.push(match other {
+                    Ok(thread) => thread
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(write) => put(write),
+                });
+            }
+            answers
+        })
+    }
+}
+
+/// The first of the probe's `checks` (in order) whose write was not
+/// refused: accepted, [`LeaseError::ConditionsIgnored`] naming its
+/// condition; failed otherwise, its error.
+fn judge_refusals(
+    key: &str,
+    checks: impl IntoIterator<Item = (IgnoredCondition, Result<Version, StoreError>)>,
+) -> Result<(), LeaseError> {
+    for (condition, answer) in checks {
+        match answer {
+            Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+            Ok(_) => {
+                return Err(LeaseError::ConditionsIgnored {
+                    key: key.to_string(),
+                    condition,
+                })
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

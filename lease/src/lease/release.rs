@@ -6,11 +6,12 @@ use super::claim;
 use super::requests::{
     call_deadline, live_holder, put_retrying, read_record, require_etag, Transient,
 };
+use super::TRANSIENT_WRITE_TRIES;
 use super::{Exclusion, Lease, Released, State, DROP_RELEASE_TIMEOUT};
-use crate::clock::Clock;
+use crate::clock::{transient_backoff, Clock};
 use crate::error::{LeaseError, OwnWrite};
 use crate::mutant::{self, Mutant};
-use crate::record::LeaseRecord;
+use crate::record::{format_stamp, LeaseRecord};
 use crate::store::{DeleteMode, PutMode, Store, StoreErrorKind};
 use std::time::Instant;
 
@@ -57,6 +58,13 @@ impl Lease {
     /// included); the record then expires after its TTL, and this handle
     /// stays released.
     pub fn release_before(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
+        let released = self.release_record(deadline);
+        self.remove_probe_objects(deadline);
+        released
+    }
+
+    /// [`release_before`](Self::release_before)'s rewrite of the record.
+    fn release_record(&self, deadline: Option<Instant>) -> Result<Released, LeaseError> {
         let (exclusion, version, lost) = {
             let mut h = self.lock();
             let lost = match &h.state {
@@ -79,15 +87,7 @@ impl Lease {
             };
             (h.exclusion, h.version.clone(), lost)
         };
-        let target = ReleaseTarget {
-            store: &*self.store,
-            clock: &*self.clock,
-            key: &self.key,
-            instance_id: &self.instance_id,
-            nonce: &self.nonce,
-            whose: Whose::Lease(self.claim.id()),
-            exclusion,
-        };
+        let target = self.own_record(exclusion);
         if lost {
             // Marked lost by a refused write elsewhere: the record may still
             // name us, and nobody else will free it before its TTL.
@@ -121,6 +121,64 @@ impl Lease {
             }
         }
         target.release_if_ours(deadline)
+    }
+}
+
+impl Lease {
+    /// The release of this lease's own record, by reading it first.
+    fn own_record(&self, exclusion: Exclusion) -> ReleaseTarget<'_> {
+        ReleaseTarget {
+            store: &*self.store,
+            clock: &*self.clock,
+            key: &self.key,
+            instance_id: &self.instance_id,
+            nonce: &self.nonce,
+            whose: Whose::Lease(self.claim.id()),
+            exclusion,
+        }
+    }
+
+    /// Give back the record of an acquire that failed with `cause`, and
+    /// return the error the acquire fails with. A hand-back that fails for
+    /// a store request that may succeed later (throttled, no answer) is
+    /// tried again, a write interval apart on a store with one, until
+    /// `deadline`; if it still fails, the error says the record is left
+    /// and until when it keeps the key ([`LeaseError::RecordLeft`]).
+    pub(super) fn hand_back(&self, cause: LeaseError, deadline: Option<Instant>) -> LeaseError {
+        let mut answer = self.release_before(deadline);
+        let exclusion = self.lock().exclusion;
+        let spacing = self
+            .store
+            .write_interval()
+            .unwrap_or(transient_backoff(TRANSIENT_WRITE_TRIES));
+        while let (Err(LeaseError::Store(e)), Some(deadline)) = (&answer, deadline) {
+            let pause = e.retry_after().map_or(spacing, |wait| wait.max(spacing));
+            if e.is_permanent() || self.clock.now() + pause * 2 >= deadline {
+                break;
+            }
+            log::debug!(
+                "{}: handing the record back failed ({e}); again in {pause:?}",
+                self.key
+            );
+            self.clock.sleep(pause);
+            answer = self.own_record(exclusion).release_if_ours(Some(deadline));
+        }
+        let hand_back = match answer {
+            Ok(_) => return cause,
+            // It says so itself: the store refuses our own ETag.
+            Err(_) if matches!(cause, LeaseError::OwnEtagRefused { .. }) => return cause,
+            Err(e) => e,
+        };
+        let blocks_until = {
+            let h = self.lock();
+            h.confirmed_wall + std::time::Duration::from_secs(self.ttl_s)
+        };
+        LeaseError::RecordLeft {
+            key: self.key.clone(),
+            cause: Box::new(cause),
+            hand_back: Box::new(hand_back),
+            blocks_until: format_stamp(blocks_until),
+        }
     }
 }
 

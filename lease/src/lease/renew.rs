@@ -109,6 +109,10 @@ impl Lease {
         h.version = written;
         h.confirmed = confirmed;
         h.confirmed_wall = confirmed_wall;
+        drop(h);
+        // A renewal comes a third of a TTL after the acquire, past the probe
+        // objects' write interval (the TTL's floor on such a store).
+        self.remove_probe_objects(deadline);
         Ok(())
     }
 

@@ -82,8 +82,9 @@ pub(crate) struct Transient {
 impl Transient {
     /// Whether to try again after `error`: a transient failure of a request
     /// that was sent (one not sent is the store's to retry), with tries
-    /// left and room before `deadline` for a jittered pause and a request.
-    /// If so, the pause has been slept.
+    /// left and room before `deadline` for a jittered pause (at least the
+    /// `Retry-After` of a throttled answer) and a request. If so, the
+    /// pause has been slept.
     pub(crate) fn pause_before_another(
         &mut self,
         error: &StoreError,
@@ -97,8 +98,12 @@ impl Transient {
             return false;
         }
         self.failures += 1;
-        let pause = clock.jitter(transient_backoff(self.failures));
-        if deadline.is_some_and(|d| clock.now() + pause * 2 >= d) {
+        let backoff = clock.jitter(transient_backoff(self.failures));
+        // A throttled answer's Retry-After is honoured.
+        let pause = error
+            .retry_after()
+            .map_or(backoff, |wait| wait.max(backoff));
+        if deadline.is_some_and(|d| clock.now() + pause + backoff >= d) {
             return false;
         }
         log::debug!(

@@ -112,10 +112,10 @@ pub fn store_error_summary(error: &StoreError) -> &'static str {
 /// range, [`exit::CONFIG`] for a prefix too long for the store's keys,
 /// [`store_error_code`] for a failed request, else [`exit::STORE`].
 pub fn lease_error_code(error: &LeaseError) -> u8 {
-    match error {
+    match error.cause() {
         LeaseError::Held { .. } => exit::HELD,
         LeaseError::Fenced { .. } => exit::LOST,
-        LeaseError::TtlTooLong { .. } => exit::USAGE,
+        LeaseError::TtlTooLong { .. } | LeaseError::TtlTooShort { .. } => exit::USAGE,
         LeaseError::KeyTooLong { .. } => exit::CONFIG,
         LeaseError::Store(e) => store_error_code(e),
         _ => exit::STORE,

@@ -1,0 +1,345 @@
+//! Spacing a store's own writes of each key by the service's write
+//! interval ([`Store::write_interval`](crate::store::Store::write_interval)):
+//! Cloudflare R2 takes one write of an object name a second, and answers
+//! `429` to the next one inside that second.
+//!
+//! A store with a write interval keeps one [`WriteSpacing`]. Before a write
+//! of a key goes out it waits its turn ([`WriteSpacing::wait_turn`]): the
+//! interval after the key's last write this store sent, or longer when the
+//! service asked for more (`Retry-After`). The wait is bounded by the
+//! write's deadline: a turn that comes after it is not waited for, and the
+//! write fails as not sent. After the write, whatever its answer, the store
+//! notes it ([`WriteSpacing::wrote`]); the interval counts from the answer,
+//! which is after the service took the write, so the next write is never
+//! early by the service's count. A write the service may not have received
+//! counts too: it may have landed.
+//!
+//! [`SpacedStore`] wraps any store in one: for a store of your own on a
+//! service with such a limit, and for tests, where each wrapper is one
+//! client of a limited [`MemoryStore`](crate::memory::MemoryStore).
+//!
+//! Writes of one key by two threads of the store are taken in turn: a turn
+//! is held from [`wait_turn`](WriteSpacing::wait_turn) until its write is
+//! noted. Writes of the key by other processes are not known here; the
+//! service's `429` to them is a throttled answer, settled and retried by
+//! the lease as any answer that may have landed.
+
+use crate::clock::Clock;
+use crate::store::{DeleteMode, Object, PutOptions, Store, StoreError, StoreErrorKind, Version};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The turns of each key's writes. See the [module docs](self).
+#[derive(Debug)]
+pub struct WriteSpacing {
+    interval: Duration,
+    keys: Mutex<HashMap<String, Turn>>,
+}
+
+/// When a key may next be written, and whether a write of it is on its way.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    not_before: Instant,
+    in_flight: bool,
+}
+
+/// A write whose turn came after its deadline: it was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnTooLate {
+    /// When the key may be written next.
+    pub not_before: Instant,
+}
+
+impl TurnTooLate {
+    /// The error of the write of `key` by `method` that was not sent, for
+    /// a store that spaces its writes by `interval`, at `now`.
+    pub fn error(
+        self,
+        method: &'static str,
+        key: &str,
+        interval: Duration,
+        now: Instant,
+    ) -> StoreError {
+        StoreError::new(StoreErrorKind::Transport, method, key)
+            .not_sent()
+            .timed_out()
+            .with_message(format!(
+                "the service takes one write of a key every {interval:?}, and this key's next \
+                 write may go in {:?}, after the request's deadline",
+                self.not_before.saturating_duration_since(now)
+            ))
+    }
+}
+
+impl WriteSpacing {
+    /// Writes of each key at least `interval` apart.
+    pub fn new(interval: Duration) -> Self {
+        WriteSpacing {
+            interval,
+            keys: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The interval between two writes of one key.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Wait on `clock` until `key` may be written, and take the turn: the
+    /// caller sends its write and then calls [`wrote`](Self::wrote).
+    ///
+    /// # Errors
+    ///
+    /// [`TurnTooLate`], without waiting, when the turn comes after
+    /// `deadline`.
+    pub fn wait_turn(
+        &self,
+        key: &str,
+        clock: &dyn Clock,
+        deadline: Option<Instant>,
+    ) -> Result<(), TurnTooLate> {
+        loop {
+            let now = clock.now();
+            let wait = {
+                let mut keys = self.lock();
+                match keys.get_mut(key) {
+                    Some(turn) if turn.in_flight || turn.not_before > now => {
+                        // Another thread's write of the key is on its way:
+                        // its turn ends an interval after its answer at the
+                        // earliest.
+                        let not_before = if turn.in_flight {
+                            turn.not_before.max(now + self.interval)
+                        } else {
+                            turn.not_before
+                        };
+                        if deadline.is_some_and(|d| not_before >= d) {
+                            return Err(TurnTooLate { not_before });
+                        }
+                        turn.not_before - now.min(turn.not_before)
+                    }
+                    _ => {
+                        keys.retain(|_, turn| turn.in_flight || turn.not_before > now);
+                        keys.insert(
+                            key.to_string(),
+                            Turn {
+                                not_before: now,
+                                in_flight: true,
+                            },
+                        );
+                        return Ok(());
+                    }
+                }
+            };
+            // A write in flight is waited for in short steps, as its answer
+            // may come at any moment.
+            clock.sleep(if wait.is_zero() {
+                self.interval.min(Duration::from_millis(10))
+            } else {
+                wait
+            });
+        }
+    }
+
+    /// Wait on `clock` until `key`'s turn has come, or until `deadline`,
+    /// without taking the turn: see [`Store::await_write_turn`].
+    pub fn await_turn(&self, key: &str, clock: &dyn Clock, deadline: Option<Instant>) {
+        loop {
+            let now = clock.now();
+            let open = match self.lock().get(key) {
+                Some(turn) if turn.in_flight => now + self.interval.min(Duration::from_millis(10)),
+                Some(turn) if turn.not_before > now => turn.not_before,
+                _ => return,
+            };
+            let until = deadline.map_or(open, |d| d.min(open));
+            if until <= now {
+                return;
+            }
+            clock.sleep(until - now);
+            if deadline.is_some_and(|d| clock.now() >= d) {
+                return;
+            }
+        }
+    }
+
+    /// The write of `key` whose turn was taken was answered (or failed
+    /// after it may have been sent) now: the next waits an interval, or
+    /// `retry_after` when the service asked for longer.
+    pub fn wrote(&self, key: &str, clock: &dyn Clock, retry_after: Option<Duration>) {
+        let wait = retry_after.map_or(self.interval, |r| r.max(self.interval));
+        self.lock().insert(
+            key.to_string(),
+            Turn {
+                not_before: clock.now() + wait,
+                in_flight: false,
+            },
+        );
+    }
+
+    /// The write of `key` whose turn was taken was not sent after all: the
+    /// turn goes back as it was before, with nothing new to wait for.
+    pub fn not_sent(&self, key: &str, clock: &dyn Clock) {
+        let mut keys = self.lock();
+        if let Some(turn) = keys.get_mut(key) {
+            turn.in_flight = false;
+            turn.not_before = turn.not_before.min(clock.now());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Turn>> {
+        self.keys
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+/// A store whose writes of each key are spaced by an interval on a clock,
+/// and that says the interval ([`Store::write_interval`]); everything else
+/// is the inner store's.
+#[derive(Debug)]
+pub struct SpacedStore {
+    inner: Arc<dyn Store>,
+    spacing: WriteSpacing,
+    clock: Arc<dyn Clock>,
+}
+
+impl SpacedStore {
+    /// `inner`, its writes of each key at least `interval` apart by `clock`.
+    pub fn new(inner: Arc<dyn Store>, interval: Duration, clock: Arc<dyn Clock>) -> Self {
+        SpacedStore {
+            inner,
+            spacing: WriteSpacing::new(interval),
+            clock,
+        }
+    }
+
+    /// `write` of `key` by `method`, in its turn; not sent when the turn
+    /// comes after `deadline`.
+    fn in_turn<T>(
+        &self,
+        method: &'static str,
+        key: &str,
+        deadline: Option<Instant>,
+        write: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let clock = &*self.clock;
+        if let Err(late) = self.spacing.wait_turn(key, clock, deadline) {
+            let error = late.error(method, key, self.spacing.interval(), clock.now());
+            return Err(match self.inner.store_url() {
+                Some(url) => error.with_store_url(url),
+                None => error,
+            });
+        }
+        let answer = write();
+        match &answer {
+            Err(e) if e.delivery() == crate::store::Delivery::NotSent => {
+                self.spacing.not_sent(key, clock)
+            }
+            Err(e) => self.spacing.wrote(key, clock, e.retry_after()),
+            Ok(_) => self.spacing.wrote(key, clock, None),
+        }
+        answer
+    }
+}
+
+impl Store for SpacedStore {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.get(key, deadline)
+    }
+
+    fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.head(key, deadline)
+    }
+
+    fn concurrent_requests(&self) -> bool {
+        self.inner.concurrent_requests()
+    }
+
+    fn condition_spelling(&self) -> u64 {
+        self.inner.condition_spelling()
+    }
+
+    fn store_url(&self) -> Option<&str> {
+        self.inner.store_url()
+    }
+
+    fn max_key_bytes(&self) -> Option<usize> {
+        self.inner.max_key_bytes()
+    }
+
+    fn write_interval(&self) -> Option<Duration> {
+        Some(self.spacing.interval())
+    }
+
+    fn await_write_turn(&self, key: &str, deadline: Option<Instant>) {
+        self.spacing.await_turn(key, &*self.clock, deadline);
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        self.in_turn("PUT", key, options.deadline, || {
+            self.inner.put(key, body, options)
+        })
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.in_turn("DELETE", key, deadline, || {
+            self.inner.delete(key, mode, deadline)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TestClock;
+
+    #[test]
+    fn a_second_write_of_a_key_waits_an_interval_after_the_first_answer() {
+        let clock = TestClock::new();
+        let spacing = WriteSpacing::new(Duration::from_secs(1));
+        let start = clock.now();
+        spacing.wait_turn("k", &clock, None).unwrap();
+        clock.advance(Duration::from_millis(100));
+        spacing.wrote("k", &clock, None);
+        // Another key goes at once.
+        spacing.wait_turn("other", &clock, None).unwrap();
+        assert_eq!(clock.now(), start + Duration::from_millis(100));
+        spacing.wait_turn("k", &clock, None).unwrap();
+        assert_eq!(clock.now(), start + Duration::from_millis(1100));
+    }
+
+    #[test]
+    fn a_turn_after_the_deadline_is_refused_without_waiting() {
+        let clock = TestClock::new();
+        let spacing = WriteSpacing::new(Duration::from_secs(1));
+        spacing.wait_turn("k", &clock, None).unwrap();
+        spacing.wrote("k", &clock, Some(Duration::from_secs(5)));
+        let now = clock.now();
+        let late = spacing
+            .wait_turn("k", &clock, Some(now + Duration::from_secs(4)))
+            .unwrap_err();
+        assert_eq!(late.not_before, now + Duration::from_secs(5));
+        assert_eq!(clock.now(), now, "nothing was waited");
+        spacing
+            .wait_turn("k", &clock, Some(now + Duration::from_secs(6)))
+            .unwrap();
+        assert_eq!(clock.now(), now + Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_write_not_sent_gives_its_turn_back() {
+        let clock = TestClock::new();
+        let spacing = WriteSpacing::new(Duration::from_secs(1));
+        spacing.wait_turn("k", &clock, None).unwrap();
+        spacing.not_sent("k", &clock);
+        let now = clock.now();
+        spacing.wait_turn("k", &clock, None).unwrap();
+        assert_eq!(clock.now(), now);
+    }
+}
