@@ -22,7 +22,8 @@
 # systemd, everything under .ci/tmp/servers/ceph: configuration, keyrings,
 # data, logs), waits until each answers (the cluster, about 15 s from
 # cold, while the others start), creates the test bucket (on RGW for an S3
-# user with fixed test keys), and writes .ci/tmp/servers.env:
+# user with fixed test keys) and, on moto, a second bucket with versioning
+# on (bucket-lease-test-versioned), and writes .ci/tmp/servers.env:
 #
 #   . .ci/tmp/servers.env && cargo test -p bucket-lease-backends --all-features
 #
@@ -42,6 +43,7 @@ venv="$top/.venv"
 node_dir="$tmp/node"
 env_file="$tmp/servers.env"
 bucket=bucket-lease-test
+versioned_bucket=bucket-lease-test-versioned
 nanio_key=nanio-test-key
 nanio_secret=nanio-test-secret-0123456789
 rgw_key=rgw-test-key
@@ -195,13 +197,14 @@ PY
   return 1
 }
 
-# create_bucket URL ACCESS_KEY SECRET: create the test bucket with botocore.
+# create_bucket URL ACCESS_KEY SECRET [BUCKET [versioned]]: create the test
+# bucket (or BUCKET) with botocore; `versioned` turns versioning on.
 create_bucket() {
-  "$venv/bin/python" - "$1" "$2" "$3" "$bucket" <<'PY'
+  "$venv/bin/python" - "$1" "$2" "$3" "${4:-$bucket}" "${5:-}" <<'PY'
 import sys
 import botocore.session
 from botocore.config import Config
-url, key, secret, bucket = sys.argv[1:5]
+url, key, secret, bucket, versioned = sys.argv[1:6]
 client = botocore.session.get_session().create_client(
     "s3", region_name="us-east-1", endpoint_url=url,
     aws_access_key_id=key, aws_secret_access_key=secret,
@@ -211,6 +214,9 @@ try:
     client.create_bucket(Bucket=bucket)
 except client.exceptions.BucketAlreadyOwnedByYou:
     pass
+if versioned:
+    client.put_bucket_versioning(
+        Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
 PY
 }
 
@@ -336,6 +342,7 @@ start() {
   wait_http nanio "$nanio_port"
 
   create_bucket "http://127.0.0.1:$moto_port" test-key test-secret
+  create_bucket "http://127.0.0.1:$moto_port" test-key test-secret "$versioned_bucket" versioned
   create_bucket "http://127.0.0.1:$localbucket_port" test-key test-secret
   create_bucket "http://127.0.0.1:$nanio_port" "$nanio_key" "$nanio_secret"
   ready_rgw "$rgw_port"
@@ -343,6 +350,7 @@ start() {
   cat > "$env_file" <<ENV
 export BUCKET_LEASE_PYTHON='$venv/bin/python'
 export BUCKET_LEASE_TEST_BUCKET='$bucket'
+export BUCKET_LEASE_TEST_VERSIONED_BUCKET='$versioned_bucket'
 export BUCKET_LEASE_TEST_MOTO_URL='http://127.0.0.1:$moto_port'
 export BUCKET_LEASE_TEST_S3RVER_URL='http://127.0.0.1:$s3rver_port'
 export BUCKET_LEASE_TEST_LOCALBUCKET_URL='http://127.0.0.1:$localbucket_port'

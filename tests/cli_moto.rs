@@ -39,6 +39,13 @@ on_moto!(
     a_command_shorter_than_a_renewal_then_another_run,
 );
 
+#[test]
+fn a_versioned_bucket_is_named_once_and_by_inspect() {
+    if let Some(target) = Target::moto_versioned("versioned") {
+        cli_common::a_versioned_bucket_is_named_once_and_by_inspect(&target);
+    }
+}
+
 /// moto behind a [`Proxy`] the test controls.
 fn moto_behind_a_proxy(test: &str) -> Option<(Target, Proxy)> {
     let target = Target::moto(test)?;

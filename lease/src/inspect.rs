@@ -129,6 +129,13 @@ impl Inspection {
         self.record.as_ref()?.released_at.as_deref()
     }
 
+    /// Whether the read's answer says the bucket keeps every version of the
+    /// record ([`crate::versioned::is_versioned`]: a version id, not S3's
+    /// `null`).
+    pub fn is_versioned(&self) -> bool {
+        crate::versioned::is_versioned(&self.version)
+    }
+
     /// Whether this record was left behind by [`break_lease`].
     pub fn is_broken(&self) -> bool {
         self.holder().is_some_and(|h| h.starts_with(BROKEN_BY))
@@ -512,6 +519,21 @@ mod tests {
         let seen = w.inspect().unwrap();
         assert!(!seen.fresh, "35 s after a renewal with a TTL of 30 s");
         assert_eq!(seen.expires_in(), Some(Expiry::Ago(Duration::from_secs(5))));
+    }
+
+    #[test]
+    fn inspect_says_whether_the_bucket_keeps_versions() {
+        let w = World::new();
+        let _held = w.contender(30).try_acquire().unwrap();
+        assert!(!w.inspect().unwrap().is_versioned());
+        let w = World {
+            store: Arc::new(MemoryStore::versioned()),
+            clock: TestClock::new(),
+        };
+        let lease = w.contender(30).try_acquire().unwrap();
+        let seen = w.inspect().unwrap();
+        assert!(seen.is_versioned(), "{seen:?}");
+        assert_eq!(seen.version, lease.version());
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! - [`pool`]: many leases renewed by a scheduler and a few renewal threads.
 //! - [`fence`]: writes bound to a held lease, stamped with its epoch.
 //! - [`inspect`]: reading a lease from outside, and breaking a dead holder's.
+//! - [`versioned`]: a bucket that keeps every version of the record, named
+//!   once with what it costs and the lifecycle rule that bounds it.
 //! - [`clock`]: the monotonic and wall clocks, real and for tests.
 //! - [`error`]: why a lease operation failed.
 //! - `conformance` (feature `conformance`): the suite every store passes.
@@ -110,6 +112,7 @@ pub mod store;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod supervision;
+pub mod versioned;
 
 /// The channel crate whose [`Receiver`](channel::Receiver) carries a
 /// [`Keeper`]'s and a [`KeeperPool`]'s events (crossbeam-channel),

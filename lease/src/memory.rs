@@ -8,6 +8,9 @@
 //! injects one kind of failure, so tests can show what the lease does on a
 //! service that deviates.
 //!
+//! [`MemoryStore::versioned`] models a bucket with versioning on: every
+//! answer then carries the object's version id as well as its ETag.
+//!
 //! It is for unit and simulation tests; nothing persists.
 
 use crate::clock::Clock;
@@ -80,6 +83,8 @@ pub enum WriteCount {
 pub struct MemoryStore {
     state: Mutex<State>,
     next_etag: AtomicU64,
+    /// Whether every write gets a version id too (a versioned bucket).
+    versioned: bool,
 }
 
 /// The service's side of a [`WriteLimit`]: the last counted write of each
@@ -109,6 +114,17 @@ impl MemoryStore {
     /// An empty, strict store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty, strict store on a bucket with versioning on: every write
+    /// gets a fresh version id (`mem-v…`) beside its fresh ETag, and the
+    /// answers to writes and reads carry it, as S3's `x-amz-version-id`
+    /// does. Only the current version is kept.
+    pub fn versioned() -> Self {
+        MemoryStore {
+            versioned: true,
+            ..Self::default()
+        }
     }
 
     /// Turn `switch` on.
@@ -207,7 +223,10 @@ impl MemoryStore {
 
     fn fresh_version(&self) -> Version {
         let n = self.next_etag.fetch_add(1, Ordering::Relaxed) + 1;
-        Version::etag(format!("\"mem-{n:08x}\""))
+        Version {
+            etag: Some(format!("\"mem-{n:08x}\"")),
+            version_id: self.versioned.then(|| format!("mem-v{n:08x}")),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

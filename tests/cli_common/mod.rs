@@ -111,6 +111,15 @@ impl Target {
         })
     }
 
+    /// moto's bucket with versioning on (`BUCKET_LEASE_TEST_VERSIONED_BUCKET`,
+    /// made by `scripts/test-servers.sh`), as [`Target::moto`] otherwise.
+    pub fn moto_versioned(test: &str) -> Option<Target> {
+        let mut target = Target::moto(test)?;
+        let bucket = server_url(test, "BUCKET_LEASE_TEST_VERSIONED_BUCKET")?;
+        target.base = format!("s3://{bucket}/cli-{test}-{}", unique());
+        Some(target)
+    }
+
     /// Ceph RGW 16.2, through a `minio://` URL and `AWS_ENDPOINT_URL`, with
     /// the command's default settings (no `BUCKET_LEASE_UNQUOTED_ETAGS`:
     /// the spelling is learned); `None` as for [`Target::moto`].
@@ -828,6 +837,7 @@ pub fn inspect_shows_free_and_held(t: &Target) {
         json["etag"].as_str().is_some_and(|e| !e.is_empty()),
         "{json}"
     );
+    assert_eq!(json["versioned"], false, "{json}");
     let age = json["age_s"].as_f64().expect("age_s");
     assert!((-1.0..3.0).contains(&age), "{json}");
     let left = json["expires_in_s"].as_f64().expect("expires_in_s");
@@ -857,6 +867,7 @@ pub fn inspect_shows_free_and_held(t: &Target) {
             human.stdout
         );
     }
+    assert!(!human.stdout.contains("versioned"), "{}", human.stdout);
     signal(&holder, Signal::TERM);
     let done = finish(holder, Duration::from_secs(10));
     assert_eq!(done.code, Some(143), "{done:?}");
@@ -1098,6 +1109,93 @@ pub fn store_text_is_shown_escaped(t: &Target) {
     let again = t.run(["break", "--holder", evil, url.as_str()]);
     assert_eq!(again.code, Some(REFUSED), "{again:?}");
     assert!(!raw(&again.stderr), "break refused: {again:?}");
+}
+
+/// On a bucket that keeps versions, `run` warns once (over its acquire,
+/// renewals and release) with the versions a day and the lifecycle rule;
+/// `inspect` shows the version id and the same, at the holder's TTL while
+/// it holds the lease.
+pub fn a_versioned_bucket_is_named_once_and_by_inspect(t: &Target) {
+    let url = t.url("versioned");
+    let (_, prefix) = t.store(&url);
+    let key = bucket_lease::lease_key(&prefix);
+    let rule = format!(
+        r#"{{"Filter":{{"Prefix":"{key}"}},"NoncurrentVersionExpiration":{{"NoncurrentDays":1}},"Status":"Enabled"}}"#
+    );
+    let lifecycle = format!("lifecycle    expire noncurrent versions of {key} after 1 day");
+    // A renewal a second for 3 s: an acquire, two or three renewals, a
+    // release.
+    let holder = t.spawn_holder(&url, 3, &pid_then_sleep_for("pid", 3));
+    wait_for_file(&t.path("pid"), Duration::from_secs(10));
+    let version_id = |json: &Value| {
+        assert_eq!(json["versioned"], true, "{json}");
+        let id = json["version_id"]
+            .as_str()
+            .expect("a version id")
+            .to_string();
+        assert!(!id.is_empty() && id != "null", "{json}");
+        id
+    };
+    let held = t.inspect(&url);
+    assert_eq!(held["state"], "held", "{held}");
+    let id = version_id(&held);
+    let human = t.run(["inspect", url.as_str()]);
+    assert_eq!(human.code, Some(0), "{human:?}");
+    for needle in [
+        format!("version_id   {id}"),
+        "versioned    yes: the bucket keeps every version of the record, about 86400 versions \
+         a day at ttl_s 3"
+            .to_string(),
+        lifecycle.clone(),
+        rule.clone(),
+    ] {
+        assert!(
+            human.stdout.contains(&needle),
+            "{needle:?} in {}",
+            human.stdout
+        );
+    }
+
+    let done = finish(holder, Duration::from_secs(20));
+    assert_eq!(done.code, Some(0), "{done:?}");
+    let said: Vec<&str> = done
+        .stderr
+        .lines()
+        .filter(|l| l.contains("keeps every version"))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", done.stderr);
+    for needle in [
+        "bucket-lease: warning: ",
+        &format!("/{key}:"),
+        "about 86400 versions a day at ttl_s 3",
+        &rule,
+    ] {
+        assert!(said[0].contains(needle), "{needle:?} in {}", said[0]);
+    }
+
+    // Released: no TTL to count by, the rule for any.
+    let released = t.inspect(&url);
+    assert_eq!(released["state"], "free", "{released}");
+    assert_ne!(version_id(&released), id, "the release is a version more");
+    let human = t.run(["inspect", url.as_str()]);
+    for needle in [
+        "versioned    yes: the bucket keeps every version of the record, 86400 / (TTL / 3) \
+         versions a day",
+        &lifecycle,
+    ] {
+        assert!(
+            human.stdout.contains(needle),
+            "{needle:?} in {}",
+            human.stdout
+        );
+    }
+}
+
+/// `echo $$ > $DIR/NAME` (atomically), then sleep `seconds` and exit 0.
+fn pid_then_sleep_for(name: &str, seconds: u32) -> String {
+    format!(
+        "echo $$ > \"$DIR/{name}.tmp\" && mv \"$DIR/{name}.tmp\" \"$DIR/{name}\" && exec sleep {seconds}"
+    )
 }
 
 /// Records no holder of ours would write (a TTL of 2^64-1 s stamped far in

@@ -12,6 +12,7 @@ use crate::error::{HolderRelation, LeaseError};
 use crate::mutant::{self, Mutant};
 use crate::record::{format_stamp, longest_key_bytes, LeaseRecord, MAX_SANE_TTL_S};
 use crate::store::{PutMode, PutOptions, Version};
+use crate::versioned;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -144,6 +145,7 @@ impl Contender {
                 }
                 Err(e) => return Err(e.into()),
             };
+            versioned::note_put(&*self.store, &self.key, self.options.ttl_s, &version);
             let lease = Lease {
                 store: Arc::clone(&self.store),
                 clock: Arc::clone(&clock),

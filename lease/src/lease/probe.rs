@@ -9,6 +9,7 @@ use crate::error::{IgnoredCondition, LeaseError};
 use crate::mutant::{self, Mutant};
 use crate::record::probe_key;
 use crate::store::{DeleteMode, PutMode, StoreError, StoreErrorKind, Version};
+use crate::versioned;
 use std::time::Instant;
 
 /// An ETag no service issues, for the probe's conditional writes.
@@ -147,6 +148,7 @@ impl Lease {
     ) -> Result<(), LeaseError> {
         let refusal = match answer {
             Ok(version) => {
+                versioned::note_put(&*self.store, &self.key, self.ttl_s, &version);
                 let version = self.known_version(version, "PUT")?;
                 self.lock().version = version;
                 return Ok(());

@@ -7,6 +7,7 @@ use super::{Exclusion, Lease, State};
 use crate::error::{LeaseError, OwnWrite};
 use crate::record::{format_stamp, LeaseRecord};
 use crate::store::{PutMode, PutOptions, StoreErrorKind, Version};
+use crate::versioned;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -102,6 +103,7 @@ impl Lease {
             }
             Exclusion::BestEffort => self.renew_best_effort(&body, deadline),
         }?;
+        versioned::note_put(&*self.store, &self.key, self.ttl_s, &written);
         let mut h = self.lock();
         if h.state != State::Held {
             return Err(self.state_error(&h.state));

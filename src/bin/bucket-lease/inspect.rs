@@ -27,7 +27,12 @@
 //!   `released_at` (`null` unless released), `ttl_s`, `epoch`, `age_s`
 //!   (`null` for a released record),
 //!   `expires_in_s`, `fresh`, `suspect`, `broken`, `etag`, `version_id`,
-//!   `read_at`.
+//!   `versioned` (whether the bucket keeps every version of the record: a
+//!   version id other than S3's `null`), `read_at`.
+//! - On a bucket that keeps versions the human output says so below the
+//!   version id: how many versions a day the record gains (at the holder's
+//!   TTL for a live record) and the lifecycle rule that bounds them
+//!   ([`bucket_lease::versioned`]).
 //! - Text from the record (ids, stamps, ETags) is escaped in the human
 //!   output ([`printable`]): a record cannot send escape sequences to the
 //!   terminal. `--json` carries it exactly, JSON-escaped.
@@ -40,7 +45,7 @@ use crate::cli::{
 use crate::text::printable;
 use bucket_lease::inspect::{inspect_before, Inspection};
 use bucket_lease::record::{format_stamp, LeaseRecord};
-use bucket_lease::SystemClock;
+use bucket_lease::{versioned, SystemClock};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -51,8 +56,10 @@ two processes under one id apart), its name for people (host:pid unless
 run --holder-name set another; informational only), when it took and last renewed the lease,
 its age and freshness by this machine's clock, whether the record is
 suspect (stamped far in the future or with an absurd TTL), its epoch and
-ETag. Writes nothing. A missing lease prints that it is free and exits 0; a
-released one prints who released it, when, and the last epoch. Text from
+ETag; on a bucket that keeps versions, the version id, how many versions a
+day the record gains and the lifecycle rule that bounds them. Writes
+nothing. A missing lease prints that it is free and exits 0; a released
+one prints who released it, when, and the last epoch. Text from
 the record is shown with control characters escaped. Gives up after
 --timeout (default 30s), whatever the store or the credentials source
 does (exit 69).
@@ -182,6 +189,7 @@ pub fn to_json(url: &str, key: &str, seen: Option<&Inspection>) -> Value {
         "broken": s.is_broken(),
         "etag": s.version.etag,
         "version_id": s.version.version_id,
+        "versioned": s.is_versioned(),
         "read_at": format_stamp(s.read_at),
     });
     if let (Value::Object(out), Value::Object(fields)) = (&mut out, fields) {
@@ -292,5 +300,18 @@ fn print_version(s: &Inspection) {
     );
     if let Some(id) = &s.version.version_id {
         println!("  version_id   {}", printable(id));
+    }
+    if s.is_versioned() {
+        // The holder's TTL, for a record a holder renews.
+        let ttl_s = s
+            .record
+            .as_ref()
+            .filter(|r| !r.is_released() && !s.is_broken() && !s.suspect)
+            .map(|r| r.ttl_s);
+        println!(
+            "  versioned    yes: the bucket keeps every version of the record, {}",
+            versioned::cost(ttl_s)
+        );
+        println!("  lifecycle    {}", printable(&versioned::remedy(&s.key)));
     }
 }
