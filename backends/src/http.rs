@@ -670,6 +670,7 @@ impl HttpStoreBuilder {
 /// | 501 or code `NotImplemented` to a conditional request | [`StoreErrorKind::NotImplemented`] |
 /// | a conditional DELETE the profile does not send ([`Profile::conditional_delete`]), or one the service was not seen to honour in the spelling of ETags in use (checked before the first, and again after the spelling changed: see below) | [`StoreErrorKind::NotImplemented`], nothing sent |
 /// | 5xx, 408, 429 | [`StoreErrorKind::Transport`], [`Delivery::Answered`](bucket_lease_core::store::Delivery): it may have landed |
+/// | 429, or 503 with code `SlowDown` | the same, marked [throttled](StoreError::is_throttled), with the answer's `Retry-After` (seconds; at most an hour) as [`StoreError::retry_after`] |
 /// | timeout, reset, closed after sending | [`StoreErrorKind::Transport`]: it may have landed |
 /// | (retries) | a request not sent, and a GET, HEAD or unconditional DELETE that got a 5xx, 408, 429 or no answer, is sent again, up to three times in all, after a jittered pause, within the deadline; a write that may have been sent is not |
 /// | host name lookup, connection, proxy or TLS handshake failed | [`StoreErrorKind::Transport`], [`Delivery::NotSent`](bucket_lease_core::store::Delivery): nothing was sent, the message names `host:port` (and the proxy with its setting) |
@@ -701,6 +702,32 @@ impl HttpStoreBuilder {
 /// failed that check (Ceph RGW 16.2 deletes whatever the ETag). The check
 /// holds for the spelling of ETags it was made in: after the spelling
 /// changed, the next conditional delete checks again.
+///
+/// # Throttling and write intervals
+///
+/// Whether a throttled write took effect is decided as for any other
+/// answer that is not a success: it may have. AWS documents `503 SlowDown`
+/// as a request to reduce the request rate and to retry with backoff (S3
+/// User Guide, "Amazon S3 error best practices" and "Best practices design
+/// patterns: optimizing Amazon S3 performance"; the AWS knowledge center
+/// adds that rapid concurrent PUTs to one key may be answered 503), and
+/// says of `InternalError` that a request "might not have processed"; no
+/// page promises that a `SlowDown` took no effect. Cloudflare documents a
+/// 429 as the answer beyond R2's "maximum concurrent writes to the same
+/// object name (key): 1 per second" (R2 "Limits") and RFC 6585 defines
+/// 429 with an optional `Retry-After`; neither says the write was not
+/// applied, and a gateway's 429 or 503 may come after it forwarded the
+/// request. So the lease settles a throttled write by reading, as it does
+/// a lost answer: it is never taken as a refusal (never "held"), and the
+/// next try waits at least the `Retry-After`.
+///
+/// A store with a write interval ([`HttpStoreBuilder::write_interval`];
+/// the `r2` profile's default is one second) spaces its own writes of each
+/// key by it: a PUT or DELETE waits until an interval after the answer to
+/// the store's previous write of that key (or the `Retry-After` of a
+/// throttled answer, if longer), and is not sent, failing
+/// [not sent](bucket_lease_core::store::Delivery::NotSent), when that
+/// comes after its deadline. Reads are not spaced.
 ///
 /// An error body over the cap is not read; the status alone decides.
 /// Every error names the method, the key, the service's code (or the HTTP
