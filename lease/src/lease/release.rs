@@ -139,10 +139,9 @@ impl Lease {
     }
 
     /// Give back the record of an acquire that failed with `cause`, and
-    /// return the error the acquire fails with. A hand-back that fails for
-    /// a store request that may succeed later (throttled, no answer) is
-    /// tried again, a write interval apart on a store with one, until
-    /// `deadline`; if it still fails, the error says the record is left
+    /// return the error the acquire fails with. A hand-back the service
+    /// throttled is tried again, a write interval (or its `Retry-After`)
+    /// apart, until `deadline`; if it still fails, the error says the record is left
     /// and until when it keeps the key ([`LeaseError::RecordLeft`]).
     pub(super) fn hand_back(&self, cause: LeaseError, deadline: Option<Instant>) -> LeaseError {
         let mut answer = self.release_before(deadline);
@@ -153,7 +152,9 @@ impl Lease {
             .unwrap_or(transient_backoff(TRANSIENT_WRITE_TRIES));
         while let (Err(LeaseError::Store(e)), Some(deadline)) = (&answer, deadline) {
             let pause = e.retry_after().map_or(spacing, |wait| wait.max(spacing));
-            if e.is_permanent() || self.clock.now() + pause * 2 >= deadline {
+            // Only a throttled answer: a service that does not answer at
+            // all is not waited on past the release's own retries.
+            if !e.is_throttled() || self.clock.now() + pause * 2 >= deadline {
                 break;
             }
             log::debug!(

@@ -93,7 +93,7 @@ pub fn store_error_code(error: &StoreError) -> u8 {
 
 /// What a failed store request means and what to fix, to go before its
 /// message: for the exit codes [`store_error_code`] gives besides
-/// [`exit::STORE`]; empty otherwise.
+/// [`exit::STORE`], and for a throttled answer; empty otherwise.
 pub fn store_error_summary(error: &StoreError) -> &'static str {
     match store_error_code(error) {
         exit::NO_PERMISSION => {
@@ -103,6 +103,11 @@ pub fn store_error_summary(error: &StoreError) -> &'static str {
         // The store's error says it, and what to do, itself.
         exit::CONFIG if error.code() == Some("NoSuchBucket") => "",
         exit::CONFIG => "no retry can succeed until a setting changes (the message names it): ",
+        _ if error.is_throttled() => {
+            "the service throttled a write (if it takes one write of a key per interval, as R2 \
+             and Google Cloud Storage take one a second, set BUCKET_LEASE_WRITE_INTERVAL=1s; \
+             r2:// URLs have it): "
+        }
         _ => "",
     }
 }

@@ -649,7 +649,9 @@ fn acquire(
     let no_bucket = error
         .store_error()
         .is_some_and(|e| e.code() == Some("NoSuchBucket"));
-    if matches!(error, LeaseError::Store(_)) && !no_bucket {
+    // A failed request, or a record left behind: look for ours once more.
+    let left = matches!(error, LeaseError::RecordLeft { .. });
+    if (left || matches!(error, LeaseError::Store(_))) && !no_bucket {
         abandon(&contender);
     }
     let code = match error {
