@@ -11,7 +11,10 @@
 #     monitor, one memstore OSD, no manager): a real S3 service that refuses
 #     a quoted `If-Match` even when the ETag is right and accepts the bare
 #     one, ignores `If-Match` on DELETE, and answers a conditional PUT that
-#     lost a race inside it `500 UnknownError` rather than 412.
+#     lost a race inside it `500 UnknownError` rather than 412; and a
+#     second radosgw process on the same cluster (its own port and client
+#     name, the same zone, pools, user and bucket), so that contenders can
+#     reach one store through two gateways.
 #
 # usage: scripts/test-servers.sh start|stop
 #
@@ -22,8 +25,9 @@
 # systemd, everything under .ci/tmp/servers/ceph: configuration, keyrings,
 # data, logs), waits until each answers (the cluster, about 15 s from
 # cold, while the others start), creates the test bucket (on RGW for an S3
-# user with fixed test keys) and, on moto, a second bucket with versioning
-# on (bucket-lease-test-versioned), and writes .ci/tmp/servers.env:
+# user with fixed test keys; the second gateway starts once they exist and
+# must see the bucket) and, on moto, a second bucket with versioning on
+# (bucket-lease-test-versioned), and writes .ci/tmp/servers.env:
 #
 #   . .ci/tmp/servers.env && cargo test -p bucket-lease-backends --all-features
 #
@@ -220,13 +224,40 @@ if versioned:
 PY
 }
 
-# start_ceph MON_PORT RGW_PORT: a one-node Ceph cluster on 127.0.0.1 as
-# plain processes (a monitor, one memstore OSD: no disk, one copy of each
-# object; no manager), and radosgw on RGW_PORT, every file under
-# $run/ceph. Returns once the cluster is made and its daemons started;
-# wait_http tells when RGW answers.
+# head_bucket URL: the test bucket is there for the RGW user, asked
+# again every 0.2 s for up to 30 s.
+head_bucket() {
+  "$venv/bin/python" - "$1" "$rgw_key" "$rgw_secret" "$bucket" <<'PY'
+import sys, time
+import botocore.session
+from botocore.config import Config
+url, key, secret, bucket = sys.argv[1:5]
+client = botocore.session.get_session().create_client(
+    "s3", region_name="us-east-1", endpoint_url=url,
+    aws_access_key_id=key, aws_secret_access_key=secret,
+    config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
+                  connect_timeout=2, read_timeout=5),
+)
+give_up = time.monotonic() + 30
+while True:
+    try:
+        client.head_bucket(Bucket=bucket)
+        break
+    except Exception as e:
+        if time.monotonic() > give_up:
+            sys.exit(f"test-servers: {url} does not see bucket {bucket}: {e}")
+        time.sleep(0.2)
+PY
+}
+
+# start_ceph MON_PORT RGW_PORT RGW2_PORT: a one-node Ceph cluster on
+# 127.0.0.1 as plain processes (a monitor, one memstore OSD: no disk, one
+# copy of each object; no manager), and radosgw on RGW_PORT, every file
+# under $run/ceph. Returns once the cluster is made and its daemons
+# started; wait_http tells when RGW answers. The second gateway,
+# client.rgw2 on RGW2_PORT, is configured here and started by ready_rgw.
 start_ceph() {
-  local mon_port=$1 rgw_port=$2 dir="$run/ceph"
+  local mon_port=$1 rgw_port=$2 rgw2_port=$3 dir="$run/ceph"
   mkdir -p "$dir/mon-a" "$dir/osd-0" "$dir/run"
   local fsid osd_uuid osd_key
   fsid=$(cat /proc/sys/kernel/random/uuid)
@@ -268,13 +299,23 @@ rgw frontends = beast endpoint=127.0.0.1:$rgw_port
 rgw dns name = localhost
 rgw thread pool size = 32
 rgw data = $dir/rgw
+# The second gateway: another client of the same cluster, in the same
+# (default) zone, on the same pools.
+[client.rgw2]
+rgw frontends = beast endpoint=127.0.0.1:$rgw2_port
+rgw dns name = localhost
+rgw thread pool size = 32
+rgw data = $dir/rgw2
 CONF
   local conf=(-c "$dir/ceph.conf")
   ceph-authtool --create-keyring "$dir/keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
   ceph-authtool "$dir/keyring" --gen-key -n client.admin --cap mon 'allow *' \
     --cap osd 'allow *' --cap mgr 'allow *' >/dev/null
-  ceph-authtool "$dir/keyring" --gen-key -n client.rgw --cap mon 'allow rw' \
-    --cap osd 'allow rwx' >/dev/null
+  local client
+  for client in rgw rgw2; do
+    ceph-authtool "$dir/keyring" --gen-key -n "client.$client" --cap mon 'allow rw' \
+      --cap osd 'allow rwx' >/dev/null
+  done
   monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$mon_port]" "$dir/monmap" >/dev/null
   ceph-mon "${conf[@]}" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/keyring" \
     >"$dir/mkfs.log" 2>&1
@@ -295,10 +336,12 @@ CONF
   launch rgw radosgw "${conf[@]}" -f -n client.rgw
 }
 
-# ready_rgw RGW_PORT: once RGW answers, its S3 user with the fixed test
-# keys and the test bucket.
+# ready_rgw RGW_PORT RGW2_PORT: once RGW answers, its S3 user with the
+# fixed test keys and the test bucket; then the second gateway (started
+# only now, so that it never races the first to make the zone and its
+# pools), ready once it answers and sees the bucket.
 ready_rgw() {
-  local port=$1 dir="$run/ceph"
+  local port=$1 port2=$2 dir="$run/ceph"
   wait_http rgw "$port" 600 || {
     echo "test-servers: the Ceph logs are in $dir" >&2; tail -n 20 "$dir"/*.log >&2; return 1
   }
@@ -308,6 +351,11 @@ ready_rgw() {
     echo "test-servers: radosgw-admin user create failed:" >&2; cat "$dir/user.log" >&2; return 1
   }
   create_bucket "http://127.0.0.1:$port" "$rgw_key" "$rgw_secret"
+  launch rgw2 radosgw -c "$dir/ceph.conf" -f -n client.rgw2
+  wait_http rgw2 "$port2" 300 && head_bucket "http://127.0.0.1:$port2" || {
+    echo "test-servers: the second gateway is not ready; the Ceph logs are in $dir" >&2
+    tail -n 20 "$dir/client.rgw2.log" >&2; return 1
+  }
 }
 
 start() {
@@ -316,12 +364,13 @@ start() {
   rm -rf "$run"
   mkdir -p "$run/s3rver-data" "$run/localbucket-data" "$run/nanio-data"
 
-  local moto_port s3rver_port localbucket_port nanio_port mon_port rgw_port
+  local moto_port s3rver_port localbucket_port nanio_port mon_port rgw_port rgw2_port
   # Ceph first: it takes longest to come up, and waits while the others
   # start.
   mon_port=$(free_port)
   rgw_port=$(free_port)
-  start_ceph "$mon_port" "$rgw_port"
+  rgw2_port=$(free_port)
+  start_ceph "$mon_port" "$rgw_port" "$rgw2_port"
   moto_port=$(free_port)
   launch moto "$venv/bin/python" "$top/scripts/moto_locked.py" 127.0.0.1 "$moto_port"
   s3rver_port=$(free_port)
@@ -345,7 +394,7 @@ start() {
   create_bucket "http://127.0.0.1:$moto_port" test-key test-secret "$versioned_bucket" versioned
   create_bucket "http://127.0.0.1:$localbucket_port" test-key test-secret
   create_bucket "http://127.0.0.1:$nanio_port" "$nanio_key" "$nanio_secret"
-  ready_rgw "$rgw_port"
+  ready_rgw "$rgw_port" "$rgw2_port"
 
   cat > "$env_file" <<ENV
 export BUCKET_LEASE_PYTHON='$venv/bin/python'
@@ -359,6 +408,7 @@ export BUCKET_LEASE_TEST_NANIO_ACCESS_KEY='$nanio_key'
 export BUCKET_LEASE_TEST_NANIO_SECRET_KEY='$nanio_secret'
 export BUCKET_LEASE_TEST_NANIO_DATA='$run/nanio-data'
 export BUCKET_LEASE_TEST_RGW_URL='http://127.0.0.1:$rgw_port'
+export BUCKET_LEASE_TEST_RGW2_URL='http://127.0.0.1:$rgw2_port'
 export BUCKET_LEASE_TEST_RGW_ACCESS_KEY='$rgw_key'
 export BUCKET_LEASE_TEST_RGW_SECRET_KEY='$rgw_secret'
 ENV

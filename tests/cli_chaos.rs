@@ -11,6 +11,13 @@
 //! that lands at once makes its landing time the `W` line's, so that what
 //! is checked is who held the lease when it landed.
 //!
+//! The same across the two gateways of one Ceph cluster (two radosgw
+//! processes on it): four `run`s, two through each gateway, each gateway
+//! behind a fault proxy of its own, a fault window on one gateway's proxy
+//! or on both (default 30 s of chaos). Each line's name carries the route
+//! its `run` took, so that a black hole counts only for the holders behind
+//! it.
+//!
 //! Afterwards: the lines of each holder (instance, epoch) form an interval
 //! and no two intervals overlap (no slack); epochs grow from one holder to
 //! the next; every `run` exited with a documented code; during every
@@ -18,20 +25,23 @@
 //! can land, so the last one that landed was sent before `a` and the
 //! holder's write deadline is before `a + 2 s` (2/3 of the TTL): no holder
 //! with lines in `[a, a + 2 s)` has a line at or after `a + 2 s`, and no line
-//! at all lies in `[a + 2 s, b]`; every object's metadata names the epoch
+//! at all lies in `[a + 2 s, b]` (of those behind it: a black hole on one
+//! gateway leaves the other's contenders free to take the lease over once
+//! the record expires); every object's metadata names the epoch
 //! and holder of the line it was written for.
 //!
 //! ```text
 //! BUCKET_LEASE_REQUIRE_SERVERS=1 cargo test --all-features --test cli_chaos
-//! BUCKET_LEASE_CHAOS_SECS=600 ... # a longer run (default 40 s of chaos)
+//! BUCKET_LEASE_CHAOS_SECS=600 ... # a longer run (default 40 s, 30 s on RGW)
 //! BUCKET_LEASE_CHAOS_SEED=N ...   # replay a schedule (the seed is printed)
 //! BUCKET_LEASE_CHAOS_BROKEN=1 ... # the lease broken on purpose: must fail
 //! ```
 //!
 //! `BUCKET_LEASE_CHAOS_BROKEN=1` runs the contenders with
-//! `BUCKET_LEASE_CONDITIONAL=off` and a proxy that renames the
-//! `If-None-Match` / `If-Match` headers, so moto ignores every condition and
-//! `run` no longer excludes anyone; the checks are expected to fail then.
+//! `BUCKET_LEASE_CONDITIONAL=off` and proxies that rename the
+//! `If-None-Match` / `If-Match` headers, so the server ignores every
+//! condition and `run` no longer excludes anyone; the checks are expected
+//! to fail then.
 
 mod cli_common;
 
@@ -289,13 +299,14 @@ fn chaos_writer() {
 // ------------------------------------------------------------- the run
 
 /// What the command does: LINES lines, 0.1 s apart, each followed by one
-/// create-only write; then it exits CODE.
+/// create-only write, straight to its route's server (`$DIRECT`); then it
+/// exits CODE. Each line's name starts with the route's number (`r0-`).
 const SCRIPT: &str = r#"
 i=0
 while [ "$i" -lt "$LINES" ]; do
-  name="$BUCKET_LEASE_INSTANCE_ID-$i"
+  name="r$ROUTE-$BUCKET_LEASE_INSTANCE_ID-$i"
   echo "L $(date +%s.%N) $BUCKET_LEASE_INSTANCE_ID $BUCKET_LEASE_EPOCH $name" >> "$CHAOS_LOG"
-  AWS_ENDPOINT_URL="$MOTO" CHAOS_PUT="$name" "$WRITER" --exact chaos_writer --quiet >/dev/null 2>&1
+  AWS_ENDPOINT_URL="$DIRECT" CHAOS_PUT="$name" "$WRITER" --exact chaos_writer --quiet >/dev/null 2>&1
   i=$((i+1))
   sleep 0.1
 done
@@ -310,8 +321,16 @@ struct Exit {
 
 struct Window {
     mode: u8,
+    /// The route whose proxy it was on; `None`: every route's.
+    route: Option<usize>,
     from: f64,
     to: f64,
+}
+
+impl Window {
+    fn hits(&self, route: usize) -> bool {
+        self.route.is_none_or(|r| r == route)
+    }
 }
 
 #[derive(Debug)]
@@ -323,16 +342,65 @@ struct Line {
     name: String,
 }
 
+impl Line {
+    /// The route of the contender that wrote it (its name's `rN-`).
+    fn route(&self) -> usize {
+        self.name
+            .strip_prefix('r')
+            .and_then(|n| n.split('-').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a line without its route: {self:?}"))
+    }
+}
+
+/// A holder: its instance and epoch.
+type Holder = (String, u64);
+/// A holder's interval: the times of its first and last lines, and the
+/// route its `run` took.
+type Span = (f64, f64, usize);
+
+/// One way to the store: the fault proxy in front of one server (or
+/// gateway), the target through it that the contenders use, and the
+/// server's own endpoint, which the writer uses.
+struct Route {
+    proxy: FaultProxy,
+    target: Target,
+    direct: String,
+}
+
 #[test]
 fn three_contenders_under_network_faults() {
     let Some(moto) = Target::moto("chaos") else {
         return;
     };
+    contenders_under_network_faults(vec![moto], 3, 40);
+}
+
+/// The same across the two gateways of one Ceph cluster (two radosgw
+/// processes, `scripts/test-servers.sh`): four contenders, two through
+/// each gateway, each gateway behind a fault proxy of its own; a fault
+/// window is on one gateway's proxy or on both. A holder cut off from its
+/// gateway is fenced while the others, through the other gateway, may take
+/// the lease over once its record expires.
+#[test]
+fn contenders_across_two_gateways_under_network_faults() {
+    let Some(gateways) = Target::rgw_gateways("chaos-gateways") else {
+        return;
+    };
+    contenders_under_network_faults(Vec::from(gateways), 4, 30);
+}
+
+/// The chaos run: `contenders` restarted `run`s, contender `c` reaching the
+/// store through `servers[c % servers.len()]` (targets naming the same
+/// leases, each on its own endpoint) behind a fault proxy of its own, for
+/// `default_secs` of faults unless `BUCKET_LEASE_CHAOS_SECS` says; then
+/// the checks of the module's documentation.
+fn contenders_under_network_faults(servers: Vec<Target>, contenders: u64, default_secs: u64) {
     let broken = std::env::var("BUCKET_LEASE_CHAOS_BROKEN").as_deref() == Ok("1");
     let secs: u64 = std::env::var("BUCKET_LEASE_CHAOS_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(40);
+        .unwrap_or(default_secs);
     let seed: u64 = std::env::var("BUCKET_LEASE_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -344,10 +412,27 @@ fn three_contenders_under_network_faults() {
         });
     eprintln!("chaos: seed {seed} ({secs} s; replay with BUCKET_LEASE_CHAOS_SEED={seed})");
 
-    let moto_url = moto.endpoint().expect("moto's endpoint").to_string();
-    let proxy = FaultProxy::start(&moto_url, broken);
-    let t = Arc::new(moto.through(&proxy.endpoint));
+    let routes: Arc<Vec<Route>> = Arc::new(
+        servers
+            .into_iter()
+            .map(|server| {
+                let direct = server.endpoint().expect("a server's endpoint").to_string();
+                let proxy = FaultProxy::start(&direct, broken);
+                let target = server.through(&proxy.endpoint);
+                Route {
+                    proxy,
+                    target,
+                    direct,
+                }
+            })
+            .collect(),
+    );
+    let t = &routes[0].target;
     let url = t.url("lease");
+    assert!(
+        routes.iter().all(|r| r.target.url("lease") == url),
+        "every route names the same lease"
+    );
     let log = t.path("log");
     std::fs::write(&log, b"").unwrap();
     let writer = std::env::current_exe().expect("this test binary");
@@ -358,19 +443,20 @@ fn three_contenders_under_network_faults() {
     let exits: Arc<Mutex<Vec<Exit>>> = Arc::default();
 
     // The contenders, each restarted when its `run` exits.
-    let mut contenders = Vec::new();
-    for c in 0..3u64 {
-        let (t, url, log, writer, pids, exits, moto_url) = (
-            t.clone(),
+    let mut threads = Vec::new();
+    for c in 0..contenders {
+        let (routes, url, log, writer, pids, exits) = (
+            routes.clone(),
             url.clone(),
             log.clone(),
             writer.clone(),
             pids.clone(),
             exits.clone(),
-            moto_url.clone(),
         );
+        let route = (c % routes.len() as u64) as usize;
         let mut rng = Rng(seed ^ (c + 1).wrapping_mul(0x5851_f42d_4c95_7f2d));
-        contenders.push(std::thread::spawn(move || {
+        threads.push(std::thread::spawn(move || {
+            let Route { target, direct, .. } = &routes[route];
             while Instant::now() < stop_at {
                 let wait = (1 + rng.below(4)).to_string();
                 let lines = (5 + rng.below(30)).to_string();
@@ -380,9 +466,10 @@ fn three_contenders_under_network_faults() {
                     args.push("--best-effort");
                 }
                 args.extend([url.as_str(), "--", "sh", "-c", SCRIPT]);
-                let mut cmd = t.command(args);
+                let mut cmd = target.command(args);
                 cmd.env("CHAOS_LOG", &log)
-                    .env("MOTO", &moto_url)
+                    .env("ROUTE", route.to_string())
+                    .env("DIRECT", direct)
                     .env("WRITER", &writer)
                     .env("LINES", &lines)
                     .env("CODE", own.to_string())
@@ -432,6 +519,12 @@ fn three_contenders_under_network_faults() {
             _ => 300 + rng.below(1700),
         };
         let delay = Duration::from_millis(100 + rng.below(1400));
+        // With more than one route, a fault is on one route's proxy or on
+        // all of them (one draw more; none with one route).
+        let route = match routes.len() {
+            1 => None,
+            n => Some(rng.below(n as u64 + 1) as usize).filter(|&r| r < n),
+        };
         if mode == BLACK_HOLE {
             // Aim it at a holder: start it as a line is written (or after
             // 4 s with none).
@@ -441,21 +534,33 @@ fn three_contenders_under_network_faults() {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let from = now();
-        proxy.set(mode, delay);
+        let window = Window {
+            mode,
+            route,
+            from: now(),
+            to: 0.0,
+        };
+        for (r, Route { proxy, .. }) in routes.iter().enumerate() {
+            if window.hits(r) {
+                proxy.set(mode, delay);
+            } else {
+                proxy.set(PASS, Duration::ZERO);
+            }
+        }
         std::thread::sleep(Duration::from_millis(length));
         windows.push(Window {
-            mode,
-            from,
             to: now(),
+            ..window
         });
     }
-    proxy.set(PASS, Duration::ZERO);
+    for Route { proxy, .. } in routes.iter() {
+        proxy.set(PASS, Duration::ZERO);
+    }
 
     // Every `run` ends on its own (the commands are short, waits bounded);
     // past this the guard kills what is left and the test fails.
     let drain = Instant::now() + Duration::from_secs(40);
-    for c in contenders {
+    for c in threads {
         while !c.is_finished() && Instant::now() < drain {
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -472,7 +577,13 @@ fn three_contenders_under_network_faults() {
         *per_kind.entry(KINDS[w.mode as usize]).or_insert(0) += 1;
     }
     let hits: Vec<String> = (1..5)
-        .map(|m| format!("{}={}", KINDS[m], proxy.hits[m].load(Ordering::Relaxed)))
+        .map(|m| {
+            let per_route: Vec<String> = routes
+                .iter()
+                .map(|r| r.proxy.hits[m].load(Ordering::Relaxed).to_string())
+                .collect();
+            format!("{}={}", KINDS[m], per_route.join("+"))
+        })
         .collect();
     let exits = exits.lock().unwrap();
     let mut codes = BTreeMap::new();
@@ -520,19 +631,20 @@ fn three_contenders_under_network_faults() {
     }
 
     // 2. Holders' lines form intervals that do not overlap; epochs grow.
-    let mut spans: HashMap<(String, u64), (f64, f64)> = HashMap::new();
+    // Each holder's interval, and the route its `run` took.
+    let mut spans: HashMap<Holder, Span> = HashMap::new();
     for l in &lines {
         let s = spans
             .entry((l.holder.clone(), l.epoch))
-            .or_insert((l.t, l.t));
+            .or_insert((l.t, l.t, l.route()));
         s.0 = s.0.min(l.t);
         s.1 = s.1.max(l.t);
     }
-    let mut spans: Vec<((String, u64), (f64, f64))> = spans.into_iter().collect();
+    let mut spans: Vec<(Holder, Span)> = spans.into_iter().collect();
     spans.sort_by(|a, b| a.1 .0.total_cmp(&b.1 .0));
     for pair in spans.windows(2) {
-        let ((ha, ea), (_, end_a)) = &pair[0];
-        let ((hb, eb), (start_b, _)) = &pair[1];
+        let ((ha, ea), (_, end_a, _)) = &pair[0];
+        let ((hb, eb), (start_b, _, _)) = &pair[1];
         if start_b <= end_a {
             failures.push(format!(
                 "holders overlap: {ha} (epoch {ea}) until {end_a:.6}, {hb} (epoch {eb}) from \
@@ -544,7 +656,8 @@ fn three_contenders_under_network_faults() {
         }
     }
 
-    // 3. A black-holed holder's command is dead by its write deadline.
+    // 3. A black-holed holder's command is dead by its write deadline
+    // (a holder whose route the black hole was on).
     let fence = 2.0 * TTL_S / 3.0;
     let mut holes_checked = 0;
     // Holders a black hole caught, and how long before its write deadline
@@ -556,7 +669,7 @@ fn three_contenders_under_network_faults() {
     {
         holes_checked += 1;
         let deadline = w.from + fence;
-        for ((h, e), (start, end)) in &spans {
+        for ((h, e), (start, end, _)) in spans.iter().filter(|s| w.hits(s.1 .2)) {
             if *start < deadline && *end >= w.from {
                 holes_hit += 1;
                 margin = margin.min(deadline - end);
@@ -569,7 +682,8 @@ fn three_contenders_under_network_faults() {
                 ));
             }
         }
-        if let Some(l) = lines.iter().find(|l| l.t >= deadline && l.t <= w.to) {
+        let inside = |l: &&Line| l.t >= deadline && l.t <= w.to && w.hits(l.route());
+        if let Some(l) = lines.iter().find(inside) {
             failures.push(format!(
                 "a line at {:.6} inside a black hole {:.6}..{:.6}: {l:?}",
                 l.t, w.from, w.to
@@ -611,15 +725,22 @@ fn three_contenders_under_network_faults() {
             Err(_) => {}
         }
     }
+    let mut per_route = vec![0; routes.len()];
+    for (_, (_, _, route)) in &spans {
+        per_route[*route] += 1;
+    }
+    let top_epoch = spans.iter().map(|((_, e), _)| *e).max().unwrap_or(0);
     eprintln!(
-        "chaos: seed {seed}: {} holders, {objects} objects, {holes_checked} black holes checked, \
-         {holes_hit} holders caught in one (last line at least {margin:.3} s before the deadline)",
+        "chaos: seed {seed}: {} holders (per route {per_route:?}), epochs up to {top_epoch}, \
+         {objects} objects, {holes_checked} black holes checked, {holes_hit} holders caught in \
+         one (last line at least {margin:.3} s before the deadline)",
         spans.len()
     );
+    let directs: Vec<&str> = routes.iter().map(|r| r.direct.as_str()).collect();
     assert!(
         spans.len() >= 2,
         "fewer than two holders ran a command, the run proves nothing (run exit codes \
-         {codes:?}; is moto still at {moto_url}?)"
+         {codes:?}; are the servers still at {directs:?}?)"
     );
     assert!(
         failures.is_empty(),

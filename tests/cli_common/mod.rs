@@ -143,6 +143,23 @@ impl Target {
         })
     }
 
+    /// Both gateways of the Ceph cluster (`BUCKET_LEASE_TEST_RGW_URL` and
+    /// `BUCKET_LEASE_TEST_RGW2_URL`, two radosgw processes on it) as two
+    /// targets naming the same leases: the same URLs and credentials, each
+    /// through its own gateway, each with its own scratch directory;
+    /// `None` as for [`Target::moto`].
+    pub fn rgw_gateways(test: &str) -> Option<[Target; 2]> {
+        let first = Target::rgw(test)?;
+        let url = server_url(test, "BUCKET_LEASE_TEST_RGW2_URL")?;
+        let second = Target {
+            base: first.base.clone(),
+            env: first.env.clone(),
+            scratch: scratch_dir(test),
+        }
+        .through(&url);
+        Some([first, second])
+    }
+
     /// A target on the HTTP endpoint `endpoint` (a test server on
     /// 127.0.0.1), through an `s3://` URL on bucket `bucket`.
     pub fn http(test: &str, endpoint: &str, bucket: &str) -> Target {

@@ -33,6 +33,10 @@ pub enum Server {
     /// (right or wrong) and accepts the bare one, ignores `If-Match` on
     /// DELETE.
     Rgw,
+    /// A second radosgw process on the same Ceph cluster as [`Server::Rgw`]
+    /// (same zone, pools, user and bucket): the same store through another
+    /// gateway.
+    Rgw2,
 }
 
 impl Server {
@@ -44,6 +48,7 @@ impl Server {
             Server::LocalBucket => "BUCKET_LEASE_TEST_LOCALBUCKET_URL",
             Server::Nanio => "BUCKET_LEASE_TEST_NANIO_URL",
             Server::Rgw => "BUCKET_LEASE_TEST_RGW_URL",
+            Server::Rgw2 => "BUCKET_LEASE_TEST_RGW2_URL",
         }
     }
 
@@ -56,7 +61,7 @@ impl Server {
                 required_var("BUCKET_LEASE_TEST_NANIO_ACCESS_KEY"),
                 required_var("BUCKET_LEASE_TEST_NANIO_SECRET_KEY"),
             ),
-            Server::Rgw => Credentials::new(
+            Server::Rgw | Server::Rgw2 => Credentials::new(
                 required_var("BUCKET_LEASE_TEST_RGW_ACCESS_KEY"),
                 required_var("BUCKET_LEASE_TEST_RGW_SECRET_KEY"),
             ),
@@ -153,7 +158,7 @@ pub fn profile_stores_on(server_kind: Server) -> Option<Vec<(&'static str, HttpS
         .expect("the server's URL is http://127.0.0.1:PORT");
     #[cfg(feature = "s3")]
     let domain = match server_kind {
-        Server::Rgw => "localhost",
+        Server::Rgw | Server::Rgw2 => "localhost",
         _ => "s3.localhost",
     };
     #[cfg(feature = "s3")]
