@@ -1041,14 +1041,15 @@ impl HttpStore {
             _ => return self.send_now(op, key, request, body, deadline),
         };
         let clock = SystemClock;
-        if let Err(late) = spacing.wait_turn(key, &clock, deadline) {
-            return Err(late.error(op.method(), key, spacing.interval(), clock.now()));
-        }
+        let turn = match spacing.take_turn(key, &clock, deadline) {
+            Ok(turn) => turn,
+            Err(late) => return Err(late.error(op.method(), key, spacing.interval(), clock.now())),
+        };
         let answer = self.send_now(op, key, request, body, deadline);
         match &answer {
-            Err(e) if e.delivery() == Delivery::NotSent => spacing.not_sent(key, &clock),
-            Err(_) => spacing.wrote(key, &clock, None),
-            Ok(answer) => spacing.wrote(key, &clock, throttle_of(answer).flatten()),
+            Err(e) if e.delivery() == Delivery::NotSent => turn.not_sent(),
+            Err(_) => turn.wrote(None),
+            Ok(answer) => turn.wrote(throttle_of(answer).flatten()),
         }
         answer
     }

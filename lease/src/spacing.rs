@@ -4,15 +4,16 @@
 //! `429` to the next one inside that second.
 //!
 //! A store with a write interval keeps one [`WriteSpacing`]. Before a write
-//! of a key goes out it waits its turn ([`WriteSpacing::wait_turn`]): the
+//! of a key goes out it takes its turn ([`WriteSpacing::take_turn`]): the
 //! interval after the key's last write this store sent, or longer when the
 //! service asked for more (`Retry-After`). The wait is bounded by the
 //! write's deadline: a turn that comes after it is not waited for, and the
 //! write fails as not sent. After the write, whatever its answer, the store
-//! notes it ([`WriteSpacing::wrote`]); the interval counts from the answer,
-//! which is after the service took the write, so the next write is never
-//! early by the service's count. A write the service may not have received
-//! counts too: it may have landed.
+//! settles the turn ([`Taken::wrote`]); the interval counts from the
+//! answer, which is after the service took the write, so the next write is
+//! never early by the service's count. A write the service may not have
+//! received counts too (it may have landed), and so does one that
+//! panicked (its turn is settled when dropped).
 //!
 //! [`SpacedStore`] wraps any store in one: for a store of your own on a
 //! service with such a limit, and for tests, where each wrapper is one
@@ -43,6 +44,41 @@ pub struct WriteSpacing {
 struct Turn {
     not_before: Instant,
     in_flight: bool,
+}
+
+/// A turn taken ([`WriteSpacing::take_turn`]), to settle once its write
+/// was sent or not.
+#[must_use = "settle the turn once the write was sent or not"]
+pub struct Taken<'a> {
+    spacing: &'a WriteSpacing,
+    key: &'a str,
+    clock: &'a dyn Clock,
+    settled: bool,
+}
+
+impl Taken<'_> {
+    /// The write was answered, or failed after it may have been sent: the
+    /// next write of the key waits an interval from now, or `retry_after`
+    /// when the service asked for longer.
+    pub fn wrote(mut self, retry_after: Option<Duration>) {
+        self.settled = true;
+        self.spacing.wrote(self.key, self.clock, retry_after);
+    }
+
+    /// The write was not sent: the turn goes back, nothing new to wait for.
+    pub fn not_sent(mut self) {
+        self.settled = true;
+        self.spacing.not_sent(self.key, self.clock);
+    }
+}
+
+impl Drop for Taken<'_> {
+    /// An unsettled turn (its write panicked) counts as written.
+    fn drop(&mut self) {
+        if !self.settled {
+            self.spacing.wrote(self.key, self.clock, None);
+        }
+    }
 }
 
 /// A write whose turn came after its deadline: it was not sent.
@@ -88,13 +124,30 @@ impl WriteSpacing {
     }
 
     /// Wait on `clock` until `key` may be written, and take the turn: the
-    /// caller sends its write and then calls [`wrote`](Self::wrote).
+    /// caller sends its write and then settles the turn it holds
+    /// ([`Turn::wrote`], [`Turn::not_sent`]). A turn dropped unsettled (the
+    /// write panicked) counts as written: it may have gone out.
     ///
     /// # Errors
     ///
     /// [`TurnTooLate`], without waiting, when the turn comes after
     /// `deadline`.
-    pub fn wait_turn(
+    pub fn take_turn<'a>(
+        &'a self,
+        key: &'a str,
+        clock: &'a dyn Clock,
+        deadline: Option<Instant>,
+    ) -> Result<Taken<'a>, TurnTooLate> {
+        self.wait_turn(key, clock, deadline)?;
+        Ok(Taken {
+            spacing: self,
+            key,
+            clock,
+            settled: false,
+        })
+    }
+
+    fn wait_turn(
         &self,
         key: &str,
         clock: &dyn Clock,
@@ -166,7 +219,7 @@ impl WriteSpacing {
     /// The write of `key` whose turn was taken was answered (or failed
     /// after it may have been sent) now: the next waits an interval, or
     /// `retry_after` when the service asked for longer.
-    pub fn wrote(&self, key: &str, clock: &dyn Clock, retry_after: Option<Duration>) {
+    fn wrote(&self, key: &str, clock: &dyn Clock, retry_after: Option<Duration>) {
         let wait = retry_after.map_or(self.interval, |r| r.max(self.interval));
         self.lock().insert(
             key.to_string(),
@@ -179,7 +232,7 @@ impl WriteSpacing {
 
     /// The write of `key` whose turn was taken was not sent after all: the
     /// turn goes back as it was before, with nothing new to wait for.
-    pub fn not_sent(&self, key: &str, clock: &dyn Clock) {
+    fn not_sent(&self, key: &str, clock: &dyn Clock) {
         let mut keys = self.lock();
         if let Some(turn) = keys.get_mut(key) {
             turn.in_flight = false;
@@ -224,20 +277,21 @@ impl SpacedStore {
         write: impl FnOnce() -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let clock = &*self.clock;
-        if let Err(late) = self.spacing.wait_turn(key, clock, deadline) {
-            let error = late.error(method, key, self.spacing.interval(), clock.now());
-            return Err(match self.inner.store_url() {
-                Some(url) => error.with_store_url(url),
-                None => error,
-            });
-        }
+        let turn = match self.spacing.take_turn(key, clock, deadline) {
+            Ok(turn) => turn,
+            Err(late) => {
+                let error = late.error(method, key, self.spacing.interval(), clock.now());
+                return Err(match self.inner.store_url() {
+                    Some(url) => error.with_store_url(url),
+                    None => error,
+                });
+            }
+        };
         let answer = write();
         match &answer {
-            Err(e) if e.delivery() == crate::store::Delivery::NotSent => {
-                self.spacing.not_sent(key, clock)
-            }
-            Err(e) => self.spacing.wrote(key, clock, e.retry_after()),
-            Ok(_) => self.spacing.wrote(key, clock, None),
+            Err(e) if e.delivery() == crate::store::Delivery::NotSent => turn.not_sent(),
+            Err(e) => turn.wrote(e.retry_after()),
+            Ok(_) => turn.wrote(None),
         }
         answer
     }
@@ -304,13 +358,16 @@ mod tests {
         let clock = TestClock::new();
         let spacing = WriteSpacing::new(Duration::from_secs(1));
         let start = clock.now();
-        spacing.wait_turn("k", &clock, None).unwrap();
+        let turn = spacing.take_turn("k", &clock, None).unwrap();
         clock.advance(Duration::from_millis(100));
-        spacing.wrote("k", &clock, None);
+        turn.wrote(None);
         // Another key goes at once.
-        spacing.wait_turn("other", &clock, None).unwrap();
+        spacing
+            .take_turn("other", &clock, None)
+            .unwrap()
+            .wrote(None);
         assert_eq!(clock.now(), start + Duration::from_millis(100));
-        spacing.wait_turn("k", &clock, None).unwrap();
+        spacing.take_turn("k", &clock, None).unwrap().wrote(None);
         assert_eq!(clock.now(), start + Duration::from_millis(1100));
     }
 
@@ -318,17 +375,19 @@ mod tests {
     fn a_turn_after_the_deadline_is_refused_without_waiting() {
         let clock = TestClock::new();
         let spacing = WriteSpacing::new(Duration::from_secs(1));
-        spacing.wait_turn("k", &clock, None).unwrap();
-        spacing.wrote("k", &clock, Some(Duration::from_secs(5)));
+        let turn = spacing.take_turn("k", &clock, None).unwrap();
+        turn.wrote(Some(Duration::from_secs(5)));
         let now = clock.now();
         let late = spacing
-            .wait_turn("k", &clock, Some(now + Duration::from_secs(4)))
-            .unwrap_err();
+            .take_turn("k", &clock, Some(now + Duration::from_secs(4)))
+            .err()
+            .unwrap();
         assert_eq!(late.not_before, now + Duration::from_secs(5));
         assert_eq!(clock.now(), now, "nothing was waited");
         spacing
-            .wait_turn("k", &clock, Some(now + Duration::from_secs(6)))
-            .unwrap();
+            .take_turn("k", &clock, Some(now + Duration::from_secs(6)))
+            .unwrap()
+            .wrote(None);
         assert_eq!(clock.now(), now + Duration::from_secs(5));
     }
 
@@ -336,10 +395,9 @@ mod tests {
     fn a_write_not_sent_gives_its_turn_back() {
         let clock = TestClock::new();
         let spacing = WriteSpacing::new(Duration::from_secs(1));
-        spacing.wait_turn("k", &clock, None).unwrap();
-        spacing.not_sent("k", &clock);
+        spacing.take_turn("k", &clock, None).unwrap().not_sent();
         let now = clock.now();
-        spacing.wait_turn("k", &clock, None).unwrap();
+        spacing.take_turn("k", &clock, None).unwrap().wrote(None);
         assert_eq!(clock.now(), now);
     }
 }

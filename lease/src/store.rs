@@ -514,7 +514,7 @@ impl StoreError {
     /// A wait over `u32::MAX` milliseconds (49 days) is kept as that.
     pub fn throttled(mut self, retry_after: Option<Duration>) -> Self {
         let ms = retry_after.map_or(0, |wait| wait.as_millis());
-        self.throttle = u32::try_from(ms).unwrap_or(u32::MAX - 1) + 1;
+        self.throttle = u32::try_from(ms).unwrap_or(u32::MAX).min(u32::MAX - 1) + 1;
         self
     }
 

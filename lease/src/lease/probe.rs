@@ -4,10 +4,10 @@
 //! module](super).
 
 use super::requests::{put_resending, read_record};
-use super::Lease;
+use super::{Lease, State};
 use crate::error::{IgnoredCondition, LeaseError};
 use crate::mutant::{self, Mutant};
-use crate::record::probe_key;
+use crate::record::{format_stamp, probe_key};
 use crate::store::{DeleteMode, PutMode, StoreError, StoreErrorKind, Version};
 use crate::versioned;
 use std::time::Instant;
@@ -86,7 +86,7 @@ impl Lease {
 
     /// The probe objects of a [spaced probe](Self::probe_spaced) not yet
     /// removed.
-    fn probe_objects(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+    pub(super) fn probe_objects(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
         self.probe_objects
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
@@ -234,29 +234,44 @@ impl Lease {
             probe_key(&self.key),
             probe_key(&self.key),
         );
-        let made = self.send_together(
-            &[
-                (over.clone(), PutMode::Create),
-                (wrong_etag.clone(), PutMode::Create),
-                (absent.clone(), PutMode::Update(fake.clone())),
-            ],
-            body,
-            bound,
-        );
-        for (key, answer) in [&over, &wrong_etag, &absent].into_iter().zip(&made) {
-            if answer.is_ok() {
-                self.probe_objects().push(key.clone());
+        // Made, or perhaps made by a write whose answer was lost: removed
+        // later either way.
+        self.probe_objects()
+            .extend([over.clone(), wrong_etag.clone()]);
+        let mut made = self
+            .send_together(
+                &[
+                    (over.clone(), PutMode::Create),
+                    (wrong_etag.clone(), PutMode::Create),
+                    (absent.clone(), PutMode::Update(fake.clone())),
+                ],
+                body,
+                bound,
+            )
+            .into_iter();
+        for _ in 0..2 {
+            match made.next().expect("three answers") {
+                // A refusal of a create on a key nobody else names is our
+                // own earlier copy of it, whose answer was lost.
+                Err(e) if !e.is_refusal() => return Err(e.into()),
+                _ => {}
             }
         }
-        let mut made = made.into_iter();
-        let (over_made, wrong_etag_made, on_absent) = (
-            made.next().expect("three answers"),
-            made.next().expect("three answers"),
-            made.next().expect("three answers"),
-        );
-        over_made?;
-        wrong_etag_made?;
+        let on_absent = made.next().expect("three answers");
+        if on_absent
+            .as_ref()
+            .map_or_else(StoreError::may_have_landed, |_| true)
+        {
+            self.probe_objects().push(absent);
+        }
+        // Our record's second write is a renewal: a fresh stamp, the fence
+        // dated from just before it goes out (after its turn), so that the
+        // next renewal, a third of the TTL on, falls after its own turn.
+        self.store
+            .await_write_turn(&self.key, self.probe_bound(deadline)?);
         let bound = self.probe_bound(deadline)?;
+        let (confirmed, confirmed_wall) = (self.clock.now(), self.clock.wall());
+        let renewed = self.record(format_stamp(confirmed_wall)).to_bytes();
         let sent = self.lock().version.clone();
         let mut answers = self
             .send_together(
@@ -265,7 +280,7 @@ impl Lease {
                     (wrong_etag, PutMode::Update(fake)),
                     (self.key.clone(), PutMode::Update(sent.clone())),
                 ],
-                body,
+                &renewed,
                 bound,
             )
             .into_iter();
@@ -282,7 +297,13 @@ impl Lease {
                 (IgnoredCondition::IfMatchOnAbsentKey, on_absent),
             ],
         )?;
-        self.judge_own_update(&sent, own, bound)
+        self.judge_own_update(&sent, own, bound)?;
+        let mut h = self.lock();
+        if h.state == State::Held {
+            h.confirmed = confirmed;
+            h.confirmed_wall = confirmed_wall;
+        }
+        Ok(())
     }
 
     /// Send `writes` of `body`, each bounded by `bound`, and return their

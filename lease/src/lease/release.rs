@@ -315,6 +315,10 @@ impl Drop for Lease {
             State::Held | State::Fenced | State::Lost { holder: None }
         );
         if !pending {
+            // Lost or released: only the probe's objects may be left.
+            if !self.probe_objects().is_empty() && !std::thread::panicking() {
+                self.remove_probe_objects(self.clock.now().checked_add(DROP_RELEASE_TIMEOUT));
+            }
             return;
         }
         if std::thread::panicking() {
