@@ -20,7 +20,7 @@
 //! client of a limited [`MemoryStore`](crate::memory::MemoryStore).
 //!
 //! Writes of one key by two threads of the store are taken in turn: a turn
-//! is held from [`wait_turn`](WriteSpacing::wait_turn) until its write is
+//! is held from [`take_turn`](WriteSpacing::take_turn) until its write is
 //! noted. Writes of the key by other processes are not known here; the
 //! service's `429` to them is a throttled answer, settled and retried by
 //! the lease as any answer that may have landed.
@@ -125,7 +125,7 @@ impl WriteSpacing {
 
     /// Wait on `clock` until `key` may be written, and take the turn: the
     /// caller sends its write and then settles the turn it holds
-    /// ([`Turn::wrote`], [`Turn::not_sent`]). A turn dropped unsettled (the
+    /// ([`Taken::wrote`], [`Taken::not_sent`]). A turn dropped unsettled (the
     /// write panicked) counts as written: it may have gone out.
     ///
     /// # Errors
