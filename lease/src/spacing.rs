@@ -1,5 +1,5 @@
 //! Spacing a store's own writes of each key by the service's write
-//! interval ([`Store::write_interval`](crate::store::Store::write_interval)):
+//! interval ([`Store::write_interval`]):
 //! Cloudflare R2 takes one write of an object name a second, and answers
 //! `429` to the next one inside that second.
 //!
