@@ -28,14 +28,23 @@
 //! BUCKET_LEASE_CHAOS_BROKEN=1 ... # the lease broken on purpose: must fail
 //! ```
 //!
+//! The `…_under_r2_write_limit_*` variants put the HTTP proxy of
+//! `tests/s3_proxy` between the TCP fault proxy and moto, limiting writes
+//! of each key to one a second as Cloudflare R2 does (`429
+//! TooManyRequests` beyond it; one variant per reading of the rule), with
+//! the contenders on `r2://` URLs (R2's profile), 30 s of chaos by
+//! default.
+//!
 //! `BUCKET_LEASE_CHAOS_BROKEN=1` runs the contenders with
 //! `BUCKET_LEASE_CONDITIONAL=off` and a proxy that renames the
 //! `If-None-Match` / `If-Match` headers, so moto ignores every condition and
 //! `run` no longer excludes anyone; the checks are expected to fail then.
 
 mod cli_common;
+mod s3_proxy;
 
 use cli_common::Target;
+use s3_proxy::WriteLimit;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -325,14 +334,36 @@ struct Line {
 
 #[test]
 fn three_contenders_under_network_faults() {
-    let Some(moto) = Target::moto("chaos") else {
+    chaos("chaos", None, 40);
+}
+
+#[test]
+fn three_contenders_under_r2_write_limit_accepted_writes() {
+    chaos("chaos-r2-accepted", Some(WriteLimit::AcceptedWrites), 30);
+}
+
+#[test]
+fn three_contenders_under_r2_write_limit_every_write() {
+    chaos("chaos-r2-every", Some(WriteLimit::EveryWrite), 30);
+}
+
+/// The chaos run on the lease `name`; with `limit`, moto is behind a proxy
+/// limiting writes of each key to one a second (read as `limit` says) and
+/// the contenders use `r2://` URLs. `default_secs` of chaos unless
+/// `BUCKET_LEASE_CHAOS_SECS` says otherwise.
+fn chaos(name: &str, limit: Option<WriteLimit>, default_secs: u64) {
+    // One chaos run at a time: the test harness would run the variants at
+    // once, and their load would eat into each other's timing margins.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(moto) = Target::moto(name) else {
         return;
     };
     let broken = std::env::var("BUCKET_LEASE_CHAOS_BROKEN").as_deref() == Ok("1");
     let secs: u64 = std::env::var("BUCKET_LEASE_CHAOS_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(40);
+        .unwrap_or(default_secs);
     let seed: u64 = std::env::var("BUCKET_LEASE_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -345,8 +376,16 @@ fn three_contenders_under_network_faults() {
     eprintln!("chaos: seed {seed} ({secs} s; replay with BUCKET_LEASE_CHAOS_SEED={seed})");
 
     let moto_url = moto.endpoint().expect("moto's endpoint").to_string();
-    let proxy = FaultProxy::start(&moto_url, broken);
-    let t = Arc::new(moto.through(&proxy.endpoint));
+    // Under a write limit the chain is TCP faults -> the limit -> moto.
+    let limiter = limit.map(|mode| {
+        let limiter = s3_proxy::FaultProxy::start(&moto_url);
+        limiter.limit_writes(Duration::from_secs(1), mode);
+        limiter
+    });
+    let upstream = limiter.as_ref().map_or(moto_url.clone(), |l| l.endpoint());
+    let proxy = FaultProxy::start(&upstream, broken);
+    let t = moto.through(&proxy.endpoint);
+    let t = Arc::new(if limit.is_some() { t.on_r2() } else { t });
     let url = t.url("lease");
     let log = t.path("log");
     std::fs::write(&log, b"").unwrap();
@@ -501,6 +540,12 @@ fn three_contenders_under_network_faults() {
         exits.len(),
         lines.len()
     );
+    if let Some(limiter) = &limiter {
+        eprintln!(
+            "chaos: seed {seed}: {limit:?}: 429s per key: {:?}",
+            limiter.throttled_per_key()
+        );
+    }
 
     for code in [69, 75, 76] {
         if let Some(e) = exits.iter().find(|e| e.code == Some(code)) {
