@@ -37,6 +37,13 @@
 //! BUCKET_LEASE_CHAOS_BROKEN=1 ... # the lease broken on purpose: must fail
 //! ```
 //!
+//! The `…_under_r2_write_limit_*` variants put the HTTP proxy of
+//! `tests/s3_proxy` between the TCP fault proxy and moto, limiting writes
+//! of each key to one a second as Cloudflare R2 does (`429
+//! TooManyRequests` beyond it; one variant per reading of the rule), with
+//! the contenders on `r2://` URLs (R2's profile), 30 s of chaos by
+//! default.
+//!
 //! `BUCKET_LEASE_CHAOS_BROKEN=1` runs the contenders with
 //! `BUCKET_LEASE_CONDITIONAL=off` and proxies that rename the
 //! `If-None-Match` / `If-Match` headers, so the server ignores every
@@ -44,8 +51,10 @@
 //! to fail then.
 
 mod cli_common;
+mod s3_proxy;
 
 use cli_common::Target;
+use s3_proxy::WriteLimit;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -364,16 +373,40 @@ type Span = (f64, f64, usize);
 /// server's own endpoint, which the writer uses.
 struct Route {
     proxy: FaultProxy,
+    /// The proxy limiting writes of each key, under a write limit.
+    limiter: Option<s3_proxy::FaultProxy>,
     target: Target,
     direct: String,
 }
 
 #[test]
 fn three_contenders_under_network_faults() {
-    let Some(moto) = Target::moto("chaos") else {
+    chaos("chaos", None, 40);
+}
+
+#[test]
+fn three_contenders_under_r2_write_limit_accepted_writes() {
+    chaos("chaos-r2-accepted", Some(WriteLimit::AcceptedWrites), 30);
+}
+
+#[test]
+fn three_contenders_under_r2_write_limit_every_write() {
+    chaos("chaos-r2-every", Some(WriteLimit::EveryWrite), 30);
+}
+
+/// The chaos run on the lease `name`; with `limit`, moto is behind a proxy
+/// limiting writes of each key to one a second (read as `limit` says) and
+/// the contenders use `r2://` URLs. `default_secs` of chaos unless
+/// `BUCKET_LEASE_CHAOS_SECS` says otherwise.
+fn chaos(name: &str, limit: Option<WriteLimit>, default_secs: u64) {
+    // One chaos run at a time: the test harness would run the variants at
+    // once, and their load would eat into each other's timing margins.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(moto) = Target::moto(name) else {
         return;
     };
-    contenders_under_network_faults(vec![moto], 3, 40);
+    contenders_under_network_faults(vec![moto], 3, default_secs, limit);
 }
 
 /// The same across the two gateways of one Ceph cluster (two radosgw
@@ -387,15 +420,22 @@ fn contenders_across_two_gateways_under_network_faults() {
     let Some(gateways) = Target::rgw_gateways("chaos-gateways") else {
         return;
     };
-    contenders_under_network_faults(Vec::from(gateways), 4, 30);
+    contenders_under_network_faults(Vec::from(gateways), 4, 30, None);
 }
 
 /// The chaos run: `contenders` restarted `run`s, contender `c` reaching the
 /// store through `servers[c % servers.len()]` (targets naming the same
 /// leases, each on its own endpoint) behind a fault proxy of its own, for
 /// `default_secs` of faults unless `BUCKET_LEASE_CHAOS_SECS` says; then
-/// the checks of the module's documentation.
-fn contenders_under_network_faults(servers: Vec<Target>, contenders: u64, default_secs: u64) {
+/// the checks of the module's documentation. With `limit`, each route has
+/// a proxy limiting writes of each key to one a second (read as `limit`
+/// says) behind its fault proxy, and the contenders use `r2://` URLs.
+fn contenders_under_network_faults(
+    servers: Vec<Target>,
+    contenders: u64,
+    default_secs: u64,
+    limit: Option<WriteLimit>,
+) {
     let broken = std::env::var("BUCKET_LEASE_CHAOS_BROKEN").as_deref() == Ok("1");
     let secs: u64 = std::env::var("BUCKET_LEASE_CHAOS_SECS")
         .ok()
@@ -417,10 +457,24 @@ fn contenders_under_network_faults(servers: Vec<Target>, contenders: u64, defaul
             .into_iter()
             .map(|server| {
                 let direct = server.endpoint().expect("a server's endpoint").to_string();
-                let proxy = FaultProxy::start(&direct, broken);
+                // Under a write limit the chain is TCP faults -> the limit ->
+                // the server.
+                let limiter = limit.map(|mode| {
+                    let limiter = s3_proxy::FaultProxy::start(&direct);
+                    limiter.limit_writes(Duration::from_secs(1), mode);
+                    limiter
+                });
+                let upstream = limiter.as_ref().map_or(direct.clone(), |l| l.endpoint());
+                let proxy = FaultProxy::start(&upstream, broken);
                 let target = server.through(&proxy.endpoint);
+                let target = if limit.is_some() {
+                    target.on_r2()
+                } else {
+                    target
+                };
                 Route {
                     proxy,
+                    limiter,
                     target,
                     direct,
                 }
@@ -612,6 +666,12 @@ fn contenders_under_network_faults(servers: Vec<Target>, contenders: u64, defaul
         exits.len(),
         lines.len()
     );
+    for limiter in routes.iter().filter_map(|r| r.limiter.as_ref()) {
+        eprintln!(
+            "chaos: seed {seed}: {limit:?}: 429s per key: {:?}",
+            limiter.throttled_per_key()
+        );
+    }
 
     for code in [69, 75, 76] {
         if let Some(e) = exits.iter().find(|e| e.code == Some(code)) {

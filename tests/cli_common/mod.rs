@@ -182,6 +182,17 @@ impl Target {
         self
     }
 
+    /// This target's `s3://` URLs as `r2://` ones (same bucket and
+    /// prefixes): the command uses R2's profile (path-style, region `auto`,
+    /// no conditional deletes) on this target's endpoint, which
+    /// `AWS_ENDPOINT_URL` names (R2 ignores `AWS_REGION`).
+    pub fn on_r2(mut self) -> Target {
+        if let Some(rest) = self.base.strip_prefix("s3://") {
+            self.base = format!("r2://{rest}");
+        }
+        self
+    }
+
     /// This target with the variable `name` set to `value`, or removed.
     pub fn with_env(mut self, name: &'static str, value: Option<&str>) -> Target {
         self.env.retain(|(n, _)| *n != name);
@@ -268,6 +279,9 @@ impl Target {
             "AWS_EC2_METADATA_SERVICE_ENDPOINT",
             "BUCKET_LEASE_CONDITIONAL",
             "BUCKET_LEASE_LOG",
+            "BUCKET_LEASE_WRITE_INTERVAL",
+            "R2_ACCOUNT_ID",
+            "R2_JURISDICTION",
         ] {
             cmd.env_remove(var);
         }

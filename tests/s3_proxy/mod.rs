@@ -19,12 +19,18 @@
 //!   network path), [`FaultProxy::delay`];
 //! - RGW 16.2's refusal of every quoted `If-Match` on PUT, right or wrong
 //!   ([`FaultProxy::refuse_quoted_if_match`]);
+//! - Cloudflare R2's limit on writes to one key ("Maximum concurrent writes
+//!   to the same object name (key): 1 per second", answered `429
+//!   TooManyRequests`), [`FaultProxy::limit_writes`], in two readings
+//!   ([`WriteLimit`]): see there for what counts as a write and when;
 //! - a log of every request: method, decoded path, `Host`, what the proxy
-//!   did with it, when it arrived and when it was forwarded.
+//!   did with it, the status the client got, when it arrived and when it
+//!   was forwarded.
 
 // Each test file uses a part of it.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -62,6 +68,18 @@ impl Answer {
         }
     }
 
+    /// R2's answer to a write of a key beyond its limit (R2 error 10058,
+    /// <https://developers.cloudflare.com/r2/api/error-codes/>): `429` with
+    /// the S3 code `TooManyRequests`.
+    pub fn too_many_requests() -> Answer {
+        Answer::error(
+            429,
+            "TooManyRequests",
+            "Reduce your concurrent request rate for the same object.",
+            &[],
+        )
+    }
+
     /// This answer with the header `name: value` too.
     pub fn header(mut self, name: &str, value: &str) -> Answer {
         self.headers.push((name.to_string(), value.to_string()));
@@ -92,6 +110,7 @@ fn reason(status: u16) -> &'static str {
         400 => "Bad Request",
         403 => "Forbidden",
         412 => "Precondition Failed",
+        429 => "Too Many Requests",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Fault",
@@ -130,6 +149,9 @@ pub enum Outcome {
     Dropped,
     /// Refused with `KeyTooLongError`, not forwarded.
     KeyTooLong,
+    /// A write refused by the write limit ([`FaultProxy::limit_writes`]):
+    /// answered `429 TooManyRequests`, not forwarded.
+    Throttled,
     /// The upstream could not be reached or gave no whole answer; the
     /// client's connection was closed.
     UpstreamFailed,
@@ -151,6 +173,9 @@ pub struct Seen {
     pub host: String,
     /// What the proxy did with it.
     pub outcome: Outcome,
+    /// The status the client was answered with (the upstream's, or the
+    /// proxy's own); `None` when the client got no answer.
+    pub status: Option<u16>,
     /// When its head had arrived from the client.
     pub arrived: Instant,
     /// When it was sent to the upstream server (after any delay); `None`
@@ -164,6 +189,115 @@ struct Shared {
     log: Mutex<Vec<Seen>>,
     delay: Mutex<Duration>,
     refuse_quoted_if_match: std::sync::atomic::AtomicBool,
+    limit: Mutex<Limiter>,
+}
+
+/// Which writes of a key start the window in which the next write of that
+/// key is refused ([`FaultProxy::limit_writes`]).
+///
+/// What is a write of a key (the percent-decoded path, `/bucket/key`; a
+/// request on the bucket itself has no key and is never limited): a `PUT`
+/// (PutObject, CopyObject), a `DELETE` (an object removed is written too)
+/// and a `POST` on the key (CompleteMultipartUpload among them). An
+/// UploadPart (`PUT` with `partNumber` and `uploadId` in the query) is not:
+/// it writes a part of an upload, not the object name, which only
+/// CompleteMultipartUpload writes; were parts writes of the key, the
+/// concurrent part uploads every S3 SDK makes (and R2 supports) could not
+/// work on R2.
+///
+/// In both readings a write that arrives while another write of the same
+/// key is in flight (forwarded, not yet answered) is refused: the limit is
+/// on *concurrent* writes. A window starts when the upstream answered the
+/// write (its end), so a client that spaces its writes by the interval
+/// from their answers is never refused, one that spaces them from their
+/// starts may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteLimit {
+    /// A write within the interval after the key's last *accepted* write
+    /// (the upstream answered 2xx) is refused; a write the upstream refused
+    /// (a `412` of a condition) or a `429` of the limit starts no window.
+    AcceptedWrites,
+    /// Every write forwarded to the upstream starts a window, whatever its
+    /// answer (a `412` too, and one whose answer never came); a `429` of
+    /// the limit does not (the write never reached the key).
+    EveryWrite,
+    /// The strictest reading: as [`EveryWrite`](Self::EveryWrite), and a
+    /// write refused `429` by the limit starts a new window too, so a
+    /// client that retries before the interval is over is refused again.
+    EveryAttempt,
+}
+
+/// The write limit's state: off until [`FaultProxy::limit_writes`].
+#[derive(Debug, Default)]
+struct Limiter {
+    rule: Option<(Duration, WriteLimit)>,
+    /// The `Retry-After` header (seconds) sent with each `429`, if any.
+    retry_after: Option<u64>,
+    /// Per key: the end of the last write that started a window, and how
+    /// many writes are in flight.
+    keys: HashMap<String, (Option<Instant>, usize)>,
+    /// Per key: how many writes were answered `429` by the limit.
+    throttled: HashMap<String, usize>,
+}
+
+/// The key a `method` request on the decoded `path` with `query` writes,
+/// or `None` when it writes no key (a read, a bucket-level request, an
+/// UploadPart).
+fn written_key(method: &str, path: &str, query: &str) -> Option<String> {
+    let has_key = path
+        .trim_start_matches('/')
+        .split_once('/')
+        .is_some_and(|(_, key)| !key.is_empty());
+    let upload_part = method == "PUT"
+        && query.split('&').any(|p| p.starts_with("partNumber="))
+        && query.split('&').any(|p| p.starts_with("uploadId="));
+    (matches!(method, "PUT" | "POST" | "DELETE") && has_key && !upload_part)
+        .then(|| path.to_string())
+}
+
+impl Limiter {
+    /// Whether a write of `key` may be forwarded now; when it may, it is in
+    /// flight until [`settle`](Self::settle).
+    fn admit(&mut self, key: &str) -> bool {
+        let Some((interval, mode)) = self.rule else {
+            return true;
+        };
+        let now = Instant::now();
+        let state = self.keys.entry(key.to_string()).or_insert((None, 0));
+        let recent = state.0.is_some_and(|end| now < end + interval);
+        if state.1 > 0 || recent {
+            if mode == WriteLimit::EveryAttempt {
+                state.0 = Some(now);
+            }
+            *self.throttled.entry(key.to_string()).or_insert(0) += 1;
+            return false;
+        }
+        state.1 += 1;
+        true
+    }
+
+    /// A write of `key` admitted by [`admit`](Self::admit) was answered
+    /// `status` by the upstream (`None`: no whole answer).
+    fn settle(&mut self, key: &str, status: Option<u16>) {
+        let Some((_, mode)) = self.rule else {
+            return;
+        };
+        let state = self.keys.entry(key.to_string()).or_insert((None, 1));
+        state.1 = state.1.saturating_sub(1);
+        // No answer: it may have landed, so it counts in either reading.
+        let accepted = status.is_none_or(|s| (200..300).contains(&s));
+        if accepted || mode != WriteLimit::AcceptedWrites {
+            state.0 = Some(Instant::now());
+        }
+    }
+
+    fn answer(&self) -> Answer {
+        let answer = Answer::too_many_requests();
+        match self.retry_after {
+            Some(seconds) => answer.header("retry-after", &seconds.to_string()),
+            None => answer,
+        }
+    }
 }
 
 /// The proxy: listening until the test process ends.
@@ -183,6 +317,7 @@ impl FaultProxy {
             log: Mutex::new(Vec::new()),
             delay: Mutex::new(Duration::ZERO),
             refuse_quoted_if_match: std::sync::atomic::AtomicBool::new(false),
+            limit: Mutex::new(Limiter::default()),
         });
         let accepting = Arc::clone(&shared);
         std::thread::spawn(move || {
@@ -235,6 +370,58 @@ impl FaultProxy {
         self.shared
             .refuse_quoted_if_match
             .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Limit writes of each key as Cloudflare R2 does: a write of a key
+    /// within `interval` of the end of the key's last write (which writes
+    /// count: `mode`, see [`WriteLimit`]), or while another write of it is
+    /// in flight, is answered `429 TooManyRequests` (R2's S3 error body)
+    /// and not forwarded. Replaces an earlier limit; the keys' history is
+    /// kept.
+    pub fn limit_writes(&self, interval: Duration, mode: WriteLimit) {
+        self.shared.limit.lock().unwrap().rule = Some((interval, mode));
+    }
+
+    /// Send `Retry-After: SECONDS` with each `429` of the write limit
+    /// (`None`, the default: no header, as R2 documents none).
+    pub fn retry_after(&self, seconds: Option<u64>) {
+        self.shared.limit.lock().unwrap().retry_after = seconds;
+    }
+
+    /// Lift the write limit (the counts of [`throttled`](Self::throttled)
+    /// stay).
+    pub fn unlimit_writes(&self) {
+        self.shared.limit.lock().unwrap().rule = None;
+    }
+
+    /// How many writes the write limit answered `429`, over the keys whose
+    /// decoded path (`/bucket/key`) holds `path_contains` (every key for
+    /// `""`).
+    pub fn throttled(&self, path_contains: &str) -> usize {
+        self.shared
+            .limit
+            .lock()
+            .unwrap()
+            .throttled
+            .iter()
+            .filter(|(key, _)| key.contains(path_contains))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// The write limit's `429`s per key (decoded path), for messages.
+    pub fn throttled_per_key(&self) -> Vec<(String, usize)> {
+        let mut all: Vec<(String, usize)> = self
+            .shared
+            .limit
+            .lock()
+            .unwrap()
+            .throttled
+            .iter()
+            .map(|(k, n)| (k.clone(), *n))
+            .collect();
+        all.sort();
+        all
     }
 
     /// Forget every rule: forward everything from now on.
@@ -369,6 +556,7 @@ fn serve(client: TcpStream, shared: &Shared) {
                 query: String::new(),
                 host: String::new(),
                 outcome: Outcome::NotHttp,
+                status: Some(400),
                 arrived: Instant::now(),
                 forwarded: None,
             });
@@ -419,11 +607,23 @@ fn serve(client: TcpStream, shared: &Shared) {
         let head_only = head.method == "HEAD";
         let mut forwarded = None;
         let mut forward = || {
-            let delay = *shared.delay.lock().unwrap();
-            std::thread::sleep(delay);
             forwarded = Some(Instant::now());
             exchange(&shared.upstream, &head.raw, &body, head_only)
         };
+        let delay = || std::thread::sleep(*shared.delay.lock().unwrap());
+        // The write limit applies to what would reach the upstream, when
+        // it would (after the delay).
+        let key = written_key(&head.method, &path, query);
+        let admit = |key: &Option<String>| match key {
+            Some(key) => shared.limit.lock().unwrap().admit(key),
+            None => true,
+        };
+        let settle = |key: &Option<String>, status: Option<u16>| {
+            if let Some(key) = key {
+                shared.limit.lock().unwrap().settle(key, status);
+            }
+        };
+        let throttled = || Some(shared.limit.lock().unwrap().answer().bytes(head_only));
         let (outcome, reply, keep_open) = match fault {
             Some(Fault::Answer(answer)) => {
                 let outcome = if key_bytes > MAX_KEY_BYTES {
@@ -434,13 +634,28 @@ fn serve(client: TcpStream, shared: &Shared) {
                 (outcome, Some(answer.bytes(head_only)), true)
             }
             Some(Fault::DropAnswer) => {
-                let _ = forward();
-                (Outcome::Dropped, None, false)
+                delay();
+                if admit(&key) {
+                    let answered = forward();
+                    settle(&key, answered.as_ref().and_then(|(a, _)| status_of(a)));
+                    (Outcome::Dropped, None, false)
+                } else {
+                    (Outcome::Throttled, throttled(), true)
+                }
             }
-            None | Some(Fault::Pass) => match forward() {
-                Some((answer, keep_open)) => (Outcome::Forwarded, Some(answer), keep_open),
-                None => (Outcome::UpstreamFailed, None, false),
-            },
+            None | Some(Fault::Pass) => {
+                delay();
+                if admit(&key) {
+                    let answered = forward();
+                    settle(&key, answered.as_ref().and_then(|(a, _)| status_of(a)));
+                    match answered {
+                        Some((answer, keep_open)) => (Outcome::Forwarded, Some(answer), keep_open),
+                        None => (Outcome::UpstreamFailed, None, false),
+                    }
+                } else {
+                    (Outcome::Throttled, throttled(), true)
+                }
+            }
         };
         shared.log.lock().unwrap().push(Seen {
             method: head.method.clone(),
@@ -448,6 +663,7 @@ fn serve(client: TcpStream, shared: &Shared) {
             query: query.to_string(),
             host: head.host.clone(),
             outcome,
+            status: reply.as_deref().and_then(status_of),
             arrived,
             forwarded,
         });
@@ -457,6 +673,17 @@ fn serve(client: TcpStream, shared: &Shared) {
             return;
         }
     }
+}
+
+/// The status code of an HTTP answer's bytes.
+fn status_of(answer: &[u8]) -> Option<u16> {
+    let line = answer.split(|&b| b == b'\r').next()?;
+    std::str::from_utf8(line)
+        .ok()?
+        .split(' ')
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// The fault due for a `method` request on `path`, counting it off its
