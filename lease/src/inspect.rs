@@ -28,8 +28,8 @@
 //! holder is known to be dead or stuck, and let fenced writes
 //! ([`crate::fence`]) catch the rest.
 
-use crate::clock::Clock;
-use crate::lease::{call_deadline, put_retrying, read_holder, read_record, Transient};
+use crate::clock::{transient_backoff, Clock};
+use crate::lease::{call_deadline, put_retrying, read_record};
 use crate::record::{format_stamp, lease_key, new_instance_id, LeaseRecord};
 use crate::store::{PutMode, Store, StoreError, StoreErrorKind, Version};
 use std::fmt;
@@ -37,6 +37,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// The TTL, in seconds, of the record a break leaves behind.
 pub const BROKEN_TTL_S: u64 = 1;
+
+/// How many writes a break sends at most: after a refusal while the record
+/// still names the holder (it renewed between the read and the write), or
+/// a write that may have landed (no answer, a throttled one), it reads and
+/// writes again on the version read. A holder that renews as often as the
+/// store takes writes of its key (R2's one a second at a TTL of 3 s) may
+/// take every turn: then the break fails, saying the record changed.
+pub const BREAK_TRIES: u32 = 8;
 
 /// The instance id prefix of the record a break leaves behind; the rest is a
 /// new random instance id.
@@ -337,10 +345,12 @@ impl From<StoreError> for BreakError {
 ///
 /// [`BreakError::Free`] when there is no lease; [`BreakError::Unreadable`]
 /// when the object is not a lease record; [`BreakError::OtherHolder`] when
-/// the record names someone else; [`BreakError::Changed`] when the write was
-/// refused because the record changed (or, after a write whose answer was
-/// lost or transient, the record read back names neither the old holder
-/// nor this break); [`BreakError::Store`] when a request
+/// the record names someone else; [`BreakError::Changed`] when the record
+/// was released or taken over between the read and the write (or read back
+/// after a write whose answer was lost or throttled names neither the
+/// holder nor this break), or when the holder renewed before each of
+/// [`BREAK_TRIES`] writes: a renewal by the holder named is read and
+/// written over again; [`BreakError::Store`] when a request
 /// failed (a store that cannot send conditional writes answers
 /// [`StoreErrorKind::NotImplemented`]: a break is never unconditional).
 pub fn break_lease(
@@ -367,7 +377,7 @@ pub fn break_lease_before(
     deadline: Option<Instant>,
 ) -> Result<Broken, BreakError> {
     let key = lease_key(prefix);
-    let (replaced, replaced_version) = match read_record(store, &key, deadline)? {
+    let (mut replaced, mut replaced_version) = match read_record(store, &key, deadline)? {
         None => return Err(BreakError::Free { key }),
         Some((None, _)) => return Err(BreakError::Unreadable { key }),
         Some((Some(rec), _)) if rec.is_released() => return Err(BreakError::Free { key }),
@@ -380,47 +390,65 @@ pub fn break_lease_before(
             expected: holder.to_string(),
         });
     }
-    let Some(epoch) = replaced.next_epoch() else {
-        return Err(BreakError::EpochExhausted { key });
-    };
-    let now = clock.wall();
-    let was_fresh = replaced.is_fresh(now);
-    let record = LeaseRecord {
-        instance_id: format!("{BROKEN_BY}{}", new_instance_id()),
-        acquired_at: format_stamp(now),
-        // One TTL in the past: stale the moment it lands.
-        renewed_at: format_stamp(now - Duration::from_secs(BROKEN_TTL_S)),
-        ttl_s: BROKEN_TTL_S,
-        epoch,
-        released_at: None,
-        instance_nonce: None,
-        holder_name: None,
-        claim: None,
-    };
-    let body = record.to_bytes();
-    let mut transient = Transient::default();
-    let version = loop {
+    let breaker = format!("{BROKEN_BY}{}", new_instance_id());
+    let mut tries = 0;
+    let (record, version, was_fresh) = loop {
+        tries += 1;
+        let Some(epoch) = replaced.next_epoch() else {
+            return Err(BreakError::EpochExhausted { key });
+        };
+        let now = clock.wall();
+        let was_fresh = replaced.is_fresh(now);
+        let record = LeaseRecord {
+            instance_id: breaker.clone(),
+            acquired_at: format_stamp(now),
+            // One TTL in the past: stale the moment it lands.
+            renewed_at: format_stamp(now - Duration::from_secs(BROKEN_TTL_S)),
+            ttl_s: BROKEN_TTL_S,
+            epoch,
+            released_at: None,
+            instance_nonce: None,
+            holder_name: None,
+            claim: None,
+        };
         let mode = PutMode::Update(replaced_version.clone());
-        match put_retrying(store, clock, &key, &body, mode, deadline) {
-            Ok(version) => break version,
-            Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
-                let holder = read_holder(store, &key, deadline);
-                return Err(BreakError::Changed { key, holder });
-            }
-            // It may have landed: look before writing again.
-            Err(e) if transient.pause_before_another(&e, clock, deadline) => {
-                match read_record(store, &key, deadline)? {
-                    Some((Some(rec), version)) if rec.instance_id == record.instance_id => {
-                        break version;
-                    }
-                    Some((_, version)) if version == replaced_version => {}
-                    other => {
-                        let holder = other.and_then(|(rec, _)| rec).map(|rec| rec.instance_id);
-                        return Err(BreakError::Changed { key, holder });
-                    }
+        let pause = match put_retrying(store, clock, &key, &record.to_bytes(), mode, deadline) {
+            Ok(version) => break (record, version, was_fresh),
+            // The record changed: look.
+            Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => Duration::ZERO,
+            // It may have landed: look after a pause (at least what a
+            // throttled answer asked for).
+            Err(e) if e.may_have_landed() && tries < BREAK_TRIES => {
+                let backoff = clock.jitter(transient_backoff(tries));
+                let pause = e.retry_after().map_or(backoff, |wait| wait.max(backoff));
+                if deadline.is_some_and(|d| clock.now() + pause + backoff >= d) {
+                    return Err(e.into());
                 }
+                pause
             }
             Err(e) => return Err(e.into()),
+        };
+        clock.sleep(pause);
+        match read_record(store, &key, deadline)? {
+            // Ours landed unseen.
+            Some((Some(rec), version)) if rec.instance_id == breaker => {
+                break (record, version, was_fresh)
+            }
+            // Still the holder named (it renewed meanwhile, or nothing
+            // landed): again, on the version read, while tries are left.
+            Some((Some(rec), version))
+                if rec.instance_id == holder && !rec.is_released() && tries < BREAK_TRIES =>
+            {
+                replaced = rec;
+                replaced_version = version;
+            }
+            other => {
+                let holder = other
+                    .and_then(|(rec, _)| rec)
+                    .filter(|rec| !rec.is_released())
+                    .map(|rec| rec.instance_id);
+                return Err(BreakError::Changed { key, holder });
+            }
         }
     };
     log::info!(
@@ -721,14 +749,15 @@ mod tests {
         ));
     }
 
-    /// A store that lets the holder renew between the break's read and its
-    /// write.
+    /// A store that lets the holder renew (or release, `release`) between
+    /// the break's read and its first write.
     #[derive(Debug)]
     struct RenewsMeanwhile {
         inner: Arc<MemoryStore>,
         renew: std::sync::Mutex<Option<crate::lease::Lease>>,
         /// The lease once renewed, kept held (a dropped one is released).
         renewed: std::sync::Mutex<Vec<crate::lease::Lease>>,
+        release: bool,
     }
 
     impl Store for RenewsMeanwhile {
@@ -742,7 +771,11 @@ mod tests {
 
         fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
             if let Some(lease) = self.renew.lock().unwrap().take() {
-                lease.renew().expect("the holder renews");
+                if self.release {
+                    lease.release().expect("the holder releases");
+                } else {
+                    lease.renew().expect("the holder renews");
+                }
                 self.renewed.lock().unwrap().push(lease);
             }
             self.inner.put(key, body, options)
@@ -758,8 +791,11 @@ mod tests {
         }
     }
 
+    /// The holder named renews between the break's read and its write: the
+    /// break reads again and replaces the renewed record (the holder is
+    /// still the one named).
     #[test]
-    fn a_record_that_changes_meanwhile_is_not_replaced() {
+    fn a_holder_that_renews_meanwhile_is_still_broken() {
         let w = World::new();
         let lease = w.contender(30).try_acquire().unwrap();
         let id = lease.instance_id().to_string();
@@ -767,6 +803,36 @@ mod tests {
             inner: w.store.clone(),
             renew: std::sync::Mutex::new(Some(lease)),
             renewed: std::sync::Mutex::new(Vec::new()),
+            release: false,
+        };
+        let broken = break_lease(&store, "jobs/a", &id, &w.clock).expect("broken");
+        assert_eq!(broken.replaced.instance_id, id);
+        let renewed = store.renewed.lock().unwrap();
+        assert_eq!(
+            broken.replaced_version,
+            renewed[0].version(),
+            "the renewed one"
+        );
+        let now = w.inspect().unwrap();
+        assert!(now.is_broken() && !now.fresh, "expired at once: {now:?}");
+        assert!(
+            renewed[0].renew().is_err(),
+            "the holder's next renewal fails"
+        );
+    }
+
+    /// The holder releases between the break's read and its write: nothing
+    /// is replaced, and the break says the record changed.
+    #[test]
+    fn a_record_released_meanwhile_is_not_replaced() {
+        let w = World::new();
+        let lease = w.contender(30).try_acquire().unwrap();
+        let id = lease.instance_id().to_string();
+        let store = RenewsMeanwhile {
+            inner: w.store.clone(),
+            renew: std::sync::Mutex::new(Some(lease)),
+            renewed: std::sync::Mutex::new(Vec::new()),
+            release: true,
         };
         match break_lease(&store, "jobs/a", &id, &w.clock) {
             Err(e @ BreakError::Changed { .. }) => {
@@ -774,14 +840,17 @@ mod tests {
                     e,
                     BreakError::Changed {
                         key: "jobs/a/LEASE".into(),
-                        holder: Some(id.clone())
+                        holder: None
                     }
                 );
                 assert!(e.to_string().contains("changed while being broken"));
             }
             other => panic!("expected Changed, got {other:?}"),
         }
-        assert_eq!(w.inspect().unwrap().holder(), Some(id.as_str()));
+        assert!(
+            w.inspect().unwrap().is_released(),
+            "the holder's release stands"
+        );
     }
 
     #[test]

@@ -167,6 +167,10 @@ impl KeeperOptions {
     }
 
     /// Give the release at stop at most `timeout`.
+    /// On a store with a write interval
+    /// ([`Store::write_interval`](crate::store::Store::write_interval)),
+    /// the interval is added: a release right after a renewal waits its
+    /// turn.
     pub fn release_timeout(mut self, timeout: Duration) -> Self {
         self.release_timeout = timeout;
         self
@@ -570,8 +574,11 @@ pub(crate) fn renew_guarded(lease: &Lease, deadline: Instant) -> Attempt {
     }
 }
 
-/// Release `lease` within `timeout`, a panic in it turned into an error.
+/// Release `lease` within `timeout`, a panic in it turned into an error;
+/// on a store with a write interval, within that much more, as the release
+/// may wait for its turn after a renewal.
 pub(crate) fn release_guarded(lease: &Lease, timeout: Duration) -> Result<Released, LeaseError> {
+    let timeout = timeout + lease.store().write_interval().unwrap_or_default();
     let deadline = lease.clock().now().checked_add(timeout);
     catch_unwind(AssertUnwindSafe(|| lease.release_before(deadline))).unwrap_or_else(|panic| {
         log::error!(

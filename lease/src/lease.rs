@@ -149,7 +149,7 @@ mod requests;
 pub mod wait;
 
 use claim::Claim;
-pub(crate) use requests::{call_deadline, put_retrying, read_holder, read_record, Transient};
+pub(crate) use requests::{call_deadline, put_retrying, read_record};
 pub use wait::{Cancel, Wait, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_MAX_REREAD};
 
 /// How many lost races for the key an acquire attempt absorbs before it

@@ -97,6 +97,10 @@ impl PoolOptions {
     }
 
     /// Give each release at most `timeout`.
+    /// On a store with a write interval
+    /// ([`Store::write_interval`](crate::store::Store::write_interval)),
+    /// the interval is added: a release right after a renewal waits its
+    /// turn.
     pub fn release_timeout(mut self, timeout: Duration) -> Self {
         self.release_timeout = timeout;
         self

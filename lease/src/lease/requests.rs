@@ -44,15 +44,6 @@ pub(super) fn live_holder(read: Option<(Option<LeaseRecord>, Version)>) -> Optio
         .map(|rec| rec.instance_id)
 }
 
-/// Who the record at `key` names as its live holder, if it can be read.
-pub(crate) fn read_holder(
-    store: &dyn Store,
-    key: &str,
-    deadline: Option<Instant>,
-) -> Option<String> {
-    live_holder(read_record(store, key, deadline).ok().flatten())
-}
-
 /// `version` if it carries an ETag, the condition of the next
 /// compare-and-swap; otherwise an error naming the answer that lacked one.
 pub(super) fn require_etag(

@@ -12,9 +12,11 @@
 //! - It says what it replaced (holder, stamps, epoch, whether it was still
 //!   fresh) and with what. Exit 0.
 //! - It refuses, writing nothing, when the lease is free, is not a lease
-//!   record, or names another holder (it says who): exit 1. When the
-//!   record changed between the read and the write (the holder renewed,
-//!   released, or someone took over) it says so: exit 75. A failed request
+//!   record, or names another holder (it says who): exit 1. When `ID`
+//!   renewed between the read and the write, it reads and writes again on
+//!   the version read (up to [`bucket_lease::inspect::BREAK_TRIES`]
+//!   writes); when the record was released or taken over meanwhile, or
+//!   `ID` renewed every time, it says the record changed: exit 75. A failed request
 //!   exits 69 (a write with no answer may have landed: inspect to see).
 //! - It is bounded as a whole by `--timeout` (default 30 s, as
 //!   [`bucket_lease::lease::DEFAULT_CALL_TIMEOUT`]): its reads and writes
@@ -40,7 +42,8 @@ Replaces the record naming ID, with a write conditional on the version just
 read (never a delete), by one that is already expired: the next contender
 takes the lease at once, and ID's next renewal fails (a `bucket-lease run`
 holding it stops its command and exits 76). Refuses when the lease is free
-or names another holder (exit 1), and when it changed meanwhile (exit 75).
+or names another holder (exit 1), and when it was released or taken over
+meanwhile (exit 75); a renewal by ID meanwhile is read and broken again.
 A holder that is still alive may keep writing until its next renewal fails:
 break only a holder you know is dead or stuck. `bucket-lease inspect URL`
 shows the holder's id. Gives up after --timeout (default 30s), reads and

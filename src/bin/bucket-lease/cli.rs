@@ -104,9 +104,10 @@ pub fn store_error_summary(error: &StoreError) -> &'static str {
         exit::CONFIG if error.code() == Some("NoSuchBucket") => "",
         exit::CONFIG => "no retry can succeed until a setting changes (the message names it): ",
         _ if error.is_throttled() => {
-            "the service throttled a write (if it takes one write of a key per interval, as R2 \
-             and Google Cloud Storage take one a second, set BUCKET_LEASE_WRITE_INTERVAL=1s; \
-             r2:// URLs have it): "
+            "the service throttled a write of this key (R2 and Google Cloud Storage take one \
+             write of a key a second: for an endpoint other than r2://, set \
+             BUCKET_LEASE_WRITE_INTERVAL=1s; a holder renewing at the shortest TTL takes every \
+             turn): "
         }
         _ => "",
     }
