@@ -549,3 +549,36 @@ fn a_throttled_error_keeps_a_retry_after_of_u32_max_milliseconds() {
     assert!(e.is_throttled(), "{e:?}");
     assert!(e.retry_after().is_some_and(|r| r >= wait - SECOND), "{e:?}");
 }
+
+/// An acquire given less than one and a half intervals writes nothing: cut
+/// short between its two writes of the record, it would leave the record
+/// behind, keeping the key from everyone until its TTL.
+#[test]
+fn an_acquire_whose_deadline_cannot_hold_the_probe_writes_nothing() {
+    let w = World::r2(WriteCount::Accepted);
+    let deadline = w.clock.now() + Duration::from_millis(1200);
+    let err = w
+        .contender(3)
+        .try_acquire_before(Some(deadline))
+        .unwrap_err();
+    let store_error = err.store_error().expect("a store error");
+    assert_eq!(
+        store_error.delivery(),
+        bucket_lease_core::store::Delivery::NotSent,
+        "{err}"
+    );
+    assert!(err.to_string().contains("needs at least 1.5s"), "{err}");
+    assert!(w.service.keys().is_empty(), "nothing was written");
+}
+
+/// A wait whose attempts are shorter than two intervals gives each attempt
+/// two intervals, so that it can take the lease at all.
+#[test]
+fn a_wait_gives_each_attempt_two_intervals() {
+    let w = World::r2(WriteCount::Every);
+    let wait = bucket_lease_core::Wait::until(w.clock.now() + Duration::from_secs(20))
+        .attempt_timeout(Duration::from_millis(300));
+    let lease = w.contender(3).acquire_with(&wait).expect("taken");
+    assert!(lease.may_write());
+    assert_eq!(w.throttled(), 0);
+}

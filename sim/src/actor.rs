@@ -11,7 +11,7 @@
 // measures it there).
 #![allow(clippy::result_large_err)]
 
-use super::env::{without_probe_names, SimClock, SimStore};
+use super::env::{store_of, without_probe_names, SimClock};
 use super::sched::{current, Nanos, Shared, SEC};
 use super::values::ValueId;
 use super::world::{nonce_of, KEY, POINTER};
@@ -19,7 +19,6 @@ use bucket_lease_core::clock::Clock;
 use bucket_lease_core::keeper::{Attempt, Event, RenewalSchedule, Step};
 use bucket_lease_core::lease::{Contender, Lease, LeaseOptions, Wait};
 use bucket_lease_core::mutant::{self, Mutant};
-use bucket_lease_core::store::Store;
 use bucket_lease_core::supervision::{Plan, Seen};
 use bucket_lease_core::{FencedWriter, LeaseError, WriteError};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,10 +56,7 @@ pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
         sh: Arc::clone(&sh),
         c,
     });
-    let store: Arc<dyn Store> = Arc::new(SimStore {
-        sh: Arc::clone(&sh),
-        c,
-    });
+    let store = store_of(&sh, c);
     let options = LeaseOptions::new(ttl_s).clock(Arc::clone(&clock));
     let mut contender = Contender::new(store, "sim", options)
         .with_instance_id(name)

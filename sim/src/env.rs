@@ -17,6 +17,7 @@ use super::world::{instance_id, key_of, watched, Done, Op, Request, World};
 use bucket_lease_core::channel::{self, Receiver};
 use bucket_lease_core::clock::Clock;
 use bucket_lease_core::mutant::{self, Mutant};
+use bucket_lease_core::spacing::SpacedStore;
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
@@ -26,6 +27,28 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 const MS: Nanos = 1_000_000;
+
+/// Contender `c`'s store: its view of the simulated one, spaced by R2's
+/// write interval in a run with that limit, as the `r2` profile's HTTP
+/// store spaces its writes.
+pub(crate) fn store_of(sh: &Arc<Shared>, c: usize) -> Arc<dyn Store> {
+    let store = Arc::new(SimStore {
+        sh: Arc::clone(sh),
+        c,
+    });
+    let limit = sh.lock().write_limit;
+    match limit {
+        Some(interval) => Arc::new(SpacedStore::new(
+            store,
+            Duration::from_nanos(interval),
+            Arc::new(SimClock {
+                sh: Arc::clone(sh),
+                c,
+            }),
+        )),
+        None => store,
+    }
+}
 
 /// Contender `c`'s view of the store.
 pub(crate) struct SimStore {

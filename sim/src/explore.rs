@@ -555,5 +555,7 @@ fn world_of(case: &Case, trace: bool) -> World {
         acting: HashMap::new(),
         record_writer: HashMap::new(),
         drawn: Injected::default(),
+        write_limit: None,
+        last_write: HashMap::new(),
     }
 }

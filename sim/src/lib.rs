@@ -257,6 +257,12 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
     // Some runs add program processes (`program.rs`), drawn from a stream
     // of their own.
     let programs = program::draw(seed, contenders.len(), ttl_s, run_len);
+    // Some runs are on R2, one accepted write of a key a second, drawn from
+    // a stream of their own (every TTL drawn is at least 3 s, R2's
+    // shortest); not with a pool, whose jammed leases take shorter ones.
+    let write_limit = (pool.is_none()
+        && Rng::new(seed.rotate_left(23) ^ 0x0000_0002_0000_0429).chance(2000))
+    .then_some(SEC);
     for plan in &programs {
         contenders.push(Contender {
             quiet: false,
@@ -290,7 +296,12 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
     let setup = format!(
         "seed {seed}: {n} contenders, ttl {ttl_s} s{}, store {}, request faults {}, crash {}, {:.0} s",
         huge_ttl.map_or(String::new(), |c| format!(" (c{c}: 4000 s)")),
-        switch.map_or("strict".to_string(), |s| format!("{s:?}")),
+        switch.map_or("strict".to_string(), |s| format!("{s:?}"))
+            + if write_limit.is_some() {
+                " with R2's write limit (one a key a second)"
+            } else {
+                ""
+            },
         if rates.drop == 0 {
             "none"
         } else if rates.drop < 100 {
@@ -356,6 +367,8 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         acting: HashMap::new(),
         record_writer: HashMap::new(),
         drawn: Injected::default(),
+        write_limit,
+        last_write: HashMap::new(),
     };
     w.shared_name = shared_name(seed, n);
     let setup = setup

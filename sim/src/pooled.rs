@@ -23,7 +23,7 @@
 //! deadline passed was reported fenced by that deadline, not when a thread
 //! took its job.
 
-use super::env::{id, without_probe_names, SimClock, SimStore};
+use super::env::{id, store_of, without_probe_names, SimClock};
 use super::rng::Rng;
 use super::sched::{current, Nanos, Shared, SEC};
 use super::world::World;
@@ -33,7 +33,6 @@ use bucket_lease_core::lease::{Contender, LeaseOptions};
 use bucket_lease_core::pool::{
     runs_on_scheduler, work, Done, Job, LeaseId, PoolEvent, PoolSchedule,
 };
-use bucket_lease_core::store::Store;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -162,10 +161,7 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
         sh: Arc::clone(&sh),
         c,
     });
-    let store: Arc<dyn Store> = Arc::new(SimStore {
-        sh: Arc::clone(&sh),
-        c,
-    });
+    let store = store_of(&sh, c);
     let mut machine = PoolSchedule::new();
     let queues = Arc::new(Mutex::new(Queues::default()));
     let me = current();

@@ -49,7 +49,7 @@ mod pool;
 
 use self::keeper::SimKeeper;
 use self::pool::SimPool;
-use super::env::{without_probe_names, SimClock, SimStore};
+use super::env::{store_of, without_probe_names, SimClock};
 use super::rng::Rng;
 use super::sched::{current, Nanos, Shared, SEC};
 use super::values::ValueId;
@@ -261,10 +261,7 @@ pub(crate) fn process(sh: Arc<Shared>, plan: Plan) {
             sh: Arc::clone(&sh),
             c,
         }),
-        store: Arc::new(SimStore {
-            sh: Arc::clone(&sh),
-            c,
-        }),
+        store: store_of(&sh, c),
         sh,
         c,
         name,

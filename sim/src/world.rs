@@ -7,7 +7,9 @@ use super::sched::{Ev, Nanos, Sched, SEC};
 use super::values::{Value, ValueId};
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::LeaseRecord;
-use bucket_lease_core::store::{DeleteMode, Object, PutOptions, Store, StoreError, Version};
+use bucket_lease_core::store::{
+    DeleteMode, Object, PutOptions, Store, StoreError, StoreErrorKind, Version,
+};
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -195,6 +197,13 @@ pub(crate) struct World {
     pub(crate) record_writer: HashMap<&'static str, ValueId>,
     /// What the programs drew, by kind (`program.rs`).
     pub(crate) drawn: Injected,
+    /// R2's limit, in a run that has it: one accepted write of a key per
+    /// this long; a write within it is answered 429 and takes no effect.
+    /// The contenders' stores know it and space their writes
+    /// (`env::store_of`).
+    pub(crate) write_limit: Option<Nanos>,
+    /// When each key's last write was accepted, under `write_limit`.
+    pub(crate) last_write: HashMap<String, Nanos>,
 }
 
 /// Seconds, for the trace.
@@ -365,15 +374,26 @@ impl World {
         }
         let key = watched(key_of(&op));
         let before = key.and_then(|k| self.store.peek(k));
-        let done = match &op {
-            Op::Get(key) => Done::Get(self.store.get(key, None)),
-            Op::Put(key, body, options) => {
+        let done = match (&op, self.turned_away(&op)) {
+            (Op::Get(key), _) => Done::Get(self.store.get(key, None)),
+            (Op::Put(..), Some(throttled)) => Done::Put(Err(throttled)),
+            (Op::Delete(..), Some(throttled)) => Done::Delete(Err(throttled)),
+            (Op::Put(key, body, options), None) => {
                 let mut options = options.clone();
                 options.deadline = None;
                 Done::Put(self.store.put(key, body, &options))
             }
-            Op::Delete(key, mode) => Done::Delete(self.store.delete(key, mode, None)),
+            (Op::Delete(key, mode), None) => Done::Delete(self.store.delete(key, mode, None)),
         };
+        let accepted = match &done {
+            Done::Put(answer) => answer.is_ok(),
+            Done::Delete(answer) => answer.is_ok(),
+            Done::Get(_) => false,
+        };
+        if accepted && self.write_limit.is_some() {
+            let now = self.sched.now;
+            self.last_write.insert(key_of(&op).to_string(), now);
+        }
         let after = key.and_then(|k| self.store.peek(k));
         self.log(|| {
             format!(
@@ -389,6 +409,33 @@ impl World {
             self.check_pointer(c, id, pointer);
         }
         self.requests[id].landed = Some(done);
+    }
+
+    /// The throttled answer to a write `op` that R2's limit turns away (the
+    /// key's last accepted write less than `write_limit` ago), if any.
+    fn turned_away(&mut self, op: &Op) -> Option<StoreError> {
+        let limit = self.write_limit?;
+        if matches!(op, Op::Get(_)) {
+            return None;
+        }
+        let key = key_of(op);
+        let open = self.last_write.get(key)? + limit;
+        let now = self.sched.now;
+        if now >= open {
+            return None;
+        }
+        self.injected.add("429: R2's write limit");
+        let method = if matches!(op, Op::Put(..)) {
+            "PUT"
+        } else {
+            "DELETE"
+        };
+        Some(
+            StoreError::new(StoreErrorKind::Transport, method, key)
+                .answered()
+                .throttled(Some(Duration::from_nanos(open - now)))
+                .with_code("TooManyRequests"),
+        )
     }
 
     /// No loss: a record is removed or replaced only by the holder it names,

@@ -11,7 +11,7 @@ use super::{Contender, Exclusion, Held, Lease, Released, State, ACQUIRE_RACES};
 use crate::error::{HolderRelation, LeaseError};
 use crate::mutant::{self, Mutant};
 use crate::record::{format_stamp, longest_key_bytes, LeaseRecord, MAX_SANE_TTL_S};
-use crate::store::{PutMode, PutOptions, Version};
+use crate::store::{named_by, PutMode, PutOptions, StoreError, StoreErrorKind, Version};
 use crate::versioned;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -86,6 +86,7 @@ impl Contender {
             // The fence counts from before the write: not from before a wait
             // for the key's turn on a store with a write interval.
             self.store.await_write_turn(&self.key, deadline);
+            self.check_room_for_the_probe(deadline)?;
             let (confirmed, confirmed_wall) = (clock.now(), clock.wall());
             let stamp = format_stamp(confirmed_wall);
             let record = LeaseRecord {
@@ -267,6 +268,30 @@ impl Contender {
             exclusion,
         };
         target.release_if_ours(deadline)
+    }
+
+    /// A store error, nothing sent, when the store has a write interval and
+    /// `deadline` leaves less than one and a half of them: the acquire's
+    /// probe writes the record again an interval after this write, and an
+    /// acquire cut short there leaves its record behind.
+    fn check_room_for_the_probe(&self, deadline: Option<Instant>) -> Result<(), LeaseError> {
+        let (Some(interval), Some(deadline)) = (self.store.write_interval(), deadline) else {
+            return Ok(());
+        };
+        let needed = interval + interval / 2;
+        let left = deadline.saturating_duration_since(self.options.clock.now());
+        if left >= needed || self.options.best_effort {
+            return Ok(());
+        }
+        let error = StoreError::new(StoreErrorKind::Transport, "PUT", &self.key)
+            .not_sent()
+            .timed_out()
+            .with_message(format!(
+                "an acquire on a store that takes one write of a key every {interval:?} needs \
+                 at least {needed:?} (its probe writes the record again an interval later), and \
+                 the deadline is {left:?} away; give the attempt more time"
+            ));
+        Err(named_by(error, &*self.store).into())
     }
 
     /// [`LeaseError::TtlTooShort`] when the store takes one write of a key

@@ -154,7 +154,11 @@ impl Wait {
     }
 
     /// Abandon each attempt's requests after this long (default
-    /// [`DEFAULT_ATTEMPT_TIMEOUT`]), even when the deadline is further.
+    /// [`DEFAULT_ATTEMPT_TIMEOUT`]), even when the deadline is further; on
+    /// a store with a write interval
+    /// ([`Store::write_interval`](crate::store::Store::write_interval)),
+    /// never less than two intervals, as an acquire there writes its
+    /// record twice, an interval apart.
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = timeout;
         self
@@ -175,9 +179,13 @@ impl Wait {
         self.cancel.as_ref().is_some_and(Cancel::is_cancelled)
     }
 
-    /// The deadline of an attempt starting at `now`.
-    fn attempt_deadline(&self, now: Instant) -> Option<Instant> {
-        match (now.checked_add(self.attempt_timeout), self.deadline) {
+    /// The deadline of an attempt starting at `now`: its timeout, at least
+    /// `floor`, within the wait's deadline.
+    fn attempt_deadline(&self, now: Instant, floor: Duration) -> Option<Instant> {
+        match (
+            now.checked_add(self.attempt_timeout.max(floor)),
+            self.deadline,
+        ) {
             (Some(a), Some(d)) => Some(a.min(d)),
             (a, d) => a.or(d),
         }
@@ -198,11 +206,14 @@ impl Contender {
         let cancelled = |key: &str| LeaseError::Cancelled {
             key: key.to_string(),
         };
+        // An acquire on a store with a write interval writes its record
+        // twice, an interval apart: no attempt is given less than two.
+        let floor = self.store.write_interval().unwrap_or_default() * 2;
         loop {
             if wait.cancelled() {
                 return Err(cancelled(&self.key));
             }
-            let attempt_deadline = wait.attempt_deadline(clock.now());
+            let attempt_deadline = wait.attempt_deadline(clock.now(), floor);
             let error = match self.try_acquire_before(attempt_deadline) {
                 Ok(lease) if wait.cancelled() => {
                     if let Err(e) = lease.release_before(attempt_deadline) {
