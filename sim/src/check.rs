@@ -160,7 +160,7 @@ fn fail_closed(w: &mut World) {
 /// the lease within: the last landing of a request sent before the crash,
 /// plus the record's TTL, plus the clocks' disagreement, plus two poll
 /// intervals (jittered up to 1.5 times), plus a second for the acquire's
-/// own requests.
+/// own requests (and two write intervals on R2's limit).
 fn liveness(w: &mut World) {
     let Some((crashed_at, ttl_s, holder)) = w.crash else {
         return;
@@ -170,7 +170,7 @@ fn liveness(w: &mut World) {
     }
     let from = crashed_at.max(w.last_landing_before_crash);
     let poll = w.ttl_s * SEC / 5;
-    let bound = from + ttl_s * SEC + w.ttl_s * SEC / 3 + 3 * poll + SEC;
+    let bound = from + ttl_s * SEC + w.ttl_s * SEC / 3 + 3 * poll + SEC + limited_extra(w);
     let next = w
         .grants
         .iter()
@@ -188,6 +188,13 @@ fn liveness(w: &mut World) {
     }
 }
 
+/// What R2's write limit adds to a takeover's time, in a run that has it:
+/// two intervals (the acquire's probe writes its record an interval after
+/// the acquire's write, and a write throttled by another's waits one).
+fn limited_extra(w: &World) -> Nanos {
+    2 * w.write_limit.unwrap_or(0)
+}
+
 /// A run that starts with a suspect record (a dead holder's, stamped far
 /// ahead or with an absurd TTL): a live contender holds the lease within
 /// two TTLs (the record's watch, at most the run's TTL, plus the polls
@@ -201,7 +208,7 @@ fn suspect_taken_over(w: &mut World) {
     if w.switch.is_some() && w.switch != Some(Misbehaviour::IgnoreIfMatchOnDelete) {
         return;
     }
-    let bound = 2 * rec.suspect_watch_s(w.ttl_s) * SEC;
+    let bound = 2 * rec.suspect_watch_s(w.ttl_s) * SEC + limited_extra(w);
     let first = w
         .grants
         .iter()

@@ -273,18 +273,20 @@ impl Lease {
         let (confirmed, confirmed_wall) = (self.clock.now(), self.clock.wall());
         let renewed = self.record(format_stamp(confirmed_wall)).to_bytes();
         let sent = self.lock().version.clone();
+        // Our record first: on a store whose writes go one after another,
+        // it leaves right after its stamp was taken, not after the others.
         let mut answers = self
             .send_together(
                 &[
+                    (self.key.clone(), PutMode::Update(sent.clone())),
                     (over, PutMode::Create),
                     (wrong_etag, PutMode::Update(fake)),
-                    (self.key.clone(), PutMode::Update(sent.clone())),
                 ],
                 &renewed,
                 bound,
             )
             .into_iter();
-        let (on_existing, on_wrong_etag, own) = (
+        let (own, on_existing, on_wrong_etag) = (
             answers.next().expect("three answers"),
             answers.next().expect("three answers"),
             answers.next().expect("three answers"),
