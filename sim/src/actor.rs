@@ -47,10 +47,10 @@ fn dur(n: Nanos) -> Duration {
 /// The contender's main thread: try to take the lease, and whenever it is
 /// taken run a command under it; poll again after a jittered pause.
 pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
-    let (ttl_s, poll, name) = {
+    let (ttl_s, poll, name, limit) = {
         let w = sh.lock();
         let ttl = w.contenders[c].ttl_s;
-        (ttl, w.ttl_s * SEC / 5, w.name_of(c))
+        (ttl, w.ttl_s * SEC / 5, w.name_of(c), w.write_limit)
     };
     let clock: Arc<dyn Clock> = Arc::new(SimClock {
         sh: Arc::clone(&sh),
@@ -68,7 +68,9 @@ pub(crate) fn contender(sh: Arc<Shared>, c: usize) {
             let mut w = sh.lock();
             (w.rng.range(1, 4), w.draw_value(c, KEY, "acquire_with"))
         };
-        let deadline = clock.now() + dur(poll * span);
+        // On R2's limit an acquire takes more than an interval: a wait
+        // shorter than two could never take the lease.
+        let deadline = clock.now() + dur((poll * span).max(2 * limit.unwrap_or(0)));
         let wait = Wait::until(deadline)
             .max_reread(dur(poll))
             .attempt_timeout(dur(poll));
