@@ -70,6 +70,12 @@ pub enum Mutant {
     /// waits (a locked directory, a slow service) holds every other
     /// lease's renewals and its `Fenced`.
     PoolInlineEveryStore,
+    /// The acquire's spaced probe (a store with a write interval) sends
+    /// our record last in its second round (issue 30): on a store whose
+    /// writes go one after another, the record leaves with a stamp taken
+    /// before the other writes, however long they took, and is stale
+    /// earlier than its holder's fence assumes.
+    SpacedProbeRecordLast,
 }
 }
 
@@ -149,11 +155,20 @@ pub enum StoreMutant {
     /// the body, so the hashing (seconds for a large body) is spent from
     /// the deadline, and the request leaves with its deadline passed.
     PutNewHashesAfterDeadline,
+    /// A turn of a key's writes taken for a write that panicked is never
+    /// settled (issue 30): every later write of the key waits for ever, or
+    /// fails not sent.
+    TurnUnsettledOnPanic,
+    /// The acquire's spaced probe writes our record again with the
+    /// acquire's stamp and leaves the fence dated from the acquire (issue
+    /// 30): the key's next turn is the fence itself at the shortest TTL the
+    /// store takes, and no renewal lands.
+    SpacedProbeKeepsAcquireStamp,
 }
 
 impl StoreMutant {
     /// Every store mutant, in the order the check script runs them.
-    pub const ALL: [StoreMutant; 11] = [
+    pub const ALL: [StoreMutant; 13] = [
         StoreMutant::TimeoutBeforeCredentials,
         StoreMutant::UnboundedProcessOutput,
         StoreMutant::UnboundedRefreshWait,
@@ -165,6 +180,8 @@ impl StoreMutant {
         StoreMutant::DirRenameUnchecked,
         StoreMutant::DirRemoveUnchecked,
         StoreMutant::PutNewHashesAfterDeadline,
+        StoreMutant::TurnUnsettledOnPanic,
+        StoreMutant::SpacedProbeKeepsAcquireStamp,
     ];
 
     /// The mutant's name in `BUCKET_LEASE_MUTANT`.
@@ -181,6 +198,8 @@ impl StoreMutant {
             StoreMutant::DirRenameUnchecked => "dir-rename-unchecked",
             StoreMutant::DirRemoveUnchecked => "dir-remove-unchecked",
             StoreMutant::PutNewHashesAfterDeadline => "put-new-hashes-after-deadline",
+            StoreMutant::TurnUnsettledOnPanic => "turn-unsettled-on-panic",
+            StoreMutant::SpacedProbeKeepsAcquireStamp => "spaced-probe-keeps-acquire-stamp",
         }
     }
 

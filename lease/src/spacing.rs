@@ -75,7 +75,7 @@ impl Taken<'_> {
 impl Drop for Taken<'_> {
     /// An unsettled turn (its write panicked) counts as written.
     fn drop(&mut self) {
-        if !self.settled {
+        if !self.settled && !crate::mutant::StoreMutant::TurnUnsettledOnPanic.on() {
             self.spacing.wrote(self.key, self.clock, None);
         }
     }

@@ -5,7 +5,7 @@
 use bucket_lease_core::mutant::Mutant;
 
 /// Every mutant and its name.
-pub(crate) const ALL: [(Mutant, &str); 16] = [
+pub(crate) const ALL: [(Mutant, &str); 17] = [
     (Mutant::KeeperNeverFences, "keeper-never-fences"),
     (Mutant::KillAtFullTtl, "kill-at-full-ttl"),
     (Mutant::ReleaseByDelete, "release-by-delete"),
@@ -22,6 +22,7 @@ pub(crate) const ALL: [(Mutant, &str); 16] = [
     (Mutant::OwnEtagRefusalTrusted, "own-etag-refusal-trusted"),
     (Mutant::IdentityByProcess, "identity-by-process"),
     (Mutant::PoolInlineEveryStore, "pool-inline-every-store"),
+    (Mutant::SpacedProbeRecordLast, "spaced-probe-record-last"),
 ];
 
 /// The mutant called `name`.

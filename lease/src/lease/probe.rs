@@ -6,7 +6,7 @@
 use super::requests::{put_resending, read_record};
 use super::{Lease, State};
 use crate::error::{IgnoredCondition, LeaseError};
-use crate::mutant::{self, Mutant};
+use crate::mutant::{self, Mutant, StoreMutant};
 use crate::record::{format_stamp, probe_key};
 use crate::store::{DeleteMode, PutMode, StoreError, StoreErrorKind, Version};
 use crate::versioned;
@@ -271,26 +271,39 @@ impl Lease {
             .await_write_turn(&self.key, self.probe_bound(deadline)?);
         let bound = self.probe_bound(deadline)?;
         let (confirmed, confirmed_wall) = (self.clock.now(), self.clock.wall());
-        let renewed = self.record(format_stamp(confirmed_wall)).to_bytes();
+        let keeps_stamp = StoreMutant::SpacedProbeKeepsAcquireStamp.on();
+        let renewed = if keeps_stamp {
+            body.to_vec()
+        } else {
+            self.record(format_stamp(confirmed_wall)).to_bytes()
+        };
         let sent = self.lock().version.clone();
+        let own_write = (self.key.clone(), PutMode::Update(sent.clone()));
+        let checks = [(over, PutMode::Create), (wrong_etag, PutMode::Update(fake))];
         // Our record first: on a store whose writes go one after another,
         // it leaves right after its stamp was taken, not after the others.
-        let mut answers = self
-            .send_together(
-                &[
-                    (self.key.clone(), PutMode::Update(sent.clone())),
-                    (over, PutMode::Create),
-                    (wrong_etag, PutMode::Update(fake)),
-                ],
-                &renewed,
-                bound,
+        let (own, on_existing, on_wrong_etag) = if mutant::on(Mutant::SpacedProbeRecordLast) {
+            let [over, wrong_etag] = checks;
+            let mut answers = self
+                .send_together(&[over, wrong_etag, own_write], &renewed, bound)
+                .into_iter();
+            let (on_existing, on_wrong_etag) = (answers.next(), answers.next());
+            (
+                answers.next().expect("three answers"),
+                on_existing.expect("three answers"),
+                on_wrong_etag.expect("three answers"),
             )
-            .into_iter();
-        let (own, on_existing, on_wrong_etag) = (
-            answers.next().expect("three answers"),
-            answers.next().expect("three answers"),
-            answers.next().expect("three answers"),
-        );
+        } else {
+            let [over, wrong_etag] = checks;
+            let mut answers = self
+                .send_together(&[own_write, over, wrong_etag], &renewed, bound)
+                .into_iter();
+            (
+                answers.next().expect("three answers"),
+                answers.next().expect("three answers"),
+                answers.next().expect("three answers"),
+            )
+        };
         judge_refusals(
             &self.key,
             [
@@ -301,7 +314,7 @@ impl Lease {
         )?;
         self.judge_own_update(&sent, own, bound)?;
         let mut h = self.lock();
-        if h.state == State::Held {
+        if h.state == State::Held && !keeps_stamp {
             h.confirmed = confirmed;
             h.confirmed_wall = confirmed_wall;
         }
