@@ -5,19 +5,12 @@
 
 mod common;
 
-use bucket_lease_backends::{Credentials, HttpStore, HttpStoreBuilder};
+use bucket_lease_backends::{Credentials, HttpStore};
 use bucket_lease_core::store::{DeleteMode, PutMode, PutOptions, Store, StoreErrorKind, Version};
 use common::canned::{Canned, Reply};
 use std::time::{Duration, Instant};
 
-fn builder(server: &Canned) -> HttpStoreBuilder {
-    HttpStore::builder(common::any_profile())
-        .endpoint(server.url())
-        .bucket("bkt")
-        .region("us-east-1")
-        .conditional_delete(true)
-        .credentials(Credentials::new("AKID", "the-secret").with_session_token("the-token"))
-}
+use common::canned::store_builder as builder;
 
 fn store(server: &Canned) -> HttpStore {
     builder(server).build().unwrap()

@@ -5,18 +5,11 @@
 
 mod common;
 
-use bucket_lease_backends::{Credentials, HttpStore, HttpStoreBuilder};
 use bucket_lease_core::store::{Delivery, PutMode, PutOptions, Store, StoreErrorKind};
 use common::canned::{Canned, Reply};
 use std::time::{Duration, Instant};
 
-fn builder(server: &Canned) -> HttpStoreBuilder {
-    HttpStore::builder(common::any_profile())
-        .endpoint(server.url())
-        .bucket("bkt")
-        .region("us-east-1")
-        .credentials(Credentials::new("AKID", "the-secret"))
-}
+use common::canned::store_builder as builder;
 
 fn create() -> PutOptions {
     PutOptions::new(PutMode::Create).with_deadline(Some(Instant::now() + Duration::from_secs(10)))

@@ -794,8 +794,10 @@ mod tests {
     /// The holder named renews between the break's read and its write: the
     /// break reads again and replaces the renewed record (the holder is
     /// still the one named).
-    #[test]
-    fn a_holder_that_renews_meanwhile_is_still_broken() {
+    /// A world whose lease's holder renews (or releases) between a break's
+    /// read and its write, through the store it hands back; and the
+    /// holder's id.
+    fn changing_meanwhile(release: bool) -> (World, RenewsMeanwhile, String) {
         let w = World::new();
         let lease = w.contender(30).try_acquire().unwrap();
         let id = lease.instance_id().to_string();
@@ -803,8 +805,14 @@ mod tests {
             inner: w.store.clone(),
             renew: std::sync::Mutex::new(Some(lease)),
             renewed: std::sync::Mutex::new(Vec::new()),
-            release: false,
+            release,
         };
+        (w, store, id)
+    }
+
+    #[test]
+    fn a_holder_that_renews_meanwhile_is_still_broken() {
+        let (w, store, id) = changing_meanwhile(false);
         let broken = break_lease(&store, "jobs/a", &id, &w.clock).expect("broken");
         assert_eq!(broken.replaced.instance_id, id);
         let renewed = store.renewed.lock().unwrap();
@@ -825,15 +833,7 @@ mod tests {
     /// is replaced, and the break says the record changed.
     #[test]
     fn a_record_released_meanwhile_is_not_replaced() {
-        let w = World::new();
-        let lease = w.contender(30).try_acquire().unwrap();
-        let id = lease.instance_id().to_string();
-        let store = RenewsMeanwhile {
-            inner: w.store.clone(),
-            renew: std::sync::Mutex::new(Some(lease)),
-            renewed: std::sync::Mutex::new(Vec::new()),
-            release: true,
-        };
+        let (w, store, id) = changing_meanwhile(true);
         match break_lease(&store, "jobs/a", &id, &w.clock) {
             Err(e @ BreakError::Changed { .. }) => {
                 assert_eq!(

@@ -211,3 +211,19 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, replies: &Answer) {
         }
     }
 }
+
+/// A store builder for `server`: any profile enabled, path-style to its
+/// bucket `bkt`, region `us-east-1`, conditional deletes on, static
+/// credentials with a session token.
+#[cfg(any(feature = "s3", feature = "r2", feature = "minio"))]
+pub fn store_builder(server: &Canned) -> bucket_lease_backends::HttpStoreBuilder {
+    bucket_lease_backends::HttpStore::builder(super::any_profile())
+        .endpoint(server.url())
+        .bucket("bkt")
+        .region("us-east-1")
+        .conditional_delete(true)
+        .credentials(
+            bucket_lease_backends::Credentials::new("AKID", "the-secret")
+                .with_session_token("the-token"),
+        )
+}
