@@ -190,9 +190,14 @@ fn liveness(w: &mut World) {
 
 /// What R2's write limit adds to a takeover's time, in a run that has it:
 /// two intervals (the acquire's probe writes its record an interval after
-/// the acquire's write, and a write throttled by another's waits one).
+/// the acquire's write, and a write throttled by another's waits one), and
+/// two TTLs: at the shortest TTL the store takes, an acquire whose six
+/// probe writes (one after another on the simulated store) meet slow
+/// answers can outlast its fence and fail, and the next attempt follows a
+/// poll later.
 fn limited_extra(w: &World) -> Nanos {
-    2 * w.write_limit.unwrap_or(0)
+    w.write_limit
+        .map_or(0, |interval| 2 * interval + 2 * w.ttl_s * SEC)
 }
 
 /// A run that starts with a suspect record (a dead holder's, stamped far
