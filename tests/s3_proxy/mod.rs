@@ -221,10 +221,6 @@ pub enum WriteLimit {
     /// answer (a `412` too, and one whose answer never came); a `429` of
     /// the limit does not (the write never reached the key).
     EveryWrite,
-    /// The strictest reading: as [`EveryWrite`](Self::EveryWrite), and a
-    /// write refused `429` by the limit starts a new window too, so a
-    /// client that retries before the interval is over is refused again.
-    EveryAttempt,
 }
 
 /// The write limit's state: off until [`FaultProxy::limit_writes`].
@@ -259,16 +255,13 @@ impl Limiter {
     /// Whether a write of `key` may be forwarded now; when it may, it is in
     /// flight until [`settle`](Self::settle).
     fn admit(&mut self, key: &str) -> bool {
-        let Some((interval, mode)) = self.rule else {
+        let Some((interval, _)) = self.rule else {
             return true;
         };
         let now = Instant::now();
         let state = self.keys.entry(key.to_string()).or_insert((None, 0));
         let recent = state.0.is_some_and(|end| now < end + interval);
         if state.1 > 0 || recent {
-            if mode == WriteLimit::EveryAttempt {
-                state.0 = Some(now);
-            }
             *self.throttled.entry(key.to_string()).or_insert(0) += 1;
             return false;
         }
