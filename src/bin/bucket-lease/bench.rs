@@ -257,6 +257,7 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     }
     progress.done();
     let rows = [acquire, renew, release];
+    let write_interval = store.write_interval();
     let exclusion = match exclusion {
         Some(Exclusion::BestEffort) => "best-effort",
         _ => "conditional",
@@ -271,6 +272,9 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
             "exclusion": exclusion,
         });
         if let Value::Object(map) = &mut out {
+            if let Some(interval) = write_interval {
+                map.insert("write_interval_s".into(), json!(interval.as_secs_f64()));
+            }
             for row in &rows {
                 map.insert(row.name.clone(), measure::row_json(row));
             }
@@ -293,6 +297,13 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
             }
         }
         println!("\nCPU is the whole process's (CLOCK_PROCESS_CPUTIME_ID) per operation; system calls: see --help.");
+        if let Some(interval) = write_interval {
+            println!(
+                "This store takes one write of a key every {interval:?}: each renewal and release \
+                 here waited for its turn after the write before it, and each acquire writes its \
+                 record twice, an interval apart; the latencies include those waits."
+            );
+        }
     }
     match interrupted {
         Some(sig) => {
