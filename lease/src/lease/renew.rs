@@ -87,6 +87,9 @@ impl Lease {
             }
             (h.exclusion, h.version.clone())
         };
+        // On a store with a write interval, the stamp and the fence are
+        // taken after the wait for the key's turn, right before the write.
+        self.store.await_write_turn(&self.key, deadline);
         let (confirmed, confirmed_wall) = (self.clock.now(), self.clock.wall());
         let body = self.record(format_stamp(confirmed_wall)).to_bytes();
         let written = match exclusion {
