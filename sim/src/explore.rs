@@ -159,7 +159,7 @@ const KEPT: usize = 3;
 
 /// Mutants of the catalogue that no scope of two processes calling the
 /// API can show, and why; and every keeper pool's mutant (`pool-…`).
-const OUT_OF_SCOPE: [(&str, &str); 2] = [
+const OUT_OF_SCOPE: [(&str, &str); 3] = [
     (
         "keeper-never-fences",
         "the keeper's renewal loop and `run`'s plan: the scope calls the API, with no keeper \
@@ -168,6 +168,10 @@ const OUT_OF_SCOPE: [(&str, &str); 2] = [
     (
         "kill-at-full-ttl",
         "`run`'s plan of signals to a command: the scope runs no command",
+    ),
+    (
+        "spaced-probe-record-last",
+        "a store with a write interval (R2's limit): the scope's store has none",
     ),
 ];
 
