@@ -406,8 +406,10 @@ impl State {
                 self.retry_at = Some(now + pause(self.streak));
                 let first = self.failure.replace(why).is_none();
                 // A failure before any credentials came is the error of
-                // whoever asks; once they have, a streak is told once.
-                if !first || self.succeeded == 0 {
+                // whoever asks; once they have, a streak is told once. A
+                // fetch that failed because the provider was dropped (its
+                // program killed: the process is ending) is no news.
+                if !first || self.succeeded == 0 || self.closed {
                     return None;
                 }
                 self.warned = true;

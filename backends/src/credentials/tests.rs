@@ -835,3 +835,24 @@ fn failures_pause_longer_each_time_and_are_told_once() {
     assert_eq!(state.retry_at, Some(now + FIRST_PAUSE));
     assert_eq!(state.next(now, wall), Next::Sleep(FIRST_PAUSE));
 }
+
+/// A fetch that fails because the provider was dropped meanwhile (its
+/// program cancelled, killed, as the process ends) is not told: `run`
+/// said "refreshing credentials … failed … SIGKILL" on its way out.
+#[test]
+fn a_fetch_cancelled_by_the_providers_drop_is_not_told() {
+    let (now, wall) = (Instant::now(), SystemTime::now());
+    let mut state = State::new(
+        Source::Container,
+        Some(fetched(wall, Duration::from_secs(60))),
+    );
+    state.succeeded = 1;
+    state.closed = true;
+    assert!(state
+        .finish(
+            Err("credential_process failed (signal: 9 (SIGKILL))".into()),
+            now,
+            wall
+        )
+        .is_none());
+}
