@@ -25,7 +25,7 @@ finders=(
   "dir-remove-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::a_delete_paused_past_its_deadline_under_the_lock_removes_nothing"
   "put-new-hashes-after-deadline|-p bucket-lease-core --features mutants --lib|fence::tests::put_new_hashes_the_body_before_it_takes_the_write_deadline"
   "turn-unsettled-on-panic|-p bucket-lease-core --features mutants --test write_interval|a_write_that_panicked_does_not_keep_its_keys_turn_forever"
-  "spaced-probe-keeps-acquire-stamp|-p bucket-lease-core --features mutants --test write_interval|a_keeper_renews_a_lease_of_the_smallest_ttl_the_store_accepts"
+  "spaced-probe-keeps-acquire-stamp|-p bucket-lease-core --features mutants --test write_interval|a_renewal_due_at_a_third_of_the_smallest_ttl_lands_before_the_fence"
 )
 
 # Every mutant of the code has a row (names as `StoreMutant::name` gives them).

@@ -367,6 +367,9 @@ fn a_renewal_due_at_a_third_of_the_smallest_ttl_lands_before_the_fence() {
         let deadline = lease.write_deadline().expect("held");
         let renewed = lease.renew_before(Some(deadline));
         assert!(renewed.is_ok(), "{counts:?}: {renewed:?}");
+        // Before the fence, not at it: a write that waits for its turn until
+        // the write deadline lands there only on a test clock.
+        assert!(w.clock.now() < deadline, "{counts:?}: renewed at the fence");
     }
 }
 
