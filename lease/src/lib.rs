@@ -103,6 +103,7 @@ pub mod inspect;
 pub mod keeper;
 pub mod lease;
 pub mod memory;
+pub mod multipart;
 #[doc(hidden)]
 pub mod mutant;
 pub mod pool;

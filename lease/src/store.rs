@@ -38,6 +38,7 @@
 //! The conformance suite checks the rule under conditions that make a store
 //! slow (`conformance::deadline_kept`).
 
+use crate::multipart::{ObjectReader, UploadConditions, UploadedPart};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -289,6 +290,116 @@ pub trait Store: Send + Sync + fmt::Debug {
         mode: &DeleteMode,
         deadline: Option<Instant>,
     ) -> Result<(), StoreError>;
+
+    /// Read `key` as a stream: its version and metadata once the answer
+    /// begins, its bytes as they arrive, for objects of any size. The
+    /// deadline bounds the whole read, body included (`None`: the answer's
+    /// start is bounded by the store's own limit, the body by nothing). The
+    /// default reads the whole object with [`get`](Self::get).
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get); a failure while reading the body is an
+    /// [`std::io::Error`] from the stream.
+    fn open(&self, key: &str, deadline: Option<Instant>) -> Result<ObjectReader, StoreError> {
+        let mut object = self.get(key, deadline)?;
+        let body = std::mem::take(&mut object.body);
+        Ok(ObjectReader {
+            object,
+            body: Box::new(std::io::Cursor::new(body)),
+        })
+    }
+
+    /// The store's verdict on whether its service honours the condition of
+    /// a completion ([`CompletionCondition`]), kept for the store's life:
+    /// `None`, the default, for a store that keeps none, whose fenced
+    /// uploads check it for each writer. See [`crate::multipart`].
+    ///
+    /// [`CompletionCondition`]: crate::multipart::CompletionCondition
+    fn upload_conditions(&self) -> Option<&UploadConditions> {
+        None
+    }
+
+    /// Begin a multipart upload of `key`, whose object will carry
+    /// `metadata`, and return the upload's id. See [`crate::multipart`].
+    /// The default: [`StoreErrorKind::NotImplemented`], nothing sent.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::NotImplemented`] when the store takes no uploads in
+    /// parts; any other kind when the request failed.
+    fn begin_upload(
+        &self,
+        key: &str,
+        metadata: &[(String, String)],
+        deadline: Option<Instant>,
+    ) -> Result<String, StoreError> {
+        let _ = (metadata, deadline);
+        Err(no_uploads("begin an upload of", key))
+    }
+
+    /// Send part `number` (from 1) of the upload `upload` of `key`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::NotFound`] when the store no longer knows the
+    /// upload; any other kind when the request failed.
+    fn upload_part(
+        &self,
+        key: &str,
+        upload: &str,
+        number: u32,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<UploadedPart, StoreError> {
+        let _ = (upload, number, body, deadline);
+        Err(no_uploads("upload a part of", key))
+    }
+
+    /// Make the upload `upload` of `key` the object at `key`, from `parts`
+    /// in order, as `mode` says ([`PutMode::Create`]: only if the key is
+    /// absent), and return its version.
+    ///
+    /// # Errors
+    ///
+    /// As [`put`](Self::put) for the condition;
+    /// [`StoreErrorKind::NotFound`] when the store no longer knows the
+    /// upload (completed or aborted already).
+    fn complete_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        parts: &[UploadedPart],
+        mode: &PutMode,
+        deadline: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        let _ = (upload, parts, mode, deadline);
+        Err(no_uploads("complete an upload of", key))
+    }
+
+    /// Drop the upload `upload` of `key` and its parts. Aborting an upload
+    /// the store no longer knows succeeds.
+    ///
+    /// # Errors
+    ///
+    /// Any kind when the request failed.
+    fn abort_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        let _ = (upload, deadline);
+        Err(no_uploads("abort an upload of", key))
+    }
+}
+
+/// The answer of a store that takes no uploads in parts.
+fn no_uploads(what: &str, key: &str) -> StoreError {
+    StoreError::new(StoreErrorKind::NotImplemented, "POST", key).with_message(format!(
+        "cannot {what} the object in parts: this store takes whole objects only; write it \
+         with one PUT"
+    ))
 }
 
 /// `error`, naming `store` when it says its URL ([`Store::store_url`]): for

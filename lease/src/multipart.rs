@@ -1,0 +1,118 @@
+//! Objects in parts: the store-level vocabulary of a multipart upload and
+//! of a streamed read, which [`crate::upload`] builds fenced writes of any
+//! size on.
+//!
+//! A multipart upload is begun on a key with the metadata the object will
+//! carry ([`Store::begin_upload`](crate::store::Store::begin_upload)), takes
+//! numbered parts ([`Store::upload_part`](crate::store::Store::upload_part)),
+//! and becomes an object only at its completion
+//! ([`Store::complete_upload`](crate::store::Store::complete_upload)),
+//! which takes a [`PutMode`](crate::store::PutMode) as a PUT does: a
+//! create-only completion (`If-None-Match: *`) makes nothing when the key
+//! is taken. Until then nothing is visible at the key, and an abort
+//! ([`Store::abort_upload`](crate::store::Store::abort_upload)) drops the
+//! parts.
+//!
+//! What each store promises about its parts:
+//! - parts are numbered from 1, each (but the last) at least
+//!   [`MIN_PART_BYTES`] long on the services, and the completion names
+//!   them in order;
+//! - a part sent twice under one number keeps the last one sent;
+//! - a completion or abort of an upload the store no longer knows (done,
+//!   or aborted) is [`StoreErrorKind::NotFound`](crate::store::StoreErrorKind::NotFound).
+//!
+//! Whether a service honours the condition of a completion is a fact of
+//! the service, checked once per store as the lease's probe checks PUT;
+//! [`UploadConditions`] keeps the verdict.
+
+use std::fmt;
+use std::io::Read;
+use std::sync::Mutex;
+
+use crate::store::Object;
+
+/// The smallest part S3 takes, but for an upload's last part: 5 MiB.
+pub const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
+
+/// The largest part S3 takes: 5 GiB.
+pub const MAX_PART_BYTES: usize = 5 * 1024 * 1024 * 1024;
+
+/// The most parts one upload may have on S3.
+pub const MAX_PARTS: u32 = 10_000;
+
+/// A part the store took: its number and the ETag it answered with, which
+/// the completion names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadedPart {
+    /// The part's number, from 1.
+    pub number: u32,
+    /// The ETag the store gave the part, as it gave it.
+    pub etag: String,
+}
+
+/// An object's version and metadata with its bytes still to be read: what
+/// [`Store::open`](crate::store::Store::open) returns for objects of any
+/// size.
+pub struct ObjectReader {
+    /// The object's version and metadata; its `body` is empty.
+    pub object: Object,
+    /// The object's bytes, read as they arrive.
+    pub body: Box<dyn Read + Send>,
+}
+
+impl fmt::Debug for ObjectReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectReader")
+            .field("object", &self.object)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a service refuses a create-only completion of an upload on a
+/// key that exists: the fact a fenced upload rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionCondition {
+    /// The completion was refused (412): create-only uploads are fenced.
+    Honoured,
+    /// The completion replaced the object: the service ignores the
+    /// condition, and an upload would overwrite whatever is at its key.
+    Ignored,
+}
+
+/// The verdict on a store's [`CompletionCondition`], checked once and kept
+/// for the store's life. A store that keeps one returns it from
+/// [`Store::upload_conditions`](crate::store::Store::upload_conditions).
+#[derive(Debug, Default)]
+pub struct UploadConditions {
+    verdict: Mutex<Option<CompletionCondition>>,
+}
+
+impl UploadConditions {
+    /// No verdict yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The verdict, once checked.
+    pub fn verdict(&self) -> Option<CompletionCondition> {
+        *self.verdict.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keep `verdict`, and return the one kept: [`Ignored`] once any
+    /// check saw the condition ignored (a service that honoured it once and
+    /// not later is not to be trusted), else [`Honoured`].
+    ///
+    /// [`Ignored`]: CompletionCondition::Ignored
+    /// [`Honoured`]: CompletionCondition::Honoured
+    pub fn settle(&self, verdict: CompletionCondition) -> CompletionCondition {
+        let mut kept = self.verdict.lock().unwrap_or_else(|e| e.into_inner());
+        let settled = match (*kept, verdict) {
+            (Some(CompletionCondition::Ignored), _) | (_, CompletionCondition::Ignored) => {
+                CompletionCondition::Ignored
+            }
+            _ => CompletionCondition::Honoured,
+        };
+        *kept = Some(settled);
+        settled
+    }
+}
