@@ -65,6 +65,7 @@
 //! pointer race.
 
 use crate::lease::Lease;
+use crate::multipart::UploadConditions;
 use crate::mutant::{self, Mutant, StoreMutant};
 use crate::store::{
     named_by, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
@@ -125,6 +126,14 @@ pub enum WriteError {
     /// landed. Retrying the same write is safe: a landed write of ours is
     /// recognised.
     Store(StoreError),
+    /// A streamed write ([`FencedWriter::create`]) needed an upload in
+    /// parts, and the service completes one over an existing object even
+    /// when told to create it only: the completion would not be fenced.
+    /// Nothing was written.
+    UnfencedUploads {
+        /// The object that was not written.
+        key: String,
+    },
 }
 
 impl fmt::Display for WriteError {
@@ -173,6 +182,14 @@ impl fmt::Display for WriteError {
                 allowed_list(allowed)
             ),
             WriteError::Store(e) => write!(f, "fenced write failed: {e}"),
+            WriteError::UnfencedUploads { key } => write!(
+                f,
+                "write of {key} refused: it is larger than one part, and this service completes \
+                 an upload in parts over an existing object even when told to create it only \
+                 (it ignores If-None-Match on CompleteMultipartUpload), so a stale holder's \
+                 upload could replace a newer holder's object; write objects of at most one \
+                 part, raise the part size, or take the lease best-effort to stream unfenced"
+            ),
         }
     }
 }
@@ -211,7 +228,7 @@ fn allowed_list(allowed: &[String]) -> String {
 
 /// Who wrote an existing object, relative to a writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Author {
+pub(crate) enum Author {
     /// This holder at this epoch.
     Us,
     /// A greater epoch, or this epoch under another holder.
@@ -223,14 +240,14 @@ enum Author {
 /// What a fenced write stamped on an object: the epoch, holder and
 /// holder's process nonce its metadata names, each when present.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Stamp {
-    epoch: Option<u64>,
-    holder: Option<String>,
-    nonce: Option<String>,
+pub(crate) struct Stamp {
+    pub(crate) epoch: Option<u64>,
+    pub(crate) holder: Option<String>,
+    pub(crate) nonce: Option<String>,
 }
 
 /// The stamp an object's metadata carries.
-fn stamp_of(object: &Object) -> Stamp {
+pub(crate) fn stamp_of(object: &Object) -> Stamp {
     let value = |name: &str| {
         object
             .metadata
@@ -265,6 +282,51 @@ fn digest(bytes: &[u8]) -> String {
     format!("{hash:016x}")
 }
 
+/// The metadata every fenced write stamps on its object: the lease's
+/// epoch, holder and the holder's process nonce.
+pub(crate) fn stamp_metadata(lease: &Lease) -> Vec<(String, String)> {
+    vec![
+        (EPOCH_METADATA.to_string(), lease.epoch().to_string()),
+        (HOLDER_METADATA.to_string(), lease.instance_id().to_string()),
+        (
+            NONCE_METADATA.to_string(),
+            lease.instance_nonce().to_string(),
+        ),
+    ]
+}
+
+/// Who wrote `object`, relative to `lease`: us only for its epoch, its
+/// instance id and its process's nonce; another process at its epoch
+/// (under its name too, or without a nonce) is a writer it did not know of.
+pub(crate) fn author_of(lease: &Lease, object: &Object) -> Author {
+    let Stamp {
+        epoch,
+        holder,
+        nonce,
+    } = stamp_of(object);
+    let ours = lease.epoch();
+    let our_process =
+        nonce.as_deref() == Some(lease.instance_nonce()) || mutant::on(Mutant::SameNameIsOurs);
+    match epoch.unwrap_or(0) {
+        e if e > ours => Author::Newer,
+        e if e < ours => Author::Older,
+        _ if holder.as_deref() == Some(lease.instance_id()) && our_process => Author::Us,
+        _ => Author::Newer,
+    }
+}
+
+/// `refusal`'s write was refused and a newer holder wrote its object:
+/// mark `lease` lost, and say so.
+pub(crate) fn superseded(lease: &Lease, refusal: StoreError) -> WriteError {
+    log::warn!(
+        "{}: a fenced write was refused and a newer holder wrote it ({refusal}); marking \
+         the lease lost",
+        refusal.key()
+    );
+    lease.mark_lost(None);
+    WriteError::Superseded(refusal)
+}
+
 /// Writes objects under a held lease. See the [module docs](self).
 #[derive(Debug)]
 pub struct FencedWriter {
@@ -274,6 +336,10 @@ pub struct FencedWriter {
     allowed: Vec<String>,
     /// The version this writer last wrote or read, per pointer key.
     pointers: Mutex<HashMap<String, Version>>,
+    /// Whether the service fences a completed upload, for a store that
+    /// keeps no verdict of its own ([`Store::upload_conditions`]); shared
+    /// with the writer's uploads.
+    pub(crate) uploads_checked: Arc<UploadConditions>,
 }
 
 impl FencedWriter {
@@ -291,6 +357,18 @@ impl FencedWriter {
             lease,
             allowed: vec![own],
             pointers: Mutex::new(HashMap::new()),
+            uploads_checked: Arc::default(),
+        }
+    }
+
+    /// A writer with this one's lease, prefixes and upload verdict, and no
+    /// pointers: what an upload writes through.
+    pub(crate) fn sibling(&self) -> FencedWriter {
+        FencedWriter {
+            lease: Arc::clone(&self.lease),
+            allowed: self.allowed.clone(),
+            pointers: Mutex::new(HashMap::new()),
+            uploads_checked: Arc::clone(&self.uploads_checked),
         }
     }
 
@@ -333,13 +411,13 @@ impl FencedWriter {
         // its deadline spent or passed.
         let early = StoreMutant::PutNewHashesAfterDeadline
             .on()
-            .then(|| self.deadline(key));
+            .then(|| self.fenced_deadline(key));
         let sum = digest(body);
         // Taken once the body is hashed, right before the request: a
         // deadline that passed meanwhile fences the write, and sends nothing.
         let deadline = match early {
             Some(deadline) => deadline?,
-            None => self.deadline(key)?,
+            None => self.fenced_deadline(key)?,
         };
         let options = self
             .options(PutMode::Create, deadline)
@@ -383,7 +461,7 @@ impl FencedWriter {
     /// when a newer holder wrote the pointer; [`WriteError::Store`] when
     /// the request failed.
     pub fn read_pointer(&self, key: &str) -> Result<Option<Object>, WriteError> {
-        let deadline = self.deadline(key)?;
+        let deadline = self.fenced_deadline(key)?;
         match self.lease.store().get(key, Some(deadline)) {
             Ok(object) if self.author(&object) == Author::Newer => {
                 self.pointers().remove(key);
@@ -423,7 +501,7 @@ impl FencedWriter {
     /// request failed or timed out (retrying is safe), or when the pointer
     /// changed under an older writer twice in a row.
     pub fn put_pointer(&self, key: &str, body: &[u8]) -> Result<Version, WriteError> {
-        let deadline = self.deadline(key)?;
+        let deadline = self.fenced_deadline(key)?;
         let known = self.pointers().get(key).cloned();
         let mut version = match known {
             Some(version) => Some(version),
@@ -473,9 +551,7 @@ impl FencedWriter {
     fn options(&self, mode: PutMode, deadline: Instant) -> PutOptions {
         PutOptions::new(mode)
             .with_deadline(Some(deadline))
-            .with_metadata(EPOCH_METADATA, self.lease.epoch().to_string())
-            .with_metadata(HOLDER_METADATA, self.lease.instance_id())
-            .with_metadata(NONCE_METADATA, self.lease.instance_nonce())
+            .with_metadata_list(stamp_metadata(&self.lease))
     }
 
     /// The version of `key` now; `None` when absent.
@@ -494,39 +570,17 @@ impl FencedWriter {
             .map_err(WriteError::Store)
     }
 
-    /// Who wrote `object`: us only for our epoch, our instance id and our
-    /// process's nonce; another process at our epoch (under our name too,
-    /// or without a nonce) is a writer we did not know of.
     fn author(&self, object: &Object) -> Author {
-        let Stamp {
-            epoch,
-            holder,
-            nonce,
-        } = stamp_of(object);
-        let ours = self.lease.epoch();
-        let our_process = nonce.as_deref() == Some(self.lease.instance_nonce())
-            || mutant::on(Mutant::SameNameIsOurs);
-        match epoch.unwrap_or(0) {
-            e if e > ours => Author::Newer,
-            e if e < ours => Author::Older,
-            _ if holder.as_deref() == Some(self.lease.instance_id()) && our_process => Author::Us,
-            _ => Author::Newer,
-        }
+        author_of(&self.lease, object)
     }
 
     fn superseded(&self, refusal: StoreError) -> WriteError {
-        log::warn!(
-            "{}: a fenced write was refused and a newer holder wrote it ({refusal}); marking \
-             the lease lost",
-            refusal.key()
-        );
-        self.lease.mark_lost(None);
-        WriteError::Superseded(refusal)
+        superseded(&self.lease, refusal)
     }
 
     /// The deadline of a request on `key`: the lease's write deadline, once
     /// the key is known to be one this writer may touch.
-    fn deadline(&self, key: &str) -> Result<Instant, WriteError> {
+    pub(crate) fn fenced_deadline(&self, key: &str) -> Result<Instant, WriteError> {
         self.check_key(key)?;
         self.lease
             .write_deadline()
@@ -668,11 +722,64 @@ impl FencedReader {
         deadline: Option<Instant>,
     ) -> Result<FencedObject, ReadError> {
         let object = self.store.get(key, deadline).map_err(ReadError::Store)?;
+        let (epoch, holder, nonce) = self.checked(key, &object)?;
+        Ok(FencedObject {
+            object,
+            epoch,
+            holder,
+            nonce,
+        })
+    }
+
+    /// Read `key` as a stream, for objects of any size: the epoch and
+    /// holder are checked when the answer begins, before the first byte is
+    /// handed out. Nothing bounds the read; see
+    /// [`open_before`](Self::open_before).
+    ///
+    /// # Errors
+    ///
+    /// As [`open_before`](Self::open_before).
+    pub fn open(&self, key: &str) -> Result<FencedStream, ReadError> {
+        self.open_before(key, None)
+    }
+
+    /// Read `key` as a stream, abandoning the read, body included, at
+    /// `deadline` (`None`: the answer's start is bounded by the store's own
+    /// limit, the body by nothing).
+    ///
+    /// # Errors
+    ///
+    /// As [`get_before`](Self::get_before), before any byte is read; a
+    /// failure while reading the body is an [`std::io::Error`] from the
+    /// stream.
+    pub fn open_before(
+        &self,
+        key: &str,
+        deadline: Option<Instant>,
+    ) -> Result<FencedStream, ReadError> {
+        let reader = self.store.open(key, deadline).map_err(ReadError::Store)?;
+        let (epoch, holder, nonce) = self.checked(key, &reader.object)?;
+        Ok(FencedStream {
+            object: reader.object,
+            epoch,
+            holder,
+            nonce,
+            body: reader.body,
+        })
+    }
+
+    /// The epoch, holder and nonce `object` carries, once its epoch is
+    /// known to be one this reader trusts.
+    fn checked(
+        &self,
+        key: &str,
+        object: &Object,
+    ) -> Result<(u64, Option<String>, Option<String>), ReadError> {
         let Stamp {
             epoch,
             holder,
             nonce,
-        } = stamp_of(&object);
+        } = stamp_of(object);
         let Some(epoch) = epoch else {
             return Err(ReadError::Unfenced {
                 key: key.to_string(),
@@ -685,12 +792,39 @@ impl FencedReader {
                 trusted: self.trusted,
             });
         }
-        Ok(FencedObject {
-            object,
-            epoch,
-            holder,
-            nonce,
-        })
+        Ok((epoch, holder, nonce))
+    }
+}
+
+/// An object as [`FencedReader::open`] returns it: its epoch checked, its
+/// bytes read as they arrive ([`std::io::Read`]).
+#[non_exhaustive]
+pub struct FencedStream {
+    /// The object's version and metadata; its `body` is empty.
+    pub object: Object,
+    /// The epoch of the lease it was written under.
+    pub epoch: u64,
+    /// The holder that wrote it, when named.
+    pub holder: Option<String>,
+    /// The nonce of the holder's process, when stamped.
+    pub nonce: Option<String>,
+    body: Box<dyn std::io::Read + Send>,
+}
+
+impl fmt::Debug for FencedStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedStream")
+            .field("object", &self.object)
+            .field("epoch", &self.epoch)
+            .field("holder", &self.holder)
+            .field("nonce", &self.nonce)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::io::Read for FencedStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.body.read(buf)
     }
 }
 

@@ -113,6 +113,7 @@ pub mod store;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod supervision;
+pub mod upload;
 pub mod versioned;
 
 /// The channel crate whose [`Receiver`](channel::Receiver) carries a
@@ -123,7 +124,7 @@ pub use crossbeam_channel as channel;
 
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{HolderRelation, IgnoredCondition, LeaseError, OwnWrite};
-pub use fence::{FencedWriter, WriteError};
+pub use fence::{FencedReader, FencedStream, FencedWriter, WriteError};
 pub use hold::{HoldError, HoldOutcome, Holding, Ran};
 pub use keeper::{Event, Keeper, KeeperOptions, Loss};
 pub use lease::{Cancel, Contender, Exclusion, Lease, LeaseOptions, LeaseStatus, Released, Wait};
@@ -132,3 +133,4 @@ pub use record::{lease_key, LeaseRecord};
 pub use store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
+pub use upload::FencedUpload;

@@ -11,9 +11,15 @@
 //! [`MemoryStore::versioned`] models a bucket with versioning on: every
 //! answer then carries the object's version id as well as its ETag.
 //!
+//! It takes multipart uploads as S3 does (parts in any order, a part sent
+//! twice keeps the last, a completion decided as a PUT in its mode), and
+//! [`MemoryStore::uploads_open`] counts those neither completed nor
+//! aborted.
+//!
 //! It is for unit and simulation tests; nothing persists.
 
 use crate::clock::Clock;
+use crate::multipart::{UploadConditions, UploadedPart};
 use crate::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
@@ -21,6 +27,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+mod uploads;
 
 /// One way the store can deviate from S3. Switches are set with
 /// [`MemoryStore::set`] and stay on until cleared, except the counted
@@ -53,6 +61,9 @@ pub enum Misbehaviour {
     /// Refuse every `If-Match` write, a right ETag too (wrong ones stay
     /// refused): Ceph RGW 16.2 answers 412 to an ETag sent with its quotes.
     RefuseOwnEtag,
+    /// Complete a multipart upload whatever its condition says (PUT stays
+    /// strict): a service that fences single writes but not uploads.
+    IgnoreConditionOnCompletion,
 }
 
 /// A service's limit on the writes of one key: Cloudflare R2 takes "1 per
@@ -85,6 +96,7 @@ pub struct MemoryStore {
     next_etag: AtomicU64,
     /// Whether every write gets a version id too (a versioned bucket).
     versioned: bool,
+    upload_conditions: UploadConditions,
 }
 
 /// The service's side of a [`WriteLimit`]: the last counted write of each
@@ -108,6 +120,8 @@ struct State {
     puts: u64,
     read_cap: Option<usize>,
     limited: Option<Limited>,
+    /// Multipart uploads begun and neither completed nor aborted, by id.
+    uploads: HashMap<String, uploads::Pending>,
 }
 
 impl MemoryStore {
@@ -221,8 +235,13 @@ impl MemoryStore {
         version
     }
 
+    /// A number never given before, for ETags and upload ids.
+    fn fresh_number(&self) -> u64 {
+        self.next_etag.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     fn fresh_version(&self) -> Version {
-        let n = self.next_etag.fetch_add(1, Ordering::Relaxed) + 1;
+        let n = self.fresh_number();
         Version {
             etag: Some(format!("\"mem-{n:08x}\"")),
             version_id: self.versioned.then(|| format!("mem-v{n:08x}")),
@@ -341,6 +360,50 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         self.delete_object(key, mode, deadline).map_err(named)
     }
+
+    fn upload_conditions(&self) -> Option<&UploadConditions> {
+        Some(&self.upload_conditions)
+    }
+
+    fn begin_upload(
+        &self,
+        key: &str,
+        metadata: &[(String, String)],
+        _deadline: Option<Instant>,
+    ) -> Result<String, StoreError> {
+        self.begin_upload_in(key, metadata)
+    }
+
+    fn upload_part(
+        &self,
+        key: &str,
+        upload: &str,
+        number: u32,
+        body: &[u8],
+        _deadline: Option<Instant>,
+    ) -> Result<UploadedPart, StoreError> {
+        self.upload_part_in(key, upload, number, body)
+    }
+
+    fn complete_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        parts: &[UploadedPart],
+        mode: &PutMode,
+        _deadline: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        self.complete_upload_in(key, upload, parts, mode)
+    }
+
+    fn abort_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        _deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.abort_upload_in(key, upload)
+    }
 }
 
 impl MemoryStore {
@@ -382,7 +445,7 @@ impl MemoryStore {
         s.puts += 1;
         s.begin("PUT", key)?;
         s.turned_away("PUT", key)?;
-        let decided = Self::put_in(&mut s, key, body, options, version);
+        let decided = Self::put_in(&mut s, "PUT", key, body, options, version);
         s.decided(key, decided.is_ok());
         s.answer("PUT", key, decided?)
     }
@@ -391,17 +454,18 @@ impl MemoryStore {
     /// effect.
     fn put_in(
         s: &mut State,
+        method: &'static str,
         key: &str,
         body: &[u8],
         options: &PutOptions,
         version: Version,
     ) -> Result<Version, StoreError> {
-        let refuse = |kind, code: &str| Err(StoreError::new(kind, "PUT", key).with_code(code));
+        let refuse = |kind, code: &str| Err(StoreError::new(kind, method, key).with_code(code));
         let existing = s.objects.get(key).map(|o| o.version.clone());
         match &options.mode {
             PutMode::Overwrite => {}
             _ if s.on(Misbehaviour::NoConditions) => {
-                return Err(StoreError::new(StoreErrorKind::NotImplemented, "PUT", key)
+                return Err(StoreError::new(StoreErrorKind::NotImplemented, method, key)
                     .with_message("conditional writes are switched off"));
             }
             _ if s.conflicts > 0 => {

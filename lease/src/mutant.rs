@@ -164,11 +164,26 @@ pub enum StoreMutant {
     /// 30): the key's next turn is the fence itself at the shortest TTL the
     /// store takes, and no renewal lands.
     SpacedProbeKeepsAcquireStamp,
+    /// A fenced upload's completion is sent without `If-None-Match: *`
+    /// (issue 31): a stale holder's upload replaces whatever object is at
+    /// its key.
+    UploadCompletesUnconditionally,
+    /// A completion without an answer is settled as ours by the holder,
+    /// nonce and epoch alone (issue 31): another stream of this process
+    /// at the key is taken for this one.
+    UploadSettledWithoutMark,
+    /// A fenced upload's completion goes with the deadline its last part
+    /// took (issue 31), so a fence that falls while the part is sent does
+    /// not stop the completion.
+    UploadCompletionReusesPartDeadline,
+    /// A fenced upload dropped unfinished is left open (issue 31): its
+    /// parts stay, billed, until a lifecycle rule removes them.
+    UploadLeftOpenOnDrop,
 }
 
 impl StoreMutant {
     /// Every store mutant, in the order the check script runs them.
-    pub const ALL: [StoreMutant; 13] = [
+    pub const ALL: [StoreMutant; 17] = [
         StoreMutant::TimeoutBeforeCredentials,
         StoreMutant::UnboundedProcessOutput,
         StoreMutant::UnboundedRefreshWait,
@@ -182,6 +197,10 @@ impl StoreMutant {
         StoreMutant::PutNewHashesAfterDeadline,
         StoreMutant::TurnUnsettledOnPanic,
         StoreMutant::SpacedProbeKeepsAcquireStamp,
+        StoreMutant::UploadCompletesUnconditionally,
+        StoreMutant::UploadSettledWithoutMark,
+        StoreMutant::UploadCompletionReusesPartDeadline,
+        StoreMutant::UploadLeftOpenOnDrop,
     ];
 
     /// The mutant's name in `BUCKET_LEASE_MUTANT`.
@@ -200,6 +219,12 @@ impl StoreMutant {
             StoreMutant::PutNewHashesAfterDeadline => "put-new-hashes-after-deadline",
             StoreMutant::TurnUnsettledOnPanic => "turn-unsettled-on-panic",
             StoreMutant::SpacedProbeKeepsAcquireStamp => "spaced-probe-keeps-acquire-stamp",
+            StoreMutant::UploadCompletesUnconditionally => "upload-completes-unconditionally",
+            StoreMutant::UploadSettledWithoutMark => "upload-settled-without-mark",
+            StoreMutant::UploadCompletionReusesPartDeadline => {
+                "upload-completion-reuses-part-deadline"
+            }
+            StoreMutant::UploadLeftOpenOnDrop => "upload-left-open-on-drop",
         }
     }
 

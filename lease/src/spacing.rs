@@ -26,7 +26,10 @@
 //! the lease as any answer that may have landed.
 
 use crate::clock::Clock;
-use crate::store::{DeleteMode, Object, PutOptions, Store, StoreError, StoreErrorKind, Version};
+use crate::multipart::{ObjectReader, UploadConditions, UploadedPart};
+use crate::store::{
+    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -345,6 +348,59 @@ impl Store for SpacedStore {
         self.in_turn("DELETE", key, deadline, || {
             self.inner.delete(key, mode, deadline)
         })
+    }
+
+    fn open(&self, key: &str, deadline: Option<Instant>) -> Result<ObjectReader, StoreError> {
+        self.inner.open(key, deadline)
+    }
+
+    fn upload_conditions(&self) -> Option<&UploadConditions> {
+        self.inner.upload_conditions()
+    }
+
+    fn begin_upload(
+        &self,
+        key: &str,
+        metadata: &[(String, String)],
+        deadline: Option<Instant>,
+    ) -> Result<String, StoreError> {
+        self.inner.begin_upload(key, metadata, deadline)
+    }
+
+    /// Parts are not writes of the key: only the completion makes the
+    /// object, and waits its turn.
+    fn upload_part(
+        &self,
+        key: &str,
+        upload: &str,
+        number: u32,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<UploadedPart, StoreError> {
+        self.inner.upload_part(key, upload, number, body, deadline)
+    }
+
+    fn complete_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        parts: &[UploadedPart],
+        mode: &PutMode,
+        deadline: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        self.in_turn("POST", key, deadline, || {
+            self.inner
+                .complete_upload(key, upload, parts, mode, deadline)
+        })
+    }
+
+    fn abort_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.inner.abort_upload(key, upload, deadline)
     }
 }
 

@@ -117,6 +117,12 @@ impl PutOptions {
         self.metadata.push((name.into(), value.into()));
         self
     }
+
+    /// The same write, storing each `(name, value)` of `metadata` too.
+    pub fn with_metadata_list(mut self, metadata: Vec<(String, String)>) -> Self {
+        self.metadata.extend(metadata);
+        self
+    }
 }
 
 /// Which objects a delete may remove.
