@@ -328,11 +328,11 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Begin a multipart upload of `key`, whose object will carry
     /// `metadata`, and return the upload's id. See [`crate::multipart`].
-    /// The default: [`StoreErrorKind::NotImplemented`], nothing sent.
+    /// The default: [`StoreErrorKind::Rejected`] (permanent), nothing sent.
     ///
     /// # Errors
     ///
-    /// [`StoreErrorKind::NotImplemented`] when the store takes no uploads in
+    /// [`StoreErrorKind::Rejected`] when the store takes no uploads in
     /// parts; any other kind when the request failed.
     fn begin_upload(
         &self,
@@ -400,12 +400,15 @@ pub trait Store: Send + Sync + fmt::Debug {
     }
 }
 
-/// The answer of a store that takes no uploads in parts.
+/// The answer of a store that takes no uploads in parts: refused for
+/// good, nothing sent.
 fn no_uploads(what: &str, key: &str) -> StoreError {
-    StoreError::new(StoreErrorKind::NotImplemented, "POST", key).with_message(format!(
-        "cannot {what} the object in parts: this store takes whole objects only; write it \
-         with one PUT"
-    ))
+    StoreError::new(StoreErrorKind::Rejected, "POST", key)
+        .with_message(format!(
+            "cannot {what} the object in parts: this store takes whole objects only; write \
+             objects of at most one part (FencedWriter::put_new)"
+        ))
+        .permanent()
 }
 
 /// `error`, naming `store` when it says its URL ([`Store::store_url`]): for
