@@ -153,6 +153,15 @@ impl FencedUpload {
         &self.key
     }
 
+    /// The store's id of the multipart upload, once one is begun (the
+    /// first part is full): for logs, and for finding what an abort left.
+    pub fn upload_id(&self) -> Option<&str> {
+        match &self.state {
+            State::Sending { upload, .. } => Some(upload),
+            _ => None,
+        }
+    }
+
     /// How many parts the store has taken so far.
     pub fn parts_sent(&self) -> usize {
         match &self.state {
