@@ -22,7 +22,12 @@
 //! - a read returns at most [`MAX_BODY`] bytes (as the HTTP client's
 //!   default cap): a larger object answers [`StoreErrorKind::TooLarge`]
 //!   carrying its version (the ETag from the object file's header), and its
-//!   body is not read, so it can still be replaced conditionally;
+//!   body is not read, so it can still be replaced conditionally; a
+//!   streamed read ([`Store::open`]) has no cap, and reads one whole
+//!   version whatever replaces the object meanwhile;
+//! - an object may be written in parts, as a multipart upload
+//!   ([`Store::begin_upload`]), completed under a [`PutMode`] as a write
+//!   is, and never copied on the way (see [Uploads](#uploads));
 //! - a write publishes nothing, and a delete removes nothing, after its
 //!   deadline: one that runs out of time answers "not sent" (see
 //!   [Deadlines](#deadlines));
@@ -53,8 +58,11 @@
 //!
 //! Key `backups/db1/LEASE` is the file `ROOT/backups.dir/db1.dir/LEASE.obj`.
 //! Every name the store makes ends in a suffix of its own (`.obj`, `.dir`,
-//! `.tmp`), so a key and the "folder" of longer keys (`a` and `a/b`) live
-//! side by side as on S3, and no key can name the store's own files.
+//! `.tmp`, `.upload`), so a key and the "folder" of longer keys (`a` and
+//! `a/b`) live side by side as on S3, and no key can name the store's own
+//! files: a write's temporary file is `NAME.<etag hex>.tmp`, an upload's
+//! file `NAME.<upload id>.upload`, both beside the object `NAME.obj`, and
+//! reads never look at them.
 //!
 //! An object file is a short text header, a blank line, then the body:
 //!
@@ -68,6 +76,28 @@
 //!
 //! Metadata names and values are escaped (`%`, space and control characters
 //! as `%XX`).
+//!
+//! # Uploads
+//!
+//! An upload is the object file to be, `NAME.<id>.upload`, `id` being 32
+//! random hex digits (any other id is refused, [`StoreErrorKind::Rejected`],
+//! so none names a file elsewhere). Its beginning writes the header, the
+//! metadata included, with a mark of the same length where the ETag goes;
+//! each part is appended (chunk by chunk, as a write's temporary file is
+//! written) and synced, then the mark is rewritten to name it. The
+//! completion writes a fresh ETag over the mark and renames the file over
+//! its object as a write renames its temporary file: the body is never
+//! copied, and a reader never sees a torn object. What differs from S3:
+//!
+//! - parts are taken in order, 1, 2, 3…, each once: a part out of order or
+//!   sent again is refused ([`StoreErrorKind::Rejected`],
+//!   `InvalidPartOrder`) and changes nothing, so a part that failed is sent
+//!   again under its number, and one taken is never replaced;
+//! - requests on one upload go one at a time: one that finds another under
+//!   way answers [`StoreErrorKind::Conflict`];
+//! - the completion names every part taken, in order, with its ETag; a
+//!   completion that publishes nothing (refused, out of time) leaves the
+//!   upload as it was, to complete again or abort.
 //!
 //! # Keys
 //!
@@ -97,6 +127,11 @@
 //!   deadline once more right before it renames its temporary file over
 //!   the object, and a delete right before it removes the object.
 //!
+//! An upload's part is written as a temporary file is, and checks its
+//! deadline once more before the mark that takes it (a part out of time
+//! is cut off, not taken); a completion and an abort wait for the lock and
+//! check their deadline as a write and a delete do.
+//!
 //! A request that runs out of time at any of these answers
 //! [`StoreErrorKind::Transport`],
 //! [`Delivery::NotSent`](bucket_lease_core::store::Delivery::NotSent), with
@@ -125,6 +160,15 @@
 //! - A process killed in the middle of a write leaves a `NAME.<hex>.tmp` file;
 //!   reads ignore it, and it may be removed while no writer runs. A write
 //!   that publishes nothing (refused, or out of time) removes its own.
+//! - An upload never completed nor aborted (its process killed) stays as
+//!   its `NAME.<id>.upload` file, as S3 keeps an incomplete multipart
+//!   upload until it is aborted; reads ignore it. Its folder, and those
+//!   above, stay while it is there (a delete removes only empty folders):
+//!   abort it, or remove the file while no writer uses it, and the next
+//!   delete in the folder removes what is left empty. A part a killed
+//!   process left half-written is cut off by the upload's next request; a
+//!   process killed in the middle of a completion (between two system
+//!   calls) leaves an upload that answers that it must be aborted.
 //! - A write that publishes nothing leaves the folders it made for a new
 //!   prefix, empty: reads see no object there, as S3 would show none.
 //! - A delete removes the folders it leaves empty (S3 has no folders to
@@ -133,19 +177,23 @@
 
 mod claim;
 mod layout;
+mod request;
 #[cfg(test)]
 mod tests;
+mod upload;
 
 use crate::settings::url_text;
+use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart};
 use bucket_lease_core::mutant::StoreMutant;
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
 use claim::claim_as_bucket;
-use layout::{encode_header, parse_header, read_header, split_key, Header};
+use layout::{encode_header, split_key};
+use request::{is_version, unknown_mode, Opened, Request};
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -214,13 +262,25 @@ fn reached(step: Step) {
 /// A local directory used as a bucket. See the [module docs](self).
 ///
 /// Cloning it is cheap; clones, other `DirStore`s and other processes opened
-/// on the same directory share its objects and its lock.
-#[derive(Clone, PartialEq, Eq)]
+/// on the same directory share its objects and its lock. Two handles are
+/// equal when they open the same directory.
+#[derive(Clone)]
 pub struct DirStore {
     root: PathBuf,
     /// `file://ROOT//`, as a user writes it, for errors.
     store_url: Arc<str>,
+    /// The verdict on create-only completions, shared by clones: see
+    /// [`Store::upload_conditions`] below.
+    upload_conditions: Arc<UploadConditions>,
 }
+
+impl PartialEq for DirStore {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root
+    }
+}
+
+impl Eq for DirStore {}
 
 impl std::fmt::Debug for DirStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -307,7 +367,11 @@ impl DirStore {
         }
         claim_as_bucket(&request, &root, prefix)?;
         let store_url = format!("file://{}//", url_text(&root.display().to_string())).into();
-        Ok(DirStore { root, store_url })
+        Ok(DirStore {
+            root,
+            store_url,
+            upload_conditions: Arc::default(),
+        })
     }
 
     /// The bucket's directory, as an absolute path.
@@ -373,6 +437,35 @@ impl DirStore {
         })
     }
 
+    /// Write a fresh file at `path`, in `at`'s folder, as
+    /// [`TempFile::write`] does, making the folder first. A delete removes
+    /// the folders it leaves empty (under the lock), so a folder just made
+    /// may be gone before the file is in it: it is made again. Once the
+    /// file is in it, it is not empty. (`create_dir_all` itself fails when
+    /// a folder it found is removed before it looks again.) A lasting
+    /// failure is tried a few times; a write stopped by its deadline is not
+    /// tried again.
+    fn write_beside(
+        &self,
+        request: &Request<'_>,
+        at: &Location,
+        path: PathBuf,
+        header: &[u8],
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<TempFile, StoreError> {
+        let mut tries = 0;
+        loop {
+            let written = self
+                .make_folders(request, &at.dir)
+                .and_then(|()| TempFile::write(request, path.clone(), header, body, deadline));
+            match written {
+                Err(e) if tries < FOLDER_TRIES && !e.is_timeout() => tries += 1,
+                written => return written,
+            }
+        }
+    }
+
     /// Remove `dir` and the folders above it (never the root) while they
     /// are empty, as S3 has no folders to leave behind; called under the
     /// lock. Returns the folder whose entries changed last: the first one
@@ -380,7 +473,7 @@ impl DirStore {
     fn remove_empty_folders(&self, dir: &Path) -> PathBuf {
         let mut dir = dir.to_path_buf();
         // `remove_dir` removes only an empty folder: one with a temporary
-        // file being written (a put in progress) stays.
+        // file being written (a put in progress) or an upload's file stays.
         while dir != self.root && dir.starts_with(&self.root) && fs::remove_dir(&dir).is_ok() {
             dir.pop();
         }
@@ -467,176 +560,6 @@ struct Location {
     name: String,
 }
 
-/// The method and key of a request, and the store's URL, to name them in
-/// its errors.
-struct Request<'a> {
-    method: &'static str,
-    key: &'a str,
-    store_url: Arc<str>,
-}
-
-impl<'a> Request<'a> {
-    fn new(method: &'static str, key: &'a str, store_url: Arc<str>) -> Self {
-        Request {
-            method,
-            key,
-            store_url,
-        }
-    }
-
-    fn error(&self, kind: StoreErrorKind) -> StoreError {
-        StoreError::new(kind, self.method, self.key).with_store_url(Arc::clone(&self.store_url))
-    }
-
-    /// A refused condition, with S3's code for it.
-    fn refusal(&self, kind: StoreErrorKind, code: &str) -> StoreError {
-        self.error(kind).with_code(code)
-    }
-
-    fn check_deadline(&self, deadline: Option<Instant>) -> Result<(), StoreError> {
-        self.check_deadline_at(deadline, || {
-            "the deadline passed before the request started; nothing was done".to_string()
-        })
-    }
-
-    /// The request stopped at `deadline`, if it has passed, before it
-    /// changed anything; `where_` says where (called only then).
-    fn check_deadline_at(
-        &self,
-        deadline: Option<Instant>,
-        where_: impl FnOnce() -> String,
-    ) -> Result<(), StoreError> {
-        match deadline {
-            Some(deadline) if Instant::now() >= deadline => Err(self.deadline_passed(where_())),
-            _ => Ok(()),
-        }
-    }
-
-    /// The request ran out of time before it changed anything, as
-    /// `message` says: timed out, and not sent.
-    fn deadline_passed(&self, message: String) -> StoreError {
-        self.error(StoreErrorKind::Transport)
-            .timed_out()
-            .not_sent()
-            .with_message(message)
-    }
-
-    /// `action` on `path` failed: say which path, why, and what to do.
-    fn io_error(&self, action: &str, path: &Path, error: io::Error) -> StoreError {
-        use io::ErrorKind as E;
-        let (kind, advice) = match error.kind() {
-            E::PermissionDenied | E::ReadOnlyFilesystem => (
-                StoreErrorKind::PermissionDenied,
-                "make sure this user may read and write the bucket directory",
-            ),
-            E::InvalidFilename => (
-                StoreErrorKind::Rejected,
-                "the file system refuses this name; use a shorter or plainer key",
-            ),
-            E::StorageFull | E::QuotaExceeded => (
-                StoreErrorKind::Transport,
-                "free some disk space, then retry",
-            ),
-            _ => (
-                StoreErrorKind::Transport,
-                "check the bucket directory and the disk, then retry",
-            ),
-        };
-        self.error(kind)
-            .with_message(format!("{action} {}: {error}; {advice}", path.display()))
-    }
-
-    fn corrupt(&self, path: &Path, detail: &str) -> StoreError {
-        self.error(StoreErrorKind::Rejected).with_message(format!(
-            "{} is not an object file of this store ({detail}); move it out of the bucket \
-             directory",
-            path.display()
-        ))
-    }
-
-    /// The object at `path`, with its body when `body_cap` gives the most
-    /// bytes to read (else an empty body), or `None` when there is none.
-    ///
-    /// A body over the cap is [`StoreErrorKind::TooLarge`] carrying the
-    /// object's version, and is not read.
-    /// Open the object at `path` and read its header only: its ETag and
-    /// metadata, whatever the size of its body. `None` when absent.
-    fn open_header(&self, path: &Path) -> Result<Option<Opened>, StoreError> {
-        let file = match File::open(path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(self.io_error("open", path, e)),
-        };
-        let mut reader = BufReader::new(file);
-        let raw = read_header(&mut reader).map_err(|e| self.io_error("read", path, e))?;
-        let header = parse_header(&raw).map_err(|detail| self.corrupt(path, &detail))?;
-        Ok(Some(Opened {
-            header,
-            header_length: raw.len(),
-            reader,
-        }))
-    }
-
-    /// Read the object at `path`: its header and a body of at most
-    /// `max_body` bytes ([`StoreErrorKind::TooLarge`], with the version,
-    /// beyond that). `None` when absent.
-    fn read(&self, path: &Path, max_body: usize) -> Result<Option<(Header, Vec<u8>)>, StoreError> {
-        let Some(Opened {
-            header,
-            header_length,
-            mut reader,
-        }) = self.open_header(path)?
-        else {
-            return Ok(None);
-        };
-        let too_large = || {
-            self.error(StoreErrorKind::TooLarge)
-                .with_message(format!(
-                    "the object is larger than the {max_body}-byte cap and was not read; it \
-                     can be replaced conditionally on the version this error carries"
-                ))
-                .with_version(Version::etag(header.etag.clone()))
-        };
-        // The length of the file this reader has open (renames replace a
-        // file, never change it), less its header.
-        let length = reader
-            .get_ref()
-            .metadata()
-            .map_err(|e| self.io_error("inspect", path, e))?
-            .len();
-        let header_length = u64::try_from(header_length).unwrap_or(u64::MAX);
-        let cap = u64::try_from(max_body).unwrap_or(u64::MAX);
-        if length.saturating_sub(header_length) > cap {
-            return Err(too_large());
-        }
-        // Bounded all the same, should the file grow meanwhile.
-        let mut body = Vec::new();
-        Read::take(&mut reader, cap.saturating_add(1))
-            .read_to_end(&mut body)
-            .map_err(|e| self.io_error("read", path, e))?;
-        if body.len() > max_body {
-            return Err(too_large());
-        }
-        Ok(Some((header, body)))
-    }
-
-    /// Sync `dir`, so a rename or removal in it survives a crash. Only Unix
-    /// can open a directory to sync it. It is synced after the bucket's
-    /// lock is let go, so another request may have removed it meanwhile (a
-    /// delete that emptied it): then there is nothing of ours left in it
-    /// to sync, and whoever removed it synced its parent.
-    fn sync_dir(&self, dir: &Path) -> Result<(), StoreError> {
-        if cfg!(unix) {
-            match File::open(dir).and_then(|d| d.sync_all()) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(self.io_error("sync directory", dir, e)),
-            }
-        }
-        Ok(())
-    }
-}
-
 /// A written, synced temporary file, removed on drop unless renamed over its
 /// object.
 struct TempFile {
@@ -645,23 +568,17 @@ struct TempFile {
 }
 
 impl TempFile {
-    /// Write `header` and `body` to a fresh temporary file beside `at`'s
-    /// object and sync it: the body in chunks of [`CHUNK`] bytes, each
-    /// synced, with `deadline` checked before each, so that a deadline
-    /// that passes meanwhile stops the write at the next chunk (and the
-    /// file is removed).
+    /// Write `header` and `body` to a fresh file at `path` (beside its
+    /// object) and sync it, the body as [`write_chunks`] does; a deadline
+    /// that passes meanwhile stops the write at the next chunk, and the
+    /// file is removed.
     fn write(
         request: &Request<'_>,
-        at: &Location,
-        etag: &str,
+        path: PathBuf,
         header: &[u8],
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Result<TempFile, StoreError> {
-        // The ETag is random and fresh, so it names the file uniquely.
-        let path = at
-            .dir
-            .join(format!("{}.{}.tmp", at.name, etag.trim_matches('"')));
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -671,32 +588,26 @@ impl TempFile {
             path,
             renamed: false,
         };
-        let failed = |e| request.io_error("write", &temp.path, e);
-        file.write_all(header).map_err(failed)?;
-        let chunks = body.len().div_ceil(CHUNK);
-        for (index, chunk) in body.chunks(CHUNK).enumerate() {
-            if !StoreMutant::DirChunksUnchecked.on() {
-                request.check_deadline_at(deadline, || {
-                    format!(
-                        "the deadline passed while the temporary file {} was written ({} of {} \
-                         bytes), so the object was not published and the file is removed; give \
-                         the write a later deadline, or write less under one",
-                        temp.path.display(),
-                        index * CHUNK,
-                        body.len()
-                    )
-                })?;
-            }
-            file.write_all(chunk).map_err(failed)?;
-            // Synced chunk by chunk (the last by `sync_all` below), so that
-            // no sync at the end takes as long as the whole body.
-            if index + 1 < chunks {
-                file.sync_data().map_err(failed)?;
-            }
-            reached(Step::ChunkWritten);
-        }
-        file.sync_all().map_err(failed)?;
+        file.write_all(header)
+            .map_err(|e| request.io_error("write", &temp.path, e))?;
+        write_chunks(request, &mut file, &temp.path, body, deadline, |written| {
+            format!(
+                "the deadline passed while the temporary file {} was written ({written} of {} \
+                 bytes), so the object was not published and the file is removed; give the \
+                 write a later deadline, or write less under one",
+                temp.path.display(),
+                body.len()
+            )
+        })?;
+        file.sync_all()
+            .map_err(|e| request.io_error("write", &temp.path, e))?;
         Ok(temp)
+    }
+
+    /// Keep the file where it is (an upload's, which later requests add
+    /// to): it is no longer removed on drop.
+    fn keep(mut self) {
+        self.renamed = true;
     }
 
     fn rename_to(mut self, request: &Request<'_>, object: &Path) -> Result<(), StoreError> {
@@ -704,6 +615,36 @@ impl TempFile {
         self.renamed = true;
         Ok(())
     }
+}
+
+/// Write `body` to `file` (at `path`) from its position, in chunks of
+/// [`CHUNK`] bytes, each but the last synced (the caller syncs the file),
+/// with `deadline` checked before each, so that a large body stops at the
+/// first chunk boundary after its deadline; `stopped` says, from the bytes
+/// written, what that left undone.
+fn write_chunks(
+    request: &Request<'_>,
+    file: &mut File,
+    path: &Path,
+    body: &[u8],
+    deadline: Option<Instant>,
+    stopped: impl Fn(usize) -> String,
+) -> Result<(), StoreError> {
+    let failed = |e| request.io_error("write", path, e);
+    let chunks = body.len().div_ceil(CHUNK);
+    for (index, chunk) in body.chunks(CHUNK).enumerate() {
+        if !StoreMutant::DirChunksUnchecked.on() {
+            request.check_deadline_at(deadline, || stopped(index * CHUNK))?;
+        }
+        file.write_all(chunk).map_err(failed)?;
+        // Synced chunk by chunk (the last by the caller), so that no sync
+        // at the end takes as long as the whole body.
+        if index + 1 < chunks {
+            file.sync_data().map_err(failed)?;
+        }
+        reached(Step::ChunkWritten);
+    }
+    Ok(())
 }
 
 impl Drop for TempFile {
@@ -717,27 +658,26 @@ impl Drop for TempFile {
 
 /// A fresh ETag: 128 random bits as quoted hex.
 fn fresh_etag(request: &Request<'_>) -> Result<String, StoreError> {
+    Ok(format!("\"{}\"", random_hex(request, "an ETag")?))
+}
+
+/// 128 random bits from the operating system as 32 lowercase hex digits,
+/// for `what` (an ETag, an upload id).
+fn random_hex(request: &Request<'_>, what: &str) -> Result<String, StoreError> {
     let mut bits = [0u8; 16];
     getrandom::fill(&mut bits).map_err(|e| {
         request
             .error(StoreErrorKind::Transport)
             .with_message(format!(
-                "the operating system gave no random bytes for an ETag: {e}"
+                "the operating system gave no random bytes for {what}: {e}; nothing was \
+                 written, retry"
             ))
     })?;
-    let mut etag = String::with_capacity(34);
-    etag.push('"');
+    let mut hex = String::with_capacity(32);
     for byte in bits {
-        let _ = write!(etag, "{byte:02x}");
+        let _ = write!(hex, "{byte:02x}");
     }
-    etag.push('"');
-    Ok(etag)
-}
-
-/// Whether an object with `etag` is the version `wanted`. This store keeps
-/// no version ids, so a wanted version id never matches.
-fn is_version(etag: &str, wanted: &Version) -> bool {
-    wanted.etag.as_deref() == Some(etag) && wanted.version_id.is_none()
+    Ok(hex)
 }
 
 impl Store for DirStore {
@@ -779,42 +719,14 @@ impl Store for DirStore {
         let at = self.locate(&request)?;
         let etag = fresh_etag(&request)?;
         let header = encode_header(&etag, &options.metadata);
-        // A delete removes the folders it leaves empty (under the lock), so
-        // a folder just made may be gone before the temporary file is in
-        // it: make it again. Once the file is in it, it is not empty.
-        // (`create_dir_all` itself fails when a folder it found is removed
-        // before it looks again.) A lasting failure is tried a few times.
-        // A write stopped by its deadline is not tried again.
-        let mut tries = 0;
-        let temp = loop {
-            let written = self.make_folders(&request, &at.dir).and_then(|()| {
-                TempFile::write(&request, &at, &etag, &header, body, options.deadline)
-            });
-            match written {
-                Err(e) if tries < FOLDER_TRIES && !e.is_timeout() => tries += 1,
-                written => break written?,
-            }
-        };
+        // The ETag is random and fresh, so it names the file uniquely.
+        let path = at
+            .dir
+            .join(format!("{}.{}.tmp", at.name, etag.trim_matches('"')));
+        let temp = self.write_beside(&request, &at, path, &header, body, options.deadline)?;
 
         let lock = self.lock(&request, options.deadline)?;
-        match &options.mode {
-            PutMode::Overwrite => {}
-            PutMode::Create => match fs::symlink_metadata(&at.object) {
-                Ok(_) => {
-                    return Err(request.refusal(StoreErrorKind::AlreadyExists, "PreconditionFailed"))
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(request.io_error("inspect", &at.object, e)),
-            },
-            PutMode::Update(wanted) => match request.open_header(&at.object)? {
-                None => return Err(request.refusal(StoreErrorKind::Precondition, "NoSuchKey")),
-                Some(opened) if !is_version(&opened.header.etag, wanted) => {
-                    return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
-                }
-                Some(_) => {}
-            },
-            _ => return Err(unknown_mode(&request)),
-        }
+        request.check_condition(&at, &options.mode)?;
         reached(Step::Publishing);
         // Checked once more right before the rename: the temporary file
         // was written, the lock taken and the condition checked since the
@@ -881,21 +793,74 @@ impl Store for DirStore {
 
         request.sync_dir(&changed)
     }
-}
 
-/// An object file opened with its header read: the body follows in
-/// `reader`.
-struct Opened {
-    header: Header,
-    /// How many bytes of the file the header takes.
-    header_length: usize,
-    reader: BufReader<File>,
-}
+    /// The object's header, then its body streamed from the same open
+    /// file, whatever its size: a rename that replaces the object
+    /// meanwhile leaves this file whole, so the reader reads one version.
+    /// The deadline bounds the body too: a read after it fails with
+    /// [`io::ErrorKind::TimedOut`].
+    fn open(&self, key: &str, deadline: Option<Instant>) -> Result<ObjectReader, StoreError> {
+        self.open_object(key, deadline)
+    }
 
-/// The answer to a write or delete mode newer than this store: not
-/// implemented, nothing done.
-fn unknown_mode(request: &Request<'_>) -> StoreError {
-    request
-        .error(StoreErrorKind::NotImplemented)
-        .with_message("the directory store does not know this mode; update bucket-lease-backends")
+    /// Kept unsettled, for the lease's check to settle once per store (and
+    /// its clones): the condition is this store's own code, checked under
+    /// the bucket's lock as for a PUT, and the check costs a few local file
+    /// operations, while settling it here unchecked would hide a defect in
+    /// that code from the one check that would show it.
+    fn upload_conditions(&self) -> Option<&UploadConditions> {
+        Some(&self.upload_conditions)
+    }
+
+    /// The upload's file, `NAME.<id>.upload` beside the object, holds its
+    /// header (metadata included) from now on; see [Uploads](self#uploads).
+    fn begin_upload(
+        &self,
+        key: &str,
+        metadata: &[(String, String)],
+        deadline: Option<Instant>,
+    ) -> Result<String, StoreError> {
+        self.begin(key, metadata, deadline)
+    }
+
+    /// Parts are taken in order, each once: a part out of order or sent
+    /// again is refused ([`StoreErrorKind::Rejected`], `InvalidPartOrder`)
+    /// and changes nothing. A part whose deadline passes is not taken.
+    fn upload_part(
+        &self,
+        key: &str,
+        upload: &str,
+        number: u32,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<UploadedPart, StoreError> {
+        self.take_part(key, upload, number, body, deadline)
+    }
+
+    /// Publishes the upload's file as a PUT in `mode` publishes its
+    /// temporary file; `parts` must name every part taken, in order, with
+    /// its ETag ([`StoreErrorKind::Rejected`] else). A completion that
+    /// publishes nothing leaves the upload as it was, to complete again or
+    /// abort.
+    fn complete_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        parts: &[UploadedPart],
+        mode: &PutMode,
+        deadline: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        self.complete(key, upload, parts, mode, deadline)
+    }
+
+    /// Removes the upload's file, and the folders that leaves empty, under
+    /// the bucket's lock.
+    fn abort_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.abort(key, upload, deadline)
+    }
 }

@@ -7,6 +7,8 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
+mod uploads;
+
 /// A fresh directory under the system's temporary directory, removed on
 /// drop.
 struct TempDir(PathBuf);
