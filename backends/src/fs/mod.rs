@@ -1,0 +1,866 @@
+//! A directory on the local disk used as a bucket: the embedded store, which
+//! needs no server.
+//!
+//! [`DirStore`] answers every request as AWS S3 does (see
+//! [`bucket_lease_core::store`]), and keeps those promises between all the
+//! threads and processes of one machine that open the same directory:
+//!
+//! - a create-only write ([`PutMode::Create`]) never replaces an object, and
+//!   of several racing creates exactly one wins;
+//! - an update ([`PutMode::Update`]) lands only while the object still has
+//!   the given ETag, and is refused on an absent key without creating it, so
+//!   no compare-and-swap is ever lost;
+//! - every write gets a fresh ETag, 128 random bits from the operating
+//!   system, quoted like S3's (`"9f…"`), never reused;
+//! - a conditional delete ([`DeleteMode::IfVersion`]) checks the ETag; a
+//!   delete of an absent key succeeds; a read of an absent key answers
+//!   [`StoreErrorKind::NotFound`];
+//! - user metadata is stored with the object and read back with it, names
+//!   in lower case as S3 returns them;
+//! - a reader never sees a torn write, and a write or delete that answered
+//!   success is on the disk (file and directory synced);
+//! - a read returns at most [`MAX_BODY`] bytes (as the HTTP client's
+//!   default cap): a larger object answers [`StoreErrorKind::TooLarge`]
+//!   carrying its version (the ETag from the object file's header), and its
+//!   body is not read, so it can still be replaced conditionally; a
+//!   streamed read ([`Store::open`]) has no cap, and reads one whole
+//!   version whatever replaces the object meanwhile;
+//! - an object may be written in parts, as a multipart upload
+//!   ([`Store::begin_upload`]), completed under a [`PutMode`] as a write
+//!   is, and never copied on the way (see [Uploads](#uploads));
+//! - a write publishes nothing, and a delete removes nothing, after its
+//!   deadline: one that runs out of time answers "not sent" (see
+//!   [Deadlines](#deadlines));
+//! - the bucket's directory must exist, as a bucket must: a missing one
+//!   answers `NoSuchBucket` (permanent) when the store opens, and to a
+//!   write should it be removed later, and is never made; the folders
+//!   under it that keys with `/` need are made as writes need them;
+//! - a bucket never sits inside another: opening a directory under one
+//!   that holds the lock file, or for a prefix whose path holds a bucket's
+//!   directory, is refused, permanent, naming the URL in use (`/t//jobs`
+//!   and `/t/jobs` are one path, and must not be two leases);
+//! - errors name the object as a `file://` URL, the directory and the `//`
+//!   that ends it, then the key (`GET file:///srv/bkt//jobs/LEASE`; see
+//!   `config` for the rule), while their key stays the plain key.
+//!
+//! # How
+//!
+//! A write goes to a temporary file beside its object, is synced, and is then
+//! renamed over the object, so each object file is replaced whole. Every
+//! write and delete checks its condition and renames (or removes) while
+//! holding an exclusive lock on the bucket's lock file,
+//! `ROOT/.bucket-lease.lock`, taken with [`std::fs::File::try_lock`]; reads
+//! take no lock. The lock is held only for the check and the rename: the
+//! slow part, writing and syncing the temporary file (in chunks, see
+//! [Deadlines](#deadlines)), happens before it.
+//!
+//! # Layout
+//!
+//! Key `backups/db1/LEASE` is the file `ROOT/backups.dir/db1.dir/LEASE.obj`.
+//! Every name the store makes ends in a suffix of its own (`.obj`, `.dir`,
+//! `.tmp`, `.upload`), so a key and the "folder" of longer keys (`a` and
+//! `a/b`) live side by side as on S3, and no key can name the store's own
+//! files: a write's temporary file is `NAME.<etag hex>.tmp`, an upload's
+//! file `NAME.<upload id>.upload`, both beside the object `NAME.obj`, and
+//! reads never look at them.
+//!
+//! An object file is a short text header, a blank line, then the body:
+//!
+//! ```text
+//! bucket-lease object v1
+//! etag "5d41402abc4b2a76b9719d911017c592"
+//! meta owner host-7%20pid-42
+//! <blank line>
+//! <body bytes>
+//! ```
+//!
+//! Metadata names and values are escaped (`%`, space and control characters
+//! as `%XX`).
+//!
+//! # Uploads
+//!
+//! An upload is the object file to be, `NAME.<id>.upload`, `id` being 32
+//! random hex digits (any other id is refused, [`StoreErrorKind::Rejected`],
+//! so none names a file elsewhere). Its beginning writes the header, the
+//! metadata included, with a mark of the same length where the ETag goes;
+//! each part is appended (chunk by chunk, as a write's temporary file is
+//! written) and synced, then the mark is rewritten to name it. The
+//! completion writes a fresh ETag over the mark and renames the file over
+//! its object as a write renames its temporary file: the body is never
+//! copied, and a reader never sees a torn object. What differs from S3:
+//!
+//! - parts are taken in order, 1, 2, 3…, each once: a part out of order or
+//!   sent again is refused ([`StoreErrorKind::Rejected`],
+//!   `InvalidPartOrder`) and changes nothing, so a part that failed is sent
+//!   again under its number, and one taken is never replaced;
+//! - requests on one upload go one at a time: one that finds another under
+//!   way answers [`StoreErrorKind::Conflict`];
+//! - the completion names every part taken, in order, with its ETag; a
+//!   completion that publishes nothing (refused, out of time) leaves the
+//!   upload as it was, to complete again or abort.
+//!
+//! # Keys
+//!
+//! Keys are `/`-separated. A key that is empty, starts with `/`, has an empty
+//! segment (`a//b`, `a/`), a `.` or `..` segment, a NUL byte, a backslash, or a
+//! segment longer than 200 bytes is answered [`StoreErrorKind::Rejected`]
+//! naming the key.
+//!
+//! # Deadlines
+//!
+//! The store keeps the deadline rule of [`bucket_lease_core::store`]: a
+//! write publishes nothing (renames no file over its object) and a delete
+//! removes nothing after its deadline. A request checks its deadline
+//! before it starts, and a write or delete again before each step that can
+//! take long:
+//!
+//! - a write's temporary file is written in chunks of 4 MiB, each synced,
+//!   with the deadline checked before each chunk, so a large body stops at
+//!   the first chunk boundary after the deadline;
+//! - a write or delete then waits for the bucket's lock, trying it only
+//!   before its deadline (the try after the last pause included), and
+//!   never longer than [`MAX_LOCK_WAIT`] (which also bounds a request with
+//!   no deadline). A process that holds the lock longer (stopped, or hung
+//!   on a dead disk) makes the request give up, with a message naming the
+//!   lock file;
+//! - holding the lock, with its condition checked, a write checks its
+//!   deadline once more right before it renames its temporary file over
+//!   the object, and a delete right before it removes the object.
+//!
+//! An upload's part is written as a temporary file is, and checks its
+//! deadline once more before the mark that takes it (a part out of time
+//! is cut off, not taken); a completion and an abort wait for the lock and
+//! check their deadline as a write and a delete do.
+//!
+//! A request that runs out of time at any of these answers
+//! [`StoreErrorKind::Transport`],
+//! [`Delivery::NotSent`](bucket_lease_core::store::Delivery::NotSent), with
+//! [`StoreError::is_timeout`] set and a message saying where it stopped:
+//! nothing was published or removed, the temporary file of a write is
+//! removed, and the request is safe to retry. Reads take no lock and never
+//! wait for it.
+//!
+//! How late a call can return: by one chunk's write and sync past the
+//! deadline, or by the time the condition check, the rename (or removal)
+//! and the sync of the object's folder take once the last check passed. On
+//! a healthy disk each is far within
+//! [`DEADLINE_SLACK`](bucket_lease_core::store::DEADLINE_SLACK); a hung
+//! disk holds the call as long as it hangs. And a check is not a lock on
+//! time: a process stopped between the last check and its rename (one
+//! system call) renames when it continues. The checks narrow that window
+//! to the rename itself; a directory offers no rename that is refused
+//! after a deadline.
+//!
+//! # Limits
+//!
+//! - One machine: file locks on network file systems (NFS, SMB) are not to
+//!   be trusted across machines. Use an S3-compatible service there.
+//! - On a case-insensitive file system, keys differing only in case are one
+//!   object.
+//! - A process killed in the middle of a write leaves a `NAME.<hex>.tmp` file;
+//!   reads ignore it, and it may be removed while no writer runs. A write
+//!   that publishes nothing (refused, or out of time) removes its own.
+//! - An upload never completed nor aborted (its process killed) stays as
+//!   its `NAME.<id>.upload` file, as S3 keeps an incomplete multipart
+//!   upload until it is aborted; reads ignore it. Its folder, and those
+//!   above, stay while it is there (a delete removes only empty folders):
+//!   abort it, or remove the file while no writer uses it, and the next
+//!   delete in the folder removes what is left empty. A part a killed
+//!   process left half-written is cut off by the upload's next request; a
+//!   process killed in the middle of a completion (between two system
+//!   calls) leaves an upload that answers that it must be aborted.
+//! - A write that publishes nothing leaves the folders it made for a new
+//!   prefix, empty: reads see no object there, as S3 would show none.
+//! - A delete removes the folders it leaves empty (S3 has no folders to
+//!   leave behind); a folder made for a new prefix is not itself synced to
+//!   its parent.
+
+mod claim;
+mod layout;
+mod request;
+#[cfg(test)]
+mod tests;
+mod upload;
+
+use crate::settings::url_text;
+use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart};
+use bucket_lease_core::mutant::StoreMutant;
+use bucket_lease_core::store::{
+    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+};
+use claim::claim_as_bucket;
+use layout::{encode_header, split_key};
+use request::{is_version, unknown_mode, Opened, Request};
+use std::fmt::Write as _;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The file whose lock every write and delete holds, directly under the root.
+const LOCK_FILE: &str = ".bucket-lease.lock";
+
+/// The most bytes a read returns, as the HTTP stores' default cap. A
+/// larger object answers [`StoreErrorKind::TooLarge`] with its version.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The longest a write or delete waits for the bucket's lock, whatever its
+/// deadline; also the bound for a request without one.
+pub const MAX_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// How many times a put makes its folder again when a delete removed it
+/// (empty) between the making and the writing.
+const FOLDER_TRIES: u32 = 5;
+
+/// The longest pause between two attempts at the bucket's lock.
+const LOCK_POLL: Duration = Duration::from_millis(10);
+
+/// How much of a temporary file is written (and synced) between two checks
+/// of the request's deadline.
+const CHUNK: usize = 4 << 20;
+
+/// Where a write or delete stands: the points at which the tests' hook
+/// makes a request slow, deterministically (compiled away outside tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A chunk of the temporary file was written (and synced, but for the
+    /// last, which the file's sync covers).
+    ChunkWritten,
+    /// The lock loop slept, and is about to go round again.
+    LockSlept,
+    /// The bucket's lock was taken.
+    Locked,
+    /// The condition held: the temporary file is about to be renamed over
+    /// its object, or the object removed.
+    Publishing,
+}
+
+/// What a test runs at each [`Step`].
+#[cfg(test)]
+type Hook = Box<dyn FnMut(Step)>;
+
+#[cfg(test)]
+thread_local! {
+    /// The tests' hook, called at each [`Step`] a request on this thread
+    /// reaches.
+    static HOOK: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The request on this thread reached `step`: call the tests' hook.
+fn reached(step: Step) {
+    #[cfg(test)]
+    HOOK.with(|hook| {
+        if let Some(hook) = hook.borrow_mut().as_mut() {
+            hook(step);
+        }
+    });
+    #[cfg(not(test))]
+    let _ = step;
+}
+
+/// A local directory used as a bucket. See the [module docs](self).
+///
+/// Cloning it is cheap; clones, other `DirStore`s and other processes opened
+/// on the same directory share its objects and its lock. Two handles are
+/// equal when they open the same directory.
+#[derive(Clone)]
+pub struct DirStore {
+    root: PathBuf,
+    /// `file://ROOT//`, as a user writes it, for errors.
+    store_url: Arc<str>,
+    /// The verdict on create-only completions, shared by clones: see
+    /// [`Store::upload_conditions`] below.
+    upload_conditions: Arc<UploadConditions>,
+}
+
+impl PartialEq for DirStore {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root
+    }
+}
+
+impl Eq for DirStore {}
+
+impl std::fmt::Debug for DirStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirStore")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+/// `path` as one word for a shell: in single quotes unless it is plain.
+fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+impl DirStore {
+    /// The bucket in the directory `root`, which must exist, as an S3
+    /// bucket must: a store is never made where a path was mistyped. A
+    /// relative `root` is taken from the current directory now, once.
+    /// Folders under it, for keys with `/`, are made as writes need them.
+    ///
+    /// # Errors
+    ///
+    /// A missing directory answers [`StoreErrorKind::Rejected`] with the
+    /// code `NoSuchBucket`, as S3 answers for a missing bucket, and a path
+    /// that is not a directory [`StoreErrorKind::Rejected`]; both are
+    /// [permanent](StoreError::is_permanent) and say what to do (create the
+    /// directory, or fix the path). [`StoreErrorKind::PermissionDenied`]
+    /// when it cannot be read for lack of permission, and
+    /// [`StoreErrorKind::Transport`] for any other failure of the file
+    /// system. The error's method is `OPEN`, its key empty, and its
+    /// [`url`](StoreError::url) `file://` and the directory.
+    ///
+    /// The directory must not be inside another bucket's directory (one
+    /// that holds the lock file `.bucket-lease.lock`), which is refused,
+    /// permanent, naming the URL to use instead: one path, one lease.
+    pub fn open(root: &Path) -> Result<DirStore, StoreError> {
+        DirStore::open_for(root, "")
+    }
+
+    /// [`DirStore::open`] for a lease on `prefix`, which also refuses a
+    /// prefix whose path under the directory holds another bucket's
+    /// directory (`file:///t//jobs/x` while `/t/jobs` is a bucket): the
+    /// check `config` makes for every `file://` URL.
+    ///
+    /// # Errors
+    ///
+    /// As [`DirStore::open`].
+    pub fn open_for(root: &Path, prefix: &str) -> Result<DirStore, StoreError> {
+        let shown = |root: &Path| format!("file://{}", url_text(&root.display().to_string()));
+        let request = Request::new("OPEN", "", shown(root).into());
+        let root = std::path::absolute(root)
+            .map_err(|e| request.io_error("find the absolute path of", root, e))?;
+        let request = Request::new("OPEN", "", shown(&root).into());
+        match fs::metadata(&root) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(request
+                    .error(StoreErrorKind::Rejected)
+                    .permanent()
+                    .with_message(format!(
+                        "{} is not a directory; name the directory to use as the bucket (fix \
+                         the URL), or move the file away and create the directory (mkdir -p {})",
+                        root.display(),
+                        shell_word(&root)
+                    )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(request
+                    .error(StoreErrorKind::Rejected)
+                    .with_code("NoSuchBucket")
+                    .with_message(format!(
+                        "there is no directory {} to use as the bucket (mkdir -p {} makes one)",
+                        root.display(),
+                        shell_word(&root)
+                    )))
+            }
+            Err(e) => return Err(request.io_error("inspect", &root, e)),
+        }
+        claim_as_bucket(&request, &root, prefix)?;
+        let store_url = format!("file://{}//", url_text(&root.display().to_string())).into();
+        Ok(DirStore {
+            root,
+            store_url,
+            upload_conditions: Arc::default(),
+        })
+    }
+
+    /// The bucket's directory, as an absolute path.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Make the folder `dir` under the root and those between, as
+    /// [`fs::create_dir_all`] does, but never the root itself: a bucket
+    /// directory removed since the store opened answers as a missing
+    /// bucket, `NoSuchBucket`.
+    fn make_folders(&self, request: &Request<'_>, dir: &Path) -> Result<(), StoreError> {
+        if dir == self.root || !dir.starts_with(&self.root) {
+            if self.root.is_dir() {
+                return Ok(());
+            }
+            return Err(request
+                .error(StoreErrorKind::Rejected)
+                .with_code("NoSuchBucket")
+                .with_message(format!(
+                    "the bucket's directory {} is gone (mkdir -p {} makes it again)",
+                    self.root.display(),
+                    shell_word(&self.root)
+                )));
+        }
+        match fs::create_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(_) if dir.is_dir() => return Ok(()),
+            Err(e) => return Err(request.io_error("create directory", dir, e)),
+        }
+        self.make_folders(request, dir.parent().unwrap_or(&self.root))?;
+        match fs::create_dir(dir) {
+            Err(_) if dir.is_dir() => Ok(()),
+            other => other.map_err(|e| request.io_error("create directory", dir, e)),
+        }
+    }
+
+    fn request<'a>(&self, method: &'static str, key: &'a str) -> Request<'a> {
+        Request::new(method, key, Arc::clone(&self.store_url))
+    }
+
+    /// Where `key`'s object lives, or the reason the key is refused.
+    fn locate(&self, request: &Request<'_>) -> Result<Location, StoreError> {
+        let segments = split_key(request.key).map_err(|reason| {
+            request
+                .error(StoreErrorKind::Rejected)
+                .with_message(format!("invalid key for a directory bucket: {reason}"))
+        })?;
+        let Some((name, folders)) = segments.split_last() else {
+            return Err(request
+                .error(StoreErrorKind::Rejected)
+                .with_message("invalid key for a directory bucket: the key is empty"));
+        };
+        let mut dir = self.root.clone();
+        for folder in folders {
+            dir.push(format!("{folder}.dir"));
+        }
+        Ok(Location {
+            object: dir.join(format!("{name}.obj")),
+            name: (*name).to_string(),
+            dir,
+        })
+    }
+
+    /// Write a fresh file at `path`, in `at`'s folder, as
+    /// [`TempFile::write`] does, making the folder first. A delete removes
+    /// the folders it leaves empty (under the lock), so a folder just made
+    /// may be gone before the file is in it: it is made again. Once the
+    /// file is in it, it is not empty. (`create_dir_all` itself fails when
+    /// a folder it found is removed before it looks again.) A lasting
+    /// failure is tried a few times; a write stopped by its deadline is not
+    /// tried again.
+    fn write_beside(
+        &self,
+        request: &Request<'_>,
+        at: &Location,
+        path: PathBuf,
+        header: &[u8],
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<TempFile, StoreError> {
+        let mut tries = 0;
+        loop {
+            let written = self
+                .make_folders(request, &at.dir)
+                .and_then(|()| TempFile::write(request, path.clone(), header, body, deadline));
+            match written {
+                Err(e) if tries < FOLDER_TRIES && !e.is_timeout() => tries += 1,
+                written => return written,
+            }
+        }
+    }
+
+    /// Remove `dir` and the folders above it (never the root) while they
+    /// are empty, as S3 has no folders to leave behind; called under the
+    /// lock. Returns the folder whose entries changed last: the first one
+    /// left in place.
+    fn remove_empty_folders(&self, dir: &Path) -> PathBuf {
+        let mut dir = dir.to_path_buf();
+        // `remove_dir` removes only an empty folder: one with a temporary
+        // file being written (a put in progress) or an upload's file stays.
+        while dir != self.root && dir.starts_with(&self.root) && fs::remove_dir(&dir).is_ok() {
+            dir.pop();
+        }
+        dir
+    }
+
+    /// Take the bucket's lock, waiting no later than `deadline` and no
+    /// longer than [`MAX_LOCK_WAIT`]; it is released when the returned file
+    /// closes.
+    fn lock(&self, request: &Request<'_>, deadline: Option<Instant>) -> Result<File, StoreError> {
+        let path = self.root.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| request.io_error("open the lock file", &path, e))?;
+        let started = Instant::now();
+        // `None` only when MAX_LOCK_WAIT from now is past what an Instant
+        // can hold, and there is no deadline: no bound can be reached then.
+        let give_up = match (deadline, started.checked_add(MAX_LOCK_WAIT)) {
+            (Some(deadline), Some(bound)) => Some(deadline.min(bound)),
+            (deadline, bound) => deadline.or(bound),
+        };
+        let timed_out = |tried: bool| {
+            request.deadline_passed(if tried {
+                format!(
+                    "the lock at {} was held by another process for the {} ms this request \
+                     could wait (if the lock stays held, look for a stopped process using the \
+                     bucket directory)",
+                    path.display(),
+                    started.elapsed().as_millis()
+                )
+            } else {
+                format!(
+                    "the deadline passed before the lock at {} was tried (the steps before it, \
+                     such as writing the temporary file, took that long), so nothing was done; \
+                     give the request a later deadline",
+                    path.display()
+                )
+            })
+        };
+        let mut pause = Duration::from_millis(1);
+        let mut tried = false;
+        loop {
+            // Checked before every try, the one after the last sleep
+            // included: a lock let go after the deadline is never taken.
+            let left = give_up.map(|at| at.saturating_duration_since(Instant::now()));
+            let passed = left.is_some_and(|left| left.is_zero());
+            if passed && !StoreMutant::DirLockLastTryUnchecked.on() {
+                return Err(timed_out(tried));
+            }
+            tried = true;
+            match file.try_lock() {
+                Ok(()) => {
+                    reached(Step::Locked);
+                    return Ok(file);
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(request.io_error("lock", &path, e))
+                }
+            }
+            if passed {
+                // The defect a review found: the check came after the try.
+                return Err(timed_out(tried));
+            }
+            std::thread::sleep(left.map_or(pause, |left| pause.min(left)));
+            pause = pause.saturating_mul(2).min(LOCK_POLL);
+            reached(Step::LockSlept);
+        }
+    }
+}
+
+/// The paths of one key.
+#[derive(Debug)]
+struct Location {
+    /// The folder that holds the object file.
+    dir: PathBuf,
+    /// The object file.
+    object: PathBuf,
+    /// The key's last segment.
+    name: String,
+}
+
+/// A written, synced temporary file, removed on drop unless renamed over its
+/// object.
+struct TempFile {
+    path: PathBuf,
+    renamed: bool,
+}
+
+impl TempFile {
+    /// Write `header` and `body` to a fresh file at `path` (beside its
+    /// object) and sync it, the body as [`write_chunks`] does; a deadline
+    /// that passes meanwhile stops the write at the next chunk, and the
+    /// file is removed.
+    fn write(
+        request: &Request<'_>,
+        path: PathBuf,
+        header: &[u8],
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<TempFile, StoreError> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| request.io_error("create", &path, e))?;
+        let temp = TempFile {
+            path,
+            renamed: false,
+        };
+        file.write_all(header)
+            .map_err(|e| request.io_error("write", &temp.path, e))?;
+        write_chunks(request, &mut file, &temp.path, body, deadline, |written| {
+            format!(
+                "the deadline passed while the temporary file {} was written ({written} of {} \
+                 bytes), so the object was not published and the file is removed; give the \
+                 write a later deadline, or write less under one",
+                temp.path.display(),
+                body.len()
+            )
+        })?;
+        file.sync_all()
+            .map_err(|e| request.io_error("write", &temp.path, e))?;
+        Ok(temp)
+    }
+
+    /// Keep the file where it is (an upload's, which later requests add
+    /// to): it is no longer removed on drop.
+    fn keep(mut self) {
+        self.renamed = true;
+    }
+
+    fn rename_to(mut self, request: &Request<'_>, object: &Path) -> Result<(), StoreError> {
+        fs::rename(&self.path, object).map_err(|e| request.io_error("rename into", object, e))?;
+        self.renamed = true;
+        Ok(())
+    }
+}
+
+/// Write `body` to `file` (at `path`) from its position, in chunks of
+/// [`CHUNK`] bytes, each but the last synced (the caller syncs the file),
+/// with `deadline` checked before each, so that a large body stops at the
+/// first chunk boundary after its deadline; `stopped` says, from the bytes
+/// written, what that left undone.
+fn write_chunks(
+    request: &Request<'_>,
+    file: &mut File,
+    path: &Path,
+    body: &[u8],
+    deadline: Option<Instant>,
+    stopped: impl Fn(usize) -> String,
+) -> Result<(), StoreError> {
+    let failed = |e| request.io_error("write", path, e);
+    let chunks = body.len().div_ceil(CHUNK);
+    for (index, chunk) in body.chunks(CHUNK).enumerate() {
+        if !StoreMutant::DirChunksUnchecked.on() {
+            request.check_deadline_at(deadline, || stopped(index * CHUNK))?;
+        }
+        file.write_all(chunk).map_err(failed)?;
+        // Synced chunk by chunk (the last by the caller), so that no sync
+        // at the end takes as long as the whole body.
+        if index + 1 < chunks {
+            file.sync_data().map_err(failed)?;
+        }
+        reached(Step::ChunkWritten);
+    }
+    Ok(())
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.renamed {
+            // Best effort: a leftover temporary file is ignored by reads.
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A fresh ETag: 128 random bits as quoted hex.
+fn fresh_etag(request: &Request<'_>) -> Result<String, StoreError> {
+    Ok(format!("\"{}\"", random_hex(request, "an ETag")?))
+}
+
+/// 128 random bits from the operating system as 32 lowercase hex digits,
+/// for `what` (an ETag, an upload id).
+fn random_hex(request: &Request<'_>, what: &str) -> Result<String, StoreError> {
+    let mut bits = [0u8; 16];
+    getrandom::fill(&mut bits).map_err(|e| {
+        request
+            .error(StoreErrorKind::Transport)
+            .with_message(format!(
+                "the operating system gave no random bytes for {what}: {e}; nothing was \
+                 written, retry"
+            ))
+    })?;
+    let mut hex = String::with_capacity(32);
+    for byte in bits {
+        let _ = write!(hex, "{byte:02x}");
+    }
+    Ok(hex)
+}
+
+impl Store for DirStore {
+    /// `file://ROOT//`: the bucket's directory, and the `//` that ends it.
+    fn store_url(&self) -> Option<&str> {
+        Some(&self.store_url)
+    }
+
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        let request = self.request("GET", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+        match request.read(&at.object, MAX_BODY)? {
+            Some((header, body)) => {
+                Ok(Object::new(body, Version::etag(header.etag)).with_metadata(header.metadata))
+            }
+            None => Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey")),
+        }
+    }
+
+    /// The object's header alone: its version and metadata, for an
+    /// object of any size.
+    fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        let request = self.request("HEAD", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+        match request.open_header(&at.object)? {
+            Some(Opened { header, .. }) => {
+                Ok(Object::new(Vec::new(), Version::etag(header.etag))
+                    .with_metadata(header.metadata))
+            }
+            None => Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey")),
+        }
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        let request = self.request("PUT", key);
+        request.check_deadline(options.deadline)?;
+        let at = self.locate(&request)?;
+        let etag = fresh_etag(&request)?;
+        let header = encode_header(&etag, &options.metadata);
+        // The ETag is random and fresh, so it names the file uniquely.
+        let path = at
+            .dir
+            .join(format!("{}.{}.tmp", at.name, etag.trim_matches('"')));
+        let temp = self.write_beside(&request, &at, path, &header, body, options.deadline)?;
+
+        let lock = self.lock(&request, options.deadline)?;
+        request.check_condition(&at, &options.mode)?;
+        reached(Step::Publishing);
+        // Checked once more right before the rename: the temporary file
+        // was written, the lock taken and the condition checked since the
+        // last check, and a write past its deadline publishes nothing.
+        if !StoreMutant::DirRenameUnchecked.on() {
+            request.check_deadline_at(options.deadline, || {
+                format!(
+                    "the deadline passed after the temporary file was written and the \
+                     condition checked, before it was renamed over {}, so the object was not \
+                     published and the file is removed; give the write a later deadline",
+                    at.object.display()
+                )
+            })?;
+        }
+        temp.rename_to(&request, &at.object)?;
+        drop(lock);
+
+        request.sync_dir(&at.dir)?;
+        Ok(Version::etag(etag))
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        let request = self.request("DELETE", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+
+        let lock = self.lock(&request, deadline)?;
+        match mode {
+            DeleteMode::Unconditional => {}
+            DeleteMode::IfVersion(wanted) => match request.open_header(&at.object)? {
+                None => return Ok(()),
+                Some(opened) if !is_version(&opened.header.etag, wanted) => {
+                    return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
+                }
+                Some(_) => {}
+            },
+            _ => return Err(unknown_mode(&request)),
+        }
+        reached(Step::Publishing);
+        // Checked once more right before the removal: a delete past its
+        // deadline removes nothing.
+        if !StoreMutant::DirRemoveUnchecked.on() {
+            request.check_deadline_at(deadline, || {
+                format!(
+                    "the deadline passed after the lock was taken and the condition checked, \
+                     before {} was removed, so nothing was removed; give the delete a later \
+                     deadline",
+                    at.object.display()
+                )
+            })?;
+        }
+        match fs::remove_file(&at.object) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(request.io_error("remove", &at.object, e)),
+        }
+        let changed = self.remove_empty_folders(&at.dir);
+        drop(lock);
+
+        request.sync_dir(&changed)
+    }
+
+    /// The object's header, then its body streamed from the same open
+    /// file, whatever its size: a rename that replaces the object
+    /// meanwhile leaves this file whole, so the reader reads one version.
+    /// The deadline bounds the body too: a read after it fails with
+    /// [`io::ErrorKind::TimedOut`].
+    fn open(&self, key: &str, deadline: Option<Instant>) -> Result<ObjectReader, StoreError> {
+        self.open_object(key, deadline)
+    }
+
+    /// Kept unsettled, for the lease's check to settle once per store (and
+    /// its clones): the condition is this store's own code, checked under
+    /// the bucket's lock as for a PUT, and the check costs a few local file
+    /// operations, while settling it here unchecked would hide a defect in
+    /// that code from the one check that would show it.
+    fn upload_conditions(&self) -> Option<&UploadConditions> {
+        Some(&self.upload_conditions)
+    }
+
+    /// The upload's file, `NAME.<id>.upload` beside the object, holds its
+    /// header (metadata included) from now on; see [Uploads](self#uploads).
+    fn begin_upload(
+        &self,
+        key: &str,
+        metadata: &[(String, String)],
+        deadline: Option<Instant>,
+    ) -> Result<String, StoreError> {
+        self.begin(key, metadata, deadline)
+    }
+
+    /// Parts are taken in order, each once: a part out of order or sent
+    /// again is refused ([`StoreErrorKind::Rejected`], `InvalidPartOrder`)
+    /// and changes nothing. A part whose deadline passes is not taken.
+    fn upload_part(
+        &self,
+        key: &str,
+        upload: &str,
+        number: u32,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<UploadedPart, StoreError> {
+        self.take_part(key, upload, number, body, deadline)
+    }
+
+    /// Publishes the upload's file as a PUT in `mode` publishes its
+    /// temporary file; `parts` must name every part taken, in order, with
+    /// its ETag ([`StoreErrorKind::Rejected`] else). A completion that
+    /// publishes nothing leaves the upload as it was, to complete again or
+    /// abort.
+    fn complete_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        parts: &[UploadedPart],
+        mode: &PutMode,
+        deadline: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        self.complete(key, upload, parts, mode, deadline)
+    }
+
+    /// Removes the upload's file, and the folders that leaves empty, under
+    /// the bucket's lock.
+    fn abort_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.abort(key, upload, deadline)
+    }
+}

@@ -1,0 +1,616 @@
+//! Objects in parts on the directory store: multipart uploads, and
+//! streamed reads of objects of any size (issue 31's fenced writes).
+//!
+//! An upload is one file beside its object, `NAME.<id>.upload`, where `id`
+//! is 32 random hex digits. It is the object file to be, written in place
+//! and never copied:
+//!
+//! - [`begin`](DirStore::begin) writes the object's header, metadata
+//!   included, with a *mark* where the ETag goes (the same 34 bytes:
+//!   a quoted 32 characters), and syncs it;
+//! - each [part](DirStore::take_part) is appended after the body so far
+//!   (in chunks, each synced, the deadline checked before each), then the
+//!   mark is rewritten to name the part and the bytes it took
+//!   (`"p00003<start><end>"`, 13 hex digits each), and synced: the mark
+//!   is the upload's whole state, written after the bytes it names are on
+//!   the disk, so bytes after it (a part stopped by a crash) are cut off by
+//!   the next request, and the mark doubles as the part's ETag;
+//! - the [completion](DirStore::complete) writes a fresh ETag over the
+//!   mark and syncs it, takes the bucket's lock, checks the condition,
+//!   checks the deadline, and renames the file over its object, as a PUT
+//!   renames its temporary file. A completion that publishes nothing
+//!   (refused, out of time) writes the mark back: the upload is as it was.
+//!
+//! Every request on an upload but the abort holds a lock on its file
+//! ([`File::try_lock`]) and checks, holding it, that the file is still at
+//! its name: ids are never reused, so a file gone from its name was
+//! completed or aborted meanwhile, and no part is ever written into a
+//! published object. Requests on one upload go one at a time: one that
+//! finds another under way answers [`StoreErrorKind::Conflict`]. The
+//! abort removes the file under the bucket's lock alone, as a DELETE
+//! removes an object: a part under way then finishes into the removed
+//! file, and the completion answers [`StoreErrorKind::NotFound`].
+//!
+//! A process stopped in the middle of a completion, after it wrote the
+//! ETag and before it renamed the file or wrote the mark back, leaves an
+//! upload that takes no more requests but its abort: rare, and said so.
+
+use super::layout::{encode_header, parse_header, read_header, MAGIC};
+use super::{fresh_etag, random_hex, reached, write_chunks, DirStore, Location, Request, Step};
+use bucket_lease_core::multipart::{ObjectReader, UploadedPart, MAX_PARTS};
+use bucket_lease_core::mutant::StoreMutant;
+use bucket_lease_core::store::{Object, PutMode, StoreError, StoreErrorKind, Version};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The suffix of an upload's file: `NAME.<id>.upload`.
+const SUFFIX: &str = "upload";
+/// Where the ETag (or the mark) starts in a header: after the magic line
+/// and `etag `.
+const MARK_AT: u64 = (MAGIC.len() + "\netag ".len()) as u64;
+/// The length of an ETag and of a mark: a quoted 32 characters.
+const MARK_LENGTH: usize = 34;
+/// The most bytes an upload's body may hold: what 13 hex digits count.
+const MAX_UPLOAD_BYTES: u64 = (1 << 52) - 1;
+
+/// The last part an upload took: its number (0 before the first) and the
+/// bytes of the body it took, `start..end`, counted after the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    number: u32,
+    start: u64,
+    end: u64,
+}
+
+impl Mark {
+    /// An upload with no parts yet.
+    const NONE: Mark = Mark {
+        number: 0,
+        start: 0,
+        end: 0,
+    };
+
+    /// The mark as written in the header, and as the part's ETag:
+    /// `"p` + the number in 5 digits + start and end in 13 hex digits each
+    /// + `"`. The `p` tells it from a fresh ETag, which is hex.
+    fn text(self) -> String {
+        format!(
+            "\"p{:05}{:013x}{:013x}\"",
+            self.number, self.start, self.end
+        )
+    }
+
+    /// The mark `text` writes, or `None` for anything else.
+    fn parse(text: &str) -> Option<Mark> {
+        let inner = text.strip_prefix("\"p")?.strip_suffix('"')?;
+        if inner.len() != 31 || !inner.is_ascii() {
+            return None;
+        }
+        let mark = Mark {
+            number: inner[..5].parse().ok()?,
+            start: u64::from_str_radix(&inner[5..18], 16).ok()?,
+            end: u64::from_str_radix(&inner[18..], 16).ok()?,
+        };
+        // One spelling only (no sign, no upper case), and a range.
+        (mark.text() == text && mark.start <= mark.end).then_some(mark)
+    }
+}
+
+/// The file of upload `upload` of `at`'s key, or the refusal of an id this
+/// store never gives: one that could name another file (`../x`) included.
+fn upload_path(request: &Request<'_>, at: &Location, upload: &str) -> Result<PathBuf, StoreError> {
+    let valid = upload.len() == 32
+        && upload
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !valid {
+        return Err(request
+            .error(StoreErrorKind::Rejected)
+            .with_message(format!(
+                "{upload:?} is not an upload id of the directory store (its ids are 32 lowercase \
+             hex digits); pass the id begin_upload returned for this key"
+            )));
+    }
+    Ok(at.dir.join(format!("{}.{upload}.{SUFFIX}", at.name)))
+}
+
+/// The answer for an upload the store does not know (any more).
+fn no_such_upload(request: &Request<'_>, upload: &str) -> StoreError {
+    request
+        .refusal(StoreErrorKind::NotFound, "NoSuchUpload")
+        .with_message(format!(
+            "there is no upload {upload} of this key: it was completed or aborted, or begun for \
+             another key; begin a new upload"
+        ))
+}
+
+/// An upload's file, opened and locked for one request (the lock goes with
+/// the file), with its state read from its mark.
+struct OpenUpload {
+    file: File,
+    path: PathBuf,
+    /// The upload's id.
+    id: String,
+    /// How many bytes the header takes: the body starts there.
+    header_length: u64,
+    /// The last part taken.
+    last: Mark,
+}
+
+impl OpenUpload {
+    /// Open and lock the upload's file at `path`, and cut off bytes after
+    /// its last part (a part a crash stopped).
+    fn open(request: &Request<'_>, path: PathBuf, upload: &str) -> Result<OpenUpload, StoreError> {
+        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(no_such_upload(request, upload))
+            }
+            Err(e) => return Err(request.io_error("open", &path, e)),
+        };
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(request
+                    .error(StoreErrorKind::Conflict)
+                    .with_message(format!(
+                        "another request on upload {upload} (a part, or its completion) is under \
+                     way in this or another process, and the directory store takes an upload's \
+                     requests one at a time; send the next once it has answered"
+                    )))
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(request.io_error("lock", &path, e)),
+        }
+        // Still at its name, now that no other request on it runs: a file
+        // completed (renamed over its object) or aborted (removed) since it
+        // was opened is not this upload's any more.
+        match fs::symlink_metadata(&path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(no_such_upload(request, upload))
+            }
+            Err(e) => return Err(request.io_error("inspect", &path, e)),
+        }
+        let raw = read_header(&mut BufReader::new(&file))
+            .map_err(|e| request.io_error("read", &path, e))?;
+        let damaged = |detail: &str| {
+            request
+                .error(StoreErrorKind::Rejected)
+                .with_message(format!(
+                    "the upload's file {} {detail}, and takes no more parts or completions; abort \
+                 the upload and upload the object again",
+                    path.display()
+                ))
+        };
+        let header = parse_header(&raw)
+            .map_err(|detail| damaged(&format!("is not an upload of this store ({detail})")))?;
+        let at = MARK_AT as usize;
+        if raw.get(at..at + MARK_LENGTH) != Some(header.etag.as_bytes()) {
+            return Err(damaged("has no mark where its ETag goes"));
+        }
+        let last = Mark::parse(&header.etag).ok_or_else(|| {
+            damaged(
+                "was being completed by a request that stopped before it published the object \
+                 or put the upload back as it was (its process ended, or the disk failed)",
+            )
+        })?;
+        let header_length = raw.len() as u64;
+        let length = file
+            .metadata()
+            .map_err(|e| request.io_error("inspect", &path, e))?
+            .len();
+        let end = header_length + last.end;
+        if length < end {
+            return Err(damaged("is shorter than the parts it took"));
+        }
+        if length > end {
+            file.set_len(end)
+                .map_err(|e| request.io_error("cut a stopped part off", &path, e))?;
+        }
+        Ok(OpenUpload {
+            file,
+            path,
+            id: upload.to_string(),
+            header_length,
+            last,
+        })
+    }
+
+    /// Write `text` (a mark or an ETag) where the ETag goes, and sync it.
+    fn write_mark(&mut self, request: &Request<'_>, text: &str) -> Result<(), StoreError> {
+        debug_assert_eq!(text.len(), MARK_LENGTH, "{text}");
+        let path = &self.path;
+        let failed = |e| request.io_error("write", path, e);
+        self.file.seek(SeekFrom::Start(MARK_AT)).map_err(failed)?;
+        self.file.write_all(text.as_bytes()).map_err(failed)?;
+        self.file.sync_data().map_err(failed)
+    }
+
+    /// Put the upload back as its last part left it, after a request on it
+    /// that did not finish: best effort (an upload it fails to restore says
+    /// so to the next request).
+    fn restore(&mut self, request: &Request<'_>) {
+        let _ = self.write_mark(request, &self.last.text());
+        let _ = self.file.set_len(self.header_length + self.last.end);
+    }
+}
+
+/// Refuse `parts` unless they are exactly the parts the upload took, in
+/// order, each with the ETag it was given (its mark), up to `last`.
+fn check_parts(
+    request: &Request<'_>,
+    upload: &str,
+    parts: &[UploadedPart],
+    last: Mark,
+) -> Result<(), StoreError> {
+    let refuse = |code: &str, detail: String| {
+        request
+            .refusal(StoreErrorKind::Rejected, code)
+            .with_message(format!(
+                "{detail}; a completion names every part upload {upload} took ({} of them), in \
+                 order 1, 2, 3…, each with the ETag it answered",
+                last.number
+            ))
+    };
+    if parts.is_empty() {
+        return Err(refuse(
+            "MalformedXML",
+            "the completion names no part".into(),
+        ));
+    }
+    let mut end = 0;
+    for (at, part) in parts.iter().enumerate() {
+        let position = at + 1;
+        if usize::try_from(part.number) != Ok(position) {
+            return Err(refuse(
+                "InvalidPartOrder",
+                format!(
+                    "part number {} is named in position {position}",
+                    part.number
+                ),
+            ));
+        }
+        match Mark::parse(&part.etag) {
+            Some(mark) if mark.number == part.number && mark.start == end => end = mark.end,
+            _ => {
+                return Err(refuse(
+                    "InvalidPart",
+                    format!(
+                        "part {} is named with the ETag {:?}, which is not the one it was given",
+                        part.number, part.etag
+                    ),
+                ))
+            }
+        }
+    }
+    if parts.last().map(|part| part.etag.as_str()) != Some(last.text().as_str()) {
+        return Err(refuse(
+            "InvalidPart",
+            format!(
+                "the completion names {} parts, not the ones taken",
+                parts.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An object's body as [`DirStore::open_object`] streams it: its open file
+/// after the header (so one whole version, whatever replaces the object
+/// meanwhile), failing with [`io::ErrorKind::TimedOut`] once the read's
+/// deadline has passed.
+struct Body {
+    reader: BufReader<File>,
+    deadline: Option<Instant>,
+    /// The object's URL, for the error.
+    url: String,
+    read: u64,
+}
+
+impl Read for Body {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "GET {}: the deadline passed after {} bytes of the body were read; open \
+                     the object again with a later deadline to read it whole",
+                    self.url, self.read
+                ),
+            ));
+        }
+        let n = self.reader.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+impl DirStore {
+    /// [`Store::begin_upload`](bucket_lease_core::store::Store::begin_upload):
+    /// the upload's file, header written with no parts marked, synced
+    /// with its folder.
+    pub(super) fn begin(
+        &self,
+        key: &str,
+        metadata: &[(String, String)],
+        deadline: Option<Instant>,
+    ) -> Result<String, StoreError> {
+        let request = self.request("POST", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+        let upload = random_hex(&request, "an upload id")?;
+        let path = upload_path(&request, &at, &upload)?;
+        let header = encode_header(&Mark::NONE.text(), metadata);
+        let file = self.write_beside(&request, &at, path, &header, &[], deadline)?;
+        request.sync_dir(&at.dir)?;
+        file.keep();
+        Ok(upload)
+    }
+
+    /// [`Store::upload_part`](bucket_lease_core::store::Store::upload_part):
+    /// parts in order only, appended, then marked.
+    pub(super) fn take_part(
+        &self,
+        key: &str,
+        upload: &str,
+        number: u32,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<UploadedPart, StoreError> {
+        let request = self.request("PUT", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+        let path = upload_path(&request, &at, upload)?;
+        if !(1..=MAX_PARTS).contains(&number) {
+            return Err(request
+                .error(StoreErrorKind::Rejected)
+                .with_message(format!(
+                    "part number {number} is out of range: parts are numbered 1 to {MAX_PARTS}"
+                )));
+        }
+        let mut open = OpenUpload::open(&request, path, upload)?;
+        let next = open.last.number + 1;
+        if number != next {
+            let detail = if number < next {
+                format!("part {number} was taken already")
+            } else {
+                format!("part {number} came before part {next}")
+            };
+            return Err(request
+                .refusal(StoreErrorKind::Rejected, "InvalidPartOrder")
+                .with_message(format!(
+                    "{detail}: the directory store takes each part of an upload once, in order \
+                     1, 2, 3…; send part {next} next (to send a part again, abort the upload \
+                     and begin again)"
+                )));
+        }
+        let start = open.last.end;
+        let end = start
+            .checked_add(body.len() as u64)
+            .filter(|end| *end <= MAX_UPLOAD_BYTES)
+            .ok_or_else(|| {
+                request
+                    .error(StoreErrorKind::Rejected)
+                    .with_message(format!(
+                        "the upload would pass the {MAX_UPLOAD_BYTES} bytes the directory store \
+                     takes in one object"
+                    ))
+            })?;
+        let mark = Mark { number, start, end };
+        let taken = Self::append(&request, &mut open, body, mark, deadline);
+        if taken.is_err() {
+            open.restore(&request);
+        }
+        taken?;
+        Ok(UploadedPart {
+            number,
+            etag: mark.text(),
+        })
+    }
+
+    /// Append `body` to `open` as the part `mark` names, then write the
+    /// mark, the deadline checked before each chunk and before the mark.
+    fn append(
+        request: &Request<'_>,
+        open: &mut OpenUpload,
+        body: &[u8],
+        mark: Mark,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        let path = open.path.clone();
+        let failed = |e| request.io_error("write", &path, e);
+        open.file
+            .seek(SeekFrom::Start(open.header_length + mark.start))
+            .map_err(failed)?;
+        let stopped = |written: usize| {
+            format!(
+                "the deadline passed while part {} was written to {} ({written} of {} bytes), \
+                 so the part was not taken and its bytes are cut off; send it again with a later \
+                 deadline, or in smaller parts",
+                mark.number,
+                path.display(),
+                body.len()
+            )
+        };
+        write_chunks(request, &mut open.file, &path, body, deadline, stopped)?;
+        open.file.sync_data().map_err(failed)?;
+        reached(Step::Publishing);
+        request.check_deadline_at(deadline, || stopped(body.len()))?;
+        open.write_mark(request, &mark.text())
+    }
+
+    /// [`Store::complete_upload`](bucket_lease_core::store::Store::complete_upload):
+    /// the upload's file renamed over its object under the bucket's lock,
+    /// as a PUT in `mode` renames its temporary file.
+    pub(super) fn complete(
+        &self,
+        key: &str,
+        upload: &str,
+        parts: &[UploadedPart],
+        mode: &PutMode,
+        deadline: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        let request = self.request("POST", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+        let path = upload_path(&request, &at, upload)?;
+        let mut open = OpenUpload::open(&request, path, upload)?;
+        check_parts(&request, upload, parts, open.last)?;
+        let etag = fresh_etag(&request)?;
+        let published = self.publish(&request, &at, &mut open, &etag, mode, deadline);
+        if let Err(e) = published {
+            open.restore(&request);
+            return Err(e);
+        }
+        request.sync_dir(&at.dir)?;
+        Ok(Version::etag(etag))
+    }
+
+    /// Write `etag` over the mark, take the bucket's lock, check `mode`'s
+    /// condition and the deadline, and rename the upload's file over its
+    /// object.
+    fn publish(
+        &self,
+        request: &Request<'_>,
+        at: &Location,
+        open: &mut OpenUpload,
+        etag: &str,
+        mode: &PutMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        open.write_mark(request, etag)?;
+        let _lock = self.lock(request, deadline)?;
+        request.check_condition(at, mode)?;
+        reached(Step::Publishing);
+        // Checked once more right before the rename, as a PUT checks it:
+        // a completion past its deadline publishes nothing.
+        if !StoreMutant::DirRenameUnchecked.on() {
+            request.check_deadline_at(deadline, || {
+                format!(
+                    "the deadline passed after the condition was checked, before upload {} \
+                     was renamed over {}, so the object was not published and the upload is as \
+                     it was (complete or abort it); give the completion a later deadline",
+                    open.id,
+                    at.object.display()
+                )
+            })?;
+        }
+        match fs::rename(&open.path, &at.object) {
+            Ok(()) => Ok(()),
+            // Aborted while this request waited for the lock.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(no_such_upload(request, &open.id)),
+            Err(e) => Err(request.io_error("rename into", &at.object, e)),
+        }
+    }
+
+    /// [`Store::abort_upload`](bucket_lease_core::store::Store::abort_upload):
+    /// the upload's file removed under the bucket's lock, with the folders
+    /// that leaves empty, as a DELETE removes an object.
+    pub(super) fn abort(
+        &self,
+        key: &str,
+        upload: &str,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        let request = self.request("DELETE", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+        let path = upload_path(&request, &at, upload)?;
+        match fs::symlink_metadata(&path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(request.io_error("inspect", &path, e)),
+        }
+        let lock = self.lock(&request, deadline)?;
+        reached(Step::Publishing);
+        request.check_deadline_at(deadline, || {
+            format!(
+                "the deadline passed after the lock was taken, before {} was removed, so the \
+                 upload was not aborted; abort it again with a later deadline",
+                path.display()
+            )
+        })?;
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(request.io_error("remove", &path, e)),
+        }
+        let changed = self.remove_empty_folders(&at.dir);
+        drop(lock);
+        request.sync_dir(&changed)
+    }
+
+    /// [`Store::open`](bucket_lease_core::store::Store::open): the header
+    /// read, the body streamed from the same open file, with no cap.
+    pub(super) fn open_object(
+        &self,
+        key: &str,
+        deadline: Option<Instant>,
+    ) -> Result<ObjectReader, StoreError> {
+        let request = self.request("GET", key);
+        request.check_deadline(deadline)?;
+        let at = self.locate(&request)?;
+        let Some(opened) = request.open_header(&at.object)? else {
+            return Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey"));
+        };
+        let object = Object::new(Vec::new(), Version::etag(opened.header.etag))
+            .with_metadata(opened.header.metadata);
+        Ok(ObjectReader {
+            object,
+            body: Box::new(Body {
+                reader: opened.reader,
+                deadline,
+                // The object's URL, as errors name it.
+                url: request.error(StoreErrorKind::NotFound).url(),
+                read: 0,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_round_trip_and_fit_where_the_etag_goes() {
+        for mark in [
+            Mark::NONE,
+            Mark {
+                number: MAX_PARTS,
+                start: MAX_UPLOAD_BYTES - 1,
+                end: MAX_UPLOAD_BYTES,
+            },
+        ] {
+            assert_eq!(mark.text().len(), MARK_LENGTH);
+            assert_eq!(Mark::parse(&mark.text()), Some(mark));
+        }
+        let header = encode_header(&Mark::NONE.text(), &[("a".into(), "b".into())]);
+        let at = MARK_AT as usize;
+        assert_eq!(&header[at..at + MARK_LENGTH], Mark::NONE.text().as_bytes());
+        let request = Request::new("PUT", "k", "file:///t//".into());
+        let etag = fresh_etag(&request).unwrap();
+        assert_eq!(etag.len(), MARK_LENGTH, "an ETag fits over a mark");
+        assert_eq!(Mark::parse(&etag), None, "and is told from one");
+        let good = Mark {
+            number: 1,
+            start: 2,
+            end: 10,
+        }
+        .text();
+        for bad in [
+            good.to_uppercase().replace('P', "p"),
+            good.replacen('0', "", 1),
+            good.replacen("p0", "p+", 1),
+            format!("\"p00001{:013x}{:013x}\"", 10, 2),
+            good.trim_matches('"').to_string(),
+        ] {
+            assert_eq!(Mark::parse(&bad), None, "{bad}");
+        }
+    }
+}
