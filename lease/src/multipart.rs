@@ -17,7 +17,9 @@
 //! - parts are numbered from 1, each (but the last) at least
 //!   [`MIN_PART_BYTES`] long on the services, and the completion names
 //!   them in order;
-//! - a part sent twice under one number keeps the last one sent;
+//! - a part that failed may be sent again under its number (the services
+//!   keep the last one sent under a number; the directory store takes
+//!   parts only in order, each once it succeeded);
 //! - a completion or abort of an upload the store no longer knows (done,
 //!   or aborted) is [`StoreErrorKind::NotFound`](crate::store::StoreErrorKind::NotFound).
 //!
