@@ -8,7 +8,9 @@ mod cli_common;
 
 use bucket_lease::multipart::MIN_PART_BYTES;
 use bucket_lease::store::StoreErrorKind;
-use bucket_lease::{Contender, Event, FencedWriter, Keeper, KeeperOptions, LeaseOptions, WriteError};
+use bucket_lease::{
+    Contender, Event, FencedWriter, Keeper, KeeperOptions, LeaseOptions, WriteError,
+};
 use cli_common::Target;
 use std::io::Write;
 use std::time::Duration;

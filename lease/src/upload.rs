@@ -36,9 +36,18 @@
 //!   ([`UPLOAD_METADATA`]) mean the completion landed, and `finish`
 //!   returns its version.
 //!
+//! What an object of one part shares with `put_new`: its write is settled
+//! by its digest, so the same bytes written again by this holder at this
+//! epoch (a retry after a lost answer, or another stream of the same
+//! bytes) count as the write that landed. An upload in parts is settled by
+//! its own mark: another stream at the key is [`WriteError::Exists`].
+//!
 //! What no fence can promise: a completion the service received before the
 //! deadline may land after it. It can only create an object where none
-//! was, which nobody points at.
+//! was, which nobody points at. And an upload whose beginning got no
+//! answer, or whose process was killed, is left open with no id to abort
+//! it by: the bucket's lifecycle rule (`AbortIncompleteMultipartUpload`)
+//! removes it.
 
 use crate::fence::{
     author_of, stamp_metadata, stamp_of, superseded, Author, FencedWriter, Stamp, WriteError,
@@ -312,7 +321,7 @@ impl FencedUpload {
             _ if failure.is_refusal() => {}
             _ => return Err(self.abort_with(upload, WriteError::Store(failure))),
         }
-        let settle = Instant::now() + SETTLE_BOUND;
+        let settle = self.lease().clock().now() + SETTLE_BOUND;
         let existing = match store.head(&self.key, Some(settle)) {
             Ok(existing) => existing,
             Err(_) => return Err(self.abort_with(upload, WriteError::Store(failure))),
@@ -379,50 +388,58 @@ impl FencedUpload {
 
     /// Check once whether the service refuses a create-only completion over
     /// an existing object: a probe key beside the lease record is created,
-    /// then an upload of it is completed create-only. The probe object and
-    /// upload are removed, best effort.
+    /// then an upload of it is completed create-only. Each request takes
+    /// the write deadline right before it goes. The probe object and
+    /// upload are removed, best effort, whatever happened (a create whose
+    /// answer was lost may have landed).
     fn probe_completion(&self) -> Result<CompletionCondition, WriteError> {
         let store = Arc::clone(self.lease().store());
         let probe = probe_key(self.lease().key());
-        let deadline = self.writer.fenced_deadline(&self.key)?;
-        let create = PutOptions::new(PutMode::Create).with_deadline(Some(deadline));
-        store.put(&probe, b"", &create).map_err(WriteError::Store)?;
+        let fenced = || self.writer.fenced_deadline(&self.key);
+        let mut upload = None;
         let checked = (|| {
-            let upload = store.begin_upload(&probe, &[], Some(deadline))?;
-            let verdict = store
+            let create = PutOptions::new(PutMode::Create).with_deadline(Some(fenced()?));
+            store.put(&probe, b"", &create).map_err(WriteError::Store)?;
+            let id = store
+                .begin_upload(&probe, &[], Some(fenced()?))
+                .map_err(WriteError::Store)?;
+            let id = upload.insert(id);
+            let part = store
                 .upload_part(
                     &probe,
-                    &upload,
+                    id,
                     1,
                     b"bucket-lease completion check",
-                    Some(deadline),
+                    Some(fenced()?),
                 )
-                .and_then(|part| {
-                    store.complete_upload(
-                        &probe,
-                        &upload,
-                        &[part],
-                        &PutMode::Create,
-                        Some(deadline),
-                    )
-                });
-            let verdict = match verdict {
-                Ok(_) => Ok(CompletionCondition::Ignored),
+                .map_err(WriteError::Store)?;
+            let mode = PutMode::Create;
+            match store.complete_upload(&probe, id, &[part], &mode, Some(fenced()?)) {
+                Ok(_) => {
+                    upload = None;
+                    Ok(CompletionCondition::Ignored)
+                }
                 Err(e) if e.kind() == StoreErrorKind::AlreadyExists => {
                     Ok(CompletionCondition::Honoured)
                 }
-                Err(e) => Err(e),
-            };
-            if verdict != Ok(CompletionCondition::Ignored) {
-                let _ = store.abort_upload(&probe, &upload, Some(Instant::now() + ABORT_BOUND));
+                Err(e) => Err(WriteError::Store(e)),
             }
-            verdict
         })();
-        let _ = store.delete(
+        if let Some(id) = &upload {
+            let _ = store.abort_upload(&probe, id, Some(self.cleanup_bound()));
+        }
+        // A delete of the probe key waits its turn on a store with a write
+        // interval (the completion wrote the key): its bound allows for it.
+        if let Err(e) = store.delete(
             &probe,
             &DeleteMode::Unconditional,
-            Some(Instant::now() + ABORT_BOUND),
-        );
+            Some(self.cleanup_bound()),
+        ) {
+            log::warn!(
+                "{probe}: could not remove the object that checked the service's completion \
+                 ({e}); remove it by hand"
+            );
+        }
         match checked {
             Ok(CompletionCondition::Ignored) => log::warn!(
                 "{}: the service completed an upload over an existing object although told to \
@@ -434,7 +451,16 @@ impl FencedUpload {
             }
             Err(_) => {}
         }
-        checked.map_err(WriteError::Store)
+        checked
+    }
+
+    /// The deadline of a request that cleans up (an abort, the probe's
+    /// delete): [`ABORT_BOUND`] from now on the lease's clock, and the
+    /// store's write interval on top, since such a request may wait for
+    /// its key's turn.
+    fn cleanup_bound(&self) -> Instant {
+        let interval = self.lease().store().write_interval().unwrap_or_default();
+        self.lease().clock().now() + ABORT_BOUND + interval
     }
 
     /// Abort the upload, and keep `error` for every later call.
@@ -455,7 +481,7 @@ impl FencedUpload {
 
     /// Abort the upload, best effort, within [`ABORT_BOUND`].
     fn abort(&self, upload: &str) {
-        let bound = Instant::now() + ABORT_BOUND;
+        let bound = self.cleanup_bound();
         if let Err(e) = self
             .lease()
             .store()

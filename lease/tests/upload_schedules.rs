@@ -1,0 +1,332 @@
+//! Schedules a review found against the promises of `FencedWriter::create`
+//! / `FencedUpload` (issue 31), on the memory store and the `SpacedStore`
+//! wrapper: lost answers and write intervals around the completion check,
+//! the read cap, a loss during the check. Each test states the promise it
+//! checks.
+
+use bucket_lease_core::fence::ReadError;
+use bucket_lease_core::memory::MemoryStore;
+use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart, MIN_PART_BYTES};
+use bucket_lease_core::spacing::SpacedStore;
+use bucket_lease_core::{
+    DeleteMode, FencedReader, FencedUpload, FencedWriter, Lease, LeaseOptions, Object, PutMode,
+    PutOptions, Store, StoreError, StoreErrorKind, SystemClock, TestClock, Version,
+};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PART: usize = MIN_PART_BYTES;
+
+fn bytes(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+/// A memory store that can lose the answer to its next completion (the
+/// completion takes effect), run a hook at each request, and records each
+/// request it was sent after `watching` was set.
+#[derive(Default)]
+struct Wrapped {
+    inner: MemoryStore,
+    lose_completion_answer: AtomicBool,
+    on_put: Mutex<Option<Box<dyn Fn(&str) + Send + Sync>>>,
+    watching: AtomicBool,
+    sent_while_watching: Mutex<Vec<String>>,
+}
+
+impl std::fmt::Debug for Wrapped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wrapped").finish_non_exhaustive()
+    }
+}
+
+impl Wrapped {
+    fn note(&self, what: &str, key: &str) {
+        if self.watching.load(Ordering::SeqCst) {
+            self.sent_while_watching
+                .lock()
+                .unwrap()
+                .push(format!("{what} {key}"));
+        }
+    }
+}
+
+impl Store for Wrapped {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.get(key, deadline)
+    }
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        if let Some(hook) = &*self.on_put.lock().unwrap() {
+            hook(key);
+        }
+        self.note("PUT", key);
+        self.inner.put(key, body, options)
+    }
+    fn delete(&self, key: &str, mode: &DeleteMode, d: Option<Instant>) -> Result<(), StoreError> {
+        self.note("DELETE", key);
+        self.inner.delete(key, mode, d)
+    }
+    fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.head(key, deadline)
+    }
+    fn open(&self, key: &str, deadline: Option<Instant>) -> Result<ObjectReader, StoreError> {
+        self.inner.open(key, deadline)
+    }
+    fn upload_conditions(&self) -> Option<&UploadConditions> {
+        self.inner.upload_conditions()
+    }
+    fn begin_upload(
+        &self,
+        key: &str,
+        metadata: &[(String, String)],
+        deadline: Option<Instant>,
+    ) -> Result<String, StoreError> {
+        self.note("BEGIN", key);
+        self.inner.begin_upload(key, metadata, deadline)
+    }
+    fn upload_part(
+        &self,
+        key: &str,
+        upload: &str,
+        number: u32,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<UploadedPart, StoreError> {
+        self.note("PART", key);
+        self.inner.upload_part(key, upload, number, body, deadline)
+    }
+    fn complete_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        parts: &[UploadedPart],
+        mode: &PutMode,
+        deadline: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        self.note("COMPLETE", key);
+        let done = self
+            .inner
+            .complete_upload(key, upload, parts, mode, deadline)?;
+        if self.lose_completion_answer.swap(false, Ordering::SeqCst) {
+            return Err(StoreError::new(StoreErrorKind::Transport, "POST", key)
+                .timed_out()
+                .with_message("injected lost answer: the completion took effect"));
+        }
+        Ok(done)
+    }
+    fn abort_upload(&self, key: &str, upload: &str, d: Option<Instant>) -> Result<(), StoreError> {
+        self.note("ABORT", key);
+        self.inner.abort_upload(key, upload, d)
+    }
+}
+
+fn lease_on(store: Arc<dyn Store>, clock: &TestClock) -> FencedWriter {
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let lease = Lease::acquire(store, "db", options).unwrap();
+    FencedWriter::new(Arc::new(lease))
+}
+
+/// Promise: "the probe leaves nothing behind" (a probe key beside the
+/// lease record, created then completed over; both removed).
+///
+/// Schedule: the answer to the probe's create-only PUT is lost (the PUT
+/// took effect). `probe_completion` returns at the `?` on that PUT, before
+/// the cleanup `delete` that follows, so the probe object stays in the
+/// bucket for good (nothing records it, unlike the acquire's probe
+/// objects, which the lease removes at its next renewal).
+#[test]
+fn a_lost_answer_to_the_checks_create_still_removes_its_object() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = TestClock::new();
+    let writer = lease_on(store.clone(), &clock);
+    let mut upload = writer.create("db/big").unwrap().part_size(PART);
+    // The first request of the stream is the completion check's PUT.
+    store.lose_next_answers(1);
+    let error = upload.write_all(&bytes(PART + 1)).unwrap_err();
+    assert!(error.to_string().contains("lost answer"), "{error}");
+    assert!(upload.finish().is_err());
+    assert_eq!(
+        store.keys(),
+        ["db/LEASE"],
+        "the completion check's probe object was left in the bucket"
+    );
+}
+
+/// Promise: "the probe leaves nothing behind", on a store with a write
+/// interval (`SpacedStore`, R2's one write of a key a second).
+///
+/// Schedule: the probe writes its key three times: the PUT, the
+/// completion (spaced an interval after it) and the cleanup DELETE
+/// (spaced an interval after the completion). The DELETE's deadline is
+/// `Instant::now() + ABORT_BOUND` (2 s) on the real clock, while the
+/// spacing waits on the lease's clock; here (a test clock, which the
+/// acquire's own spaced probe moved ahead) the DELETE's turn comes after
+/// its deadline, it is not sent (TurnTooLate), and the error is dropped:
+/// the probe object stays. (With the system clock, the same happens for
+/// any write interval of 2 s or more: see the next test.)
+#[test]
+fn on_a_spaced_store_the_checks_object_is_removed_in_its_turn() {
+    let inner = Arc::new(MemoryStore::new());
+    let clock = TestClock::new();
+    let spaced: Arc<dyn Store> = Arc::new(SpacedStore::new(
+        inner.clone(),
+        Duration::from_secs(1),
+        Arc::new(clock.clone()),
+    ));
+    let writer = lease_on(spaced, &clock);
+    // Whatever the acquire's own probe left (it removes its objects at
+    // the first renewal) is not the upload's concern.
+    let before = inner.keys();
+    let mut upload = writer.create("db/big").unwrap().part_size(PART);
+    upload.write_all(&bytes(PART + 1)).unwrap();
+    upload.finish().unwrap();
+    let mut expected = before.clone();
+    expected.push("db/big".to_string());
+    expected.sort();
+    let after = inner.keys();
+    // The lease removes its own acquire's probe objects at its renewal;
+    // nothing removes the completion check's.
+    writer.lease().renew().unwrap();
+    assert_eq!(
+        (after, inner.keys()),
+        (expected, vec!["db/LEASE".to_string(), "db/big".to_string()]),
+        "the completion check's probe object was left in the bucket"
+    );
+}
+
+/// The same as the previous test on the system clock: a write interval
+/// longer than ABORT_BOUND (2 s; here 3 s) makes the probe's cleanup DELETE
+/// too late for its own 2 s bound, every time. Takes ~10 s of real time.
+#[test]
+fn a_write_interval_longer_than_the_abort_bound_still_removes_the_checks_object() {
+    let inner = Arc::new(MemoryStore::new());
+    let spaced: Arc<dyn Store> = Arc::new(SpacedStore::new(
+        inner.clone(),
+        Duration::from_secs(3),
+        Arc::new(SystemClock),
+    ));
+    let lease = Lease::acquire(spaced, "db", LeaseOptions::new(30)).unwrap();
+    let writer = FencedWriter::new(Arc::new(lease));
+    let before = inner.keys();
+    let mut upload = writer.create("db/big").unwrap().part_size(PART);
+    upload.write_all(&bytes(PART + 1)).unwrap();
+    upload.finish().unwrap();
+    let mut expected = before.clone();
+    expected.push("db/big".to_string());
+    expected.sort();
+    let after = inner.keys();
+    // The lease removes its own acquire's probe objects at its renewal;
+    // nothing removes the completion check's.
+    writer.lease().renew().unwrap();
+    assert_eq!(
+        (after, inner.keys()),
+        (expected, vec!["db/LEASE".to_string(), "db/big".to_string()]),
+        "the completion check's probe object was left in the bucket"
+    );
+}
+
+/// Promise: "a completion whose answer was lost is settled by the
+/// object's metadata + the upload's own mark", for objects of any size.
+///
+/// Schedule: the memory store models an HTTP client's read cap
+/// (`set_read_cap`); the completion lands and its answer is lost. The
+/// settle reads the object with `head`, which the memory store does not
+/// implement: the default `head` is a capped `get`, answering `TooLarge`
+/// for any object in parts (≥ 5 MiB). The settle then gives up: `finish`
+/// returns a transport error although our object is there, and every
+/// retry of the stream is refused as `Exists`.
+#[test]
+fn a_lost_completion_answer_is_settled_whatever_the_read_cap() {
+    let store = Arc::new(Wrapped::default());
+    store.inner.set_read_cap(Some(64 * 1024));
+    let clock = TestClock::new();
+    let writer = lease_on(store.clone(), &clock);
+    let mut upload = writer.create("db/lost").unwrap().part_size(PART);
+    upload.write_all(&bytes(PART + 99)).unwrap();
+    store.lose_completion_answer.store(true, Ordering::SeqCst);
+    let answer = upload.finish();
+    assert!(
+        store.inner.peek("db/lost").is_some(),
+        "the completion landed"
+    );
+    assert!(
+        answer.is_ok(),
+        "our landed completion was not recognised: {answer:?}"
+    );
+}
+
+/// Promise: `FencedReader::open` reads objects of any size
+/// (`Store::open`: "for objects of any size").
+///
+/// Schedule: the memory store with a read cap (as the HTTP client's) does
+/// not implement `open`: the default reads the whole object with the
+/// capped `get`, so an object of more than the cap cannot be streamed.
+#[test]
+fn a_streamed_read_is_not_bound_by_the_read_cap() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = TestClock::new();
+    let writer = lease_on(store.clone(), &clock);
+    let body = bytes(PART + 1);
+    let mut upload = writer.create("db/read").unwrap().part_size(PART);
+    upload.write_all(&body).unwrap();
+    upload.finish().unwrap();
+    store.set_read_cap(Some(64 * 1024));
+    let opened = FencedReader::new(store.clone() as Arc<dyn Store>).open("db/read");
+    let mut stream = match opened {
+        Ok(stream) => stream,
+        Err(ReadError::Store(e)) => panic!("a streamed read was capped: {e}"),
+        Err(e) => panic!("{e:?}"),
+    };
+    let mut read = Vec::new();
+    stream.read_to_end(&mut read).unwrap();
+    assert!(read == body);
+}
+
+/// Promise: "each request takes the lease's write deadline right before
+/// it goes; nothing is sent after" the lease is lost ("at the fence, on
+/// loss ... nothing is completed afterwards").
+///
+/// Schedule: the lease is lost (mark_lost) while the completion check's
+/// PUT is under way. The check takes the write deadline once, before its
+/// PUT, and sends its BEGIN, PART and COMPLETE (a completion!) with it
+/// after the loss, without looking at the lease again.
+#[test]
+fn the_completion_check_sends_nothing_after_the_lease_is_lost() {
+    let store = Arc::new(Wrapped::default());
+    let clock = TestClock::new();
+    let writer = lease_on(store.clone(), &clock);
+    let lease = Arc::clone(writer.lease());
+    let store_in_hook = Arc::clone(&store);
+    *store.on_put.lock().unwrap() = Some(Box::new(move |key| {
+        if key.contains("LEASE.probe-") {
+            lease.mark_lost(Some("the-next-holder".into()));
+            store_in_hook.watching.store(true, Ordering::SeqCst);
+        }
+    }));
+    let mut upload = writer.create("db/big").unwrap().part_size(PART);
+    let error = upload.write_all(&bytes(PART + 1)).unwrap_err();
+    assert!(!writer.lease().may_write());
+    let sent: Vec<String> = store
+        .sent_while_watching
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| !r.starts_with("DELETE") && !r.starts_with("ABORT"))
+        .cloned()
+        .collect();
+    // The probe's PUT itself was under way when the loss came.
+    assert_eq!(
+        sent.iter().filter(|r| !r.starts_with("PUT")).count(),
+        0,
+        "requests sent after the lease was lost: {sent:?} ({error})"
+    );
+}
+
+/// A `FencedUpload` may be moved to another thread (the README's
+/// `io::copy` from a reader thread).
+#[test]
+fn a_fenced_upload_can_move_to_another_thread() {
+    fn send<T: Send>() {}
+    send::<FencedUpload>();
+}
