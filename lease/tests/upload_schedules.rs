@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Called with each PUT's key, before it is sent.
+type PutHook = Box<dyn Fn(&str) + Send + Sync>;
+
 const PART: usize = MIN_PART_BYTES;
 
 fn bytes(n: usize) -> Vec<u8> {
@@ -30,7 +33,7 @@ fn bytes(n: usize) -> Vec<u8> {
 struct Wrapped {
     inner: MemoryStore,
     lose_completion_answer: AtomicBool,
-    on_put: Mutex<Option<Box<dyn Fn(&str) + Send + Sync>>>,
+    on_put: Mutex<Option<PutHook>>,
     watching: AtomicBool,
     sent_while_watching: Mutex<Vec<String>>,
 }
