@@ -39,6 +39,7 @@ use crate::sign::{sign_request, Credentials, KeyCache};
 use crate::spelling::{same_etag, Now, Spelling};
 use crate::xml::ErrorBody;
 use bucket_lease_core::clock::{jittered, transient_backoff, Clock, SystemClock};
+use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart};
 use bucket_lease_core::mutant::StoreMutant;
 use bucket_lease_core::spacing::WriteSpacing;
 use bucket_lease_core::store::{
@@ -649,6 +650,7 @@ impl HttpStoreBuilder {
             timeout: self.timeout,
             max_body: self.max_body,
             spacing: self.write_interval.map(WriteSpacing::new),
+            upload_conditions: UploadConditions::new(),
         })
     }
 }
@@ -729,6 +731,22 @@ impl HttpStoreBuilder {
 /// [not sent](bucket_lease_core::store::Delivery::NotSent), when that
 /// comes after its deadline. Reads are not spaced.
 ///
+/// # Uploads in parts
+///
+/// A completion ([`Store::complete_upload`]) takes its mode as a PUT does
+/// (`If-None-Match: *`, `If-Match`) and its answers map as a PUT's, but:
+/// 404 `NoSuchUpload` is [`StoreErrorKind::NotFound`]; a `200` whose body
+/// is an `<Error>` (S3 may answer a completion so) is the error its code
+/// says; a completion that may have been sent is never sent again (the
+/// lease settles it by reading), and it alone of an upload's requests
+/// counts as a write for a write interval. Begins, parts and aborts are
+/// sent again after no answer or a transient one, as reads are: a part
+/// again replaces itself, an abort again finds nothing to abort (which
+/// succeeds), and a begin again makes at most an empty upload nobody knows
+/// the id of. Which services honour a completion's condition is checked
+/// by the lease, and the verdict kept for the store's life
+/// ([`Store::upload_conditions`]).
+///
 /// An error body over the cap is not read; the status alone decides.
 /// Every error names the method, the key, the service's code (or the HTTP
 /// status when the body has none), its message and request id.
@@ -759,6 +777,9 @@ pub struct HttpStore {
     max_body: usize,
     /// The turns of each key's writes, on a service with a write interval.
     spacing: Option<WriteSpacing>,
+    /// Whether the service honours a completion's condition: the verdict
+    /// of the core's fenced uploads, kept for the store's life.
+    upload_conditions: UploadConditions,
 }
 
 impl fmt::Debug for HttpStore {
@@ -791,26 +812,68 @@ enum Op {
     Overwrite,
     Delete,
     DeleteIfMatch,
+    /// A GET whose body is handed out as a stream (`Store::open`), bounded
+    /// by the request's timeout when `body_bounded`, else by nothing.
+    Open {
+        body_bounded: bool,
+    },
+    /// CreateMultipartUpload (`POST ?uploads`).
+    BeginUpload,
+    /// UploadPart (`PUT ?partNumber=N&uploadId=ID`).
+    UploadPart,
+    /// CompleteMultipartUpload (`POST ?uploadId=ID`), under a condition.
+    CompleteUpload(Guard),
+    /// AbortMultipartUpload (`DELETE ?uploadId=ID`).
+    AbortUpload,
+}
+
+/// The condition a completion of an upload is sent under, as a PUT's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    /// `If-None-Match: *`.
+    IfAbsent,
+    /// `If-Match`.
+    IfMatch,
+    /// None.
+    Unconditional,
 }
 
 impl Op {
     fn method(self) -> &'static str {
         match self {
-            Op::Get => "GET",
+            Op::Get | Op::Open { .. } => "GET",
             Op::Head => "HEAD",
-            Op::Create | Op::Update | Op::Overwrite => "PUT",
-            Op::Delete | Op::DeleteIfMatch => "DELETE",
+            Op::Create | Op::Update | Op::Overwrite | Op::UploadPart => "PUT",
+            Op::Delete | Op::DeleteIfMatch | Op::AbortUpload => "DELETE",
+            Op::BeginUpload | Op::CompleteUpload(_) => "POST",
         }
     }
 
     fn conditional(self) -> bool {
-        matches!(self, Op::Create | Op::Update | Op::DeleteIfMatch)
+        matches!(
+            self,
+            Op::Create
+                | Op::Update
+                | Op::DeleteIfMatch
+                | Op::CompleteUpload(Guard::IfAbsent | Guard::IfMatch)
+        )
     }
 
-    /// Whether the request changes the object: what a service's write
-    /// interval counts.
+    /// Whether the request changes the object at its key: what a service's
+    /// write interval counts. A completion does (it makes the object); the
+    /// other requests of an upload do not (they change the upload, which
+    /// nothing reads at the key), so the parts of one upload are not
+    /// spaced by the interval.
     fn writes(self) -> bool {
-        !matches!(self, Op::Get | Op::Head)
+        matches!(
+            self,
+            Op::Create
+                | Op::Update
+                | Op::Overwrite
+                | Op::Delete
+                | Op::DeleteIfMatch
+                | Op::CompleteUpload(_)
+        )
     }
 }
 
@@ -823,15 +886,25 @@ fn failure_kind(op: Op, status: u16, code: Option<&str>) -> Option<StoreErrorKin
     if code == Some("NoSuchBucket") {
         return Some(Rejected);
     }
-    if op.conditional() && (status == 501 || code == Some("NotImplemented")) {
+    // A condition the service cannot honour, or uploads in parts it does
+    // not take.
+    if (op.conditional() || op == Op::BeginUpload)
+        && (status == 501 || code == Some("NotImplemented"))
+    {
         return Some(NotImplemented);
     }
     Some(match (status, op) {
-        (404, Op::Delete | Op::DeleteIfMatch) => return None,
-        (404, Op::Get | Op::Head) => NotFound,
+        (404, Op::Delete | Op::DeleteIfMatch | Op::AbortUpload) => return None,
+        (404, Op::Get | Op::Head | Op::Open { .. } | Op::UploadPart) => NotFound,
         (404, Op::Update) => Precondition,
-        (304 | 412, Op::Create) => AlreadyExists,
-        (304 | 412, Op::Update | Op::DeleteIfMatch) => Precondition,
+        // If-Match on an absent key; the upload itself is known.
+        (404, Op::CompleteUpload(Guard::IfMatch)) if code == Some("NoSuchKey") => Precondition,
+        // NoSuchUpload: completed or aborted already.
+        (404, Op::CompleteUpload(_)) => NotFound,
+        (304 | 412, Op::Create | Op::CompleteUpload(Guard::IfAbsent)) => AlreadyExists,
+        (304 | 412, Op::Update | Op::DeleteIfMatch | Op::CompleteUpload(Guard::IfMatch)) => {
+            Precondition
+        }
         (409, _) => Conflict,
         (401 | 403, _) => PermissionDenied,
         (501, _) => Rejected,
@@ -840,11 +913,14 @@ fn failure_kind(op: Op, status: u16, code: Option<&str>) -> Option<StoreErrorKin
     })
 }
 
-/// An answer whose body was read (up to the cap).
+/// An answer whose body was read (up to the cap), or, for a successful
+/// [`Op::Open`], left to read.
 struct Answer {
     status: u16,
     headers: HeaderMap,
     body: Result<Vec<u8>, usize>,
+    /// The unread body of a successful [`Op::Open`].
+    stream: Option<ureq::Body>,
 }
 
 impl HttpStore {
@@ -901,22 +977,51 @@ impl HttpStore {
         metadata: &[(String, String)],
         bare: bool,
     ) -> Result<http::Request<()>, StoreError> {
+        self.request_to(op, key, "", condition, metadata, bare)
+    }
+
+    /// The unsigned request for `op` on `key` with `query` (`""`, or
+    /// `?…` as sent: a multipart upload's, which the signer takes), its
+    /// ETag sent `bare` or in quotes.
+    fn request_to(
+        &self,
+        op: Op,
+        key: &str,
+        query: &str,
+        condition: Option<&Version>,
+        metadata: &[(String, String)],
+        bare: bool,
+    ) -> Result<http::Request<()>, StoreError> {
         let fail = |message: String| {
             StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(message)
         };
-        let mut builder = http::Request::builder().uri(self.url(key));
+        let mut builder = http::Request::builder().uri(self.url(key) + query);
         builder = match op {
-            Op::Get => builder.method(Method::GET),
+            Op::Get | Op::Open { .. } => builder.method(Method::GET),
             Op::Head => builder.method(Method::HEAD),
-            Op::Delete | Op::DeleteIfMatch => builder.method(Method::DELETE),
+            Op::Delete | Op::DeleteIfMatch | Op::AbortUpload => builder.method(Method::DELETE),
             // moto stores a form-urlencoded body as empty; say what it is.
+            // The object a begun upload makes has the type it was begun
+            // with.
             Op::Create | Op::Update | Op::Overwrite => builder
                 .method(Method::PUT)
                 .header("content-type", "application/octet-stream"),
+            Op::BeginUpload => builder
+                .method(Method::POST)
+                .header("content-type", "application/octet-stream"),
+            Op::UploadPart => builder.method(Method::PUT),
+            Op::CompleteUpload(_) => builder
+                .method(Method::POST)
+                .header("content-type", "application/xml"),
         };
         match (op, condition) {
-            (Op::Create, _) => builder = builder.header("if-none-match", "*"),
-            (Op::Update | Op::DeleteIfMatch, Some(version)) => {
+            (Op::Create | Op::CompleteUpload(Guard::IfAbsent), _) => {
+                builder = builder.header("if-none-match", "*");
+            }
+            (
+                Op::Update | Op::DeleteIfMatch | Op::CompleteUpload(Guard::IfMatch),
+                Some(version),
+            ) => {
                 let Some(etag) = &version.etag else {
                     return Err(StoreError::new(StoreErrorKind::Rejected, op.method(), key)
                         .with_message(
@@ -1078,11 +1183,21 @@ impl HttpStore {
             Some(timeout) => timeout?,
             None => self.time_left(op, key, deadline)?,
         };
-        let request = self
-            .agent
-            .configure_request(request.map(|()| body))
-            .timeout_global(Some(timeout))
-            .build();
+        let request = self.agent.configure_request(request.map(|()| body));
+        let request = match op {
+            // With no deadline, a stream's body is bounded by nothing: each
+            // stage up to the answer's head by the time left.
+            Op::Open {
+                body_bounded: false,
+            } => request
+                .timeout_global(None)
+                .timeout_resolve(Some(timeout))
+                .timeout_connect(Some(timeout))
+                .timeout_send_request(Some(timeout))
+                .timeout_recv_response(Some(timeout)),
+            _ => request.timeout_global(Some(timeout)),
+        }
+        .build();
         let mut response = self
             .agent
             .run(request)
@@ -1094,6 +1209,15 @@ impl HttpStore {
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         // A cap beyond u64 (never, in practice) reads everything.
         let cap = u64::try_from(self.max_body).unwrap_or(u64::MAX);
+        if matches!(op, Op::Open { .. }) && (200..300).contains(&status) {
+            let (parts, stream) = response.into_parts();
+            return Ok(Answer {
+                status,
+                headers: parts.headers,
+                body: Ok(Vec::new()),
+                stream: Some(stream),
+            });
+        }
         let body = if op == Op::Head {
             // An answer to HEAD has no body, whatever length it declares.
             Ok(Vec::new())
@@ -1128,16 +1252,27 @@ impl HttpStore {
             status,
             headers: response.into_parts().0.headers,
             body,
+            stream: None,
         })
     }
 
     /// `Ok(answer)` when the answer means success for `op`, else its error.
+    /// A completion's `200` whose body is an `<Error>` is the error its
+    /// code says ([`multipart::status_of_error`]).
     fn check(&self, op: Op, key: &str, answer: Answer) -> Result<Answer, StoreError> {
-        let parsed = match &answer.body {
-            Ok(bytes) if !(200..300).contains(&answer.status) => ErrorBody::parse(bytes),
-            _ => ErrorBody::default(),
+        let success = (200..300).contains(&answer.status);
+        let (status, parsed) = match &answer.body {
+            Ok(bytes) if !success => (answer.status, ErrorBody::parse(bytes)),
+            Ok(bytes) if matches!(op, Op::CompleteUpload(_)) => {
+                let parsed = ErrorBody::parse(bytes);
+                match parsed.code.as_deref().map(multipart::status_of_error) {
+                    Some(status) => (status, parsed),
+                    None => (answer.status, ErrorBody::default()),
+                }
+            }
+            _ => (answer.status, ErrorBody::default()),
         };
-        let Some(kind) = failure_kind(op, answer.status, parsed.code.as_deref()) else {
+        let Some(kind) = failure_kind(op, status, parsed.code.as_deref()) else {
             return Ok(answer);
         };
         let mut error = StoreError::new(kind, op.method(), key);
@@ -1145,7 +1280,9 @@ impl HttpStore {
             // A 5xx (or 408, 429): the service's own answer.
             error = error.answered();
         }
-        if let Some(retry_after) = throttle_of_parts(&answer, parsed.code.as_deref()) {
+        if let Some(retry_after) =
+            throttle_of_parts(status, &answer.headers, parsed.code.as_deref())
+        {
             error = error.throttled(retry_after);
         }
         let mut error = error.with_code(
@@ -1179,6 +1316,11 @@ impl HttpStore {
             }
             (Err(cap), _) => Some(format!(
                 "error body larger than the {cap}-byte cap, not read"
+            )),
+            (Ok(_), message) if success => Some(format!(
+                "{} (in the body of a {} answer, as S3 may answer a completion)",
+                message.as_deref().unwrap_or("no message"),
+                answer.status
             )),
             (Ok(_), message) => message,
         };
@@ -1310,14 +1452,19 @@ fn throttle_of(answer: &Answer) -> Option<Option<Duration>> {
         Ok(bytes) if answer.status == 503 => ErrorBody::parse(bytes).code,
         _ => None,
     };
-    throttle_of_parts(answer, code.as_deref())
+    throttle_of_parts(answer.status, &answer.headers, code.as_deref())
 }
 
-/// [`throttle_of`], with the answer's error code already read.
-fn throttle_of_parts(answer: &Answer, code: Option<&str>) -> Option<Option<Duration>> {
-    let throttled = answer.status == 429
-        || (answer.status == 503 && code.is_some_and(|c| c.starts_with("SlowDown")));
-    throttled.then(|| retry_after(&answer.headers))
+/// [`throttle_of`], with the answer's status (the one its error code
+/// stands for) and error code already read.
+fn throttle_of_parts(
+    status: u16,
+    headers: &HeaderMap,
+    code: Option<&str>,
+) -> Option<Option<Duration>> {
+    let throttled =
+        status == 429 || (status == 503 && code.is_some_and(|c| c.starts_with("SlowDown")));
+    throttled.then(|| retry_after(headers))
 }
 
 /// The longest `Retry-After` honoured: a longer one is taken as this.
@@ -1334,17 +1481,32 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 const MAX_ATTEMPTS: u32 = 3;
 
 /// Whether `error` is worth trying `op` again for: a request that was not
-/// sent (nothing can have landed), or a read or an unconditional delete
-/// (the same request again does no harm) that got no answer or a transient
-/// one (5xx, 408, 429: `SlowDown`, `InternalError`, `RequestTimeout`). A
-/// write that may have reached the service is never re-sent: the lease
+/// sent (nothing can have landed), or one that the same request again does
+/// no harm to (a read, an unconditional delete, and of an upload: a part,
+/// which a second send under its number replaces; an abort, which a second
+/// send finds done; a begin, whose duplicate is an empty upload nobody
+/// learns the id of, as the first may be after a lost answer) that got no
+/// answer or a transient one (5xx, 408, 429: `SlowDown`, `InternalError`,
+/// `RequestTimeout`). A write that may have reached the service is never
+/// re-sent, and neither is a completion (a second one, after the first
+/// landed, would be refused by the very object the first made): the lease
 /// logic reconciles an unknown outcome by reading.
 fn retryable(op: Op, error: &StoreError) -> bool {
     use bucket_lease_core::store::Delivery;
     if error.kind() != StoreErrorKind::Transport {
         return false;
     }
-    error.delivery() == Delivery::NotSent || matches!(op, Op::Get | Op::Head | Op::Delete)
+    error.delivery() == Delivery::NotSent
+        || matches!(
+            op,
+            Op::Get
+                | Op::Head
+                | Op::Delete
+                | Op::Open { .. }
+                | Op::BeginUpload
+                | Op::UploadPart
+                | Op::AbortUpload
+        )
 }
 
 /// The pause before attempt `attempt + 1`: the core's
@@ -1578,6 +1740,61 @@ impl Store for HttpStore {
         deadline: Option<Instant>,
     ) -> Result<(), StoreError> {
         self.delete_object(key, mode, deadline)
+            .map_err(|e| self.named(e))
+    }
+
+    /// A GET whose body is read as it arrives, with no cap: the deadline
+    /// bounds the whole read; with none, each stage up to the answer's
+    /// head is bounded by the store's timeout and the body by nothing.
+    fn open(&self, key: &str, deadline: Option<Instant>) -> Result<ObjectReader, StoreError> {
+        self.open_object(key, deadline).map_err(|e| self.named(e))
+    }
+
+    fn upload_conditions(&self) -> Option<&UploadConditions> {
+        Some(&self.upload_conditions)
+    }
+
+    fn begin_upload(
+        &self,
+        key: &str,
+        metadata: &[(String, String)],
+        deadline: Option<Instant>,
+    ) -> Result<String, StoreError> {
+        self.begin_upload_object(key, metadata, deadline)
+            .map_err(|e| self.named(e))
+    }
+
+    fn upload_part(
+        &self,
+        key: &str,
+        upload: &str,
+        number: u32,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<UploadedPart, StoreError> {
+        self.upload_part_object(key, upload, number, body, deadline)
+            .map_err(|e| self.named(e))
+    }
+
+    fn complete_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        parts: &[UploadedPart],
+        mode: &PutMode,
+        deadline: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        self.complete_upload_object(key, upload, parts, mode, deadline)
+            .map_err(|e| self.named(e))
+    }
+
+    fn abort_upload(
+        &self,
+        key: &str,
+        upload: &str,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.abort_upload_object(key, upload, deadline)
             .map_err(|e| self.named(e))
     }
 }
@@ -1894,6 +2111,8 @@ fn unknown_mode(method: &'static str, key: &str) -> StoreError {
     StoreError::new(StoreErrorKind::NotImplemented, method, key)
         .with_message("the HTTP store does not know this mode; update bucket-lease-backends")
 }
+
+mod multipart;
 
 #[cfg(test)]
 mod tests;

@@ -6,13 +6,15 @@
 //! already carries. The time is a parameter so tests can pin it and compare
 //! with AWS's published examples and with botocore.
 //!
-//! The store's requests (no query string, none of the headers SigV4 adds
-//! itself) are signed here: the canonical request written into one buffer,
-//! its SHA-256, the string to sign, and one HMAC with a signing key derived
-//! once per day, region, service and set of credentials ([`KeyCache`])
-//! rather than four HMACs per request. A request of any other shape is
-//! refused with a [`SignError`] that names what it carries; the store
-//! sends none.
+//! The store's requests (none of the headers SigV4 adds itself; no query
+//! string but the three of a multipart upload: `?uploads`,
+//! `?partNumber=N&uploadId=ID` and `?uploadId=ID`, the id
+//! percent-encoded by [`uri_encode`]) are signed here: the canonical
+//! request written into one buffer, its SHA-256, the string to sign, and
+//! one HMAC with a signing key derived once per day, region, service and
+//! set of credentials ([`KeyCache`]) rather than four HMACs per request.
+//! A request of any other shape is refused with a [`SignError`] that names
+//! what it carries; the store sends none.
 //!
 //! aws-sigv4 is the tests' oracle, not a dependency of the stores: every
 //! request shape the stores send, and many more, are signed byte for byte
@@ -182,8 +184,9 @@ const SPECIAL_HEADERS: [&str; 8] = [
 /// (single percent-encoding, no path normalization,
 /// `x-amz-content-sha256`). A request
 /// of a shape the store never sends is refused, untouched: a query
-/// string, one of [`SPECIAL_HEADERS`], no host, a session token that is
-/// not a header value, a time outside the years 0 to 9999.
+/// string other than a multipart upload's ([`canonical_query`]), one of
+/// [`SPECIAL_HEADERS`], no host, a session token that is not a header
+/// value, a time outside the years 0 to 9999.
 pub(crate) fn sign_request<B>(
     credentials: &Credentials,
     region: &str,
@@ -200,9 +203,11 @@ pub(crate) fn sign_request<B>(
         )))
     };
     let uri = request.uri();
-    if uri.query().is_some() {
-        return refuse(request, "has a query string");
-    }
+    let query = match uri.query().map(canonical_query) {
+        None => String::new(),
+        Some(Ok(query)) => query,
+        Some(Err(why)) => return refuse(request, &why),
+    };
     let (Some(authority), Some(host)) = (uri.authority(), uri.host()) else {
         return refuse(request, "has no host");
     };
@@ -255,7 +260,9 @@ pub(crate) fn sign_request<B>(
     canonical.push_str(request.method().as_str());
     canonical.push('\n');
     canonical.push_str(path);
-    canonical.push_str("\n\n");
+    canonical.push('\n');
+    canonical.push_str(&query);
+    canonical.push('\n');
     let mut signed_headers = String::with_capacity(128);
     for (i, (name, value)) in headers.iter().enumerate() {
         if i > 0 && headers[i - 1].0 == *name {
@@ -312,6 +319,97 @@ pub(crate) fn sign_request<B>(
         headers.insert("x-amz-security-token", token);
     }
     Ok(())
+}
+
+/// The canonical query string of a request's `query` (as sent), or why it
+/// is not one the store sends. The store sends three, the query strings
+/// of a multipart upload: `uploads` (canonical `uploads=`), `uploadId=ID`
+/// and `partNumber=N&uploadId=ID` (in either order; canonical sorted by
+/// name). `N` is decimal digits; `ID` is not empty and is percent-encoded
+/// as [`uri_encode`] encodes (what SigV4 signs, so it is signed as sent).
+/// Any other name, a repeated one, a value where none belongs or one
+/// encoded otherwise is refused.
+fn canonical_query(query: &str) -> Result<String, String> {
+    let refuse = |why: &str| {
+        Err(format!(
+            "has the query string {query:?} ({why}; only ?uploads, ?uploadId=ID and \
+             ?partNumber=N&uploadId=ID are signed)"
+        ))
+    };
+    if query == "uploads" {
+        return Ok("uploads=".to_string());
+    }
+    let (mut part, mut upload) = (None, None);
+    for pair in query.split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let slot = match name {
+            "partNumber" => &mut part,
+            "uploadId" => &mut upload,
+            _ => return refuse(&format!("the name {name:?}")),
+        };
+        if slot.replace(value).is_some() {
+            return refuse(&format!("{name} twice"));
+        }
+    }
+    let Some(upload) = upload else {
+        return refuse("no uploadId");
+    };
+    if upload.is_empty() || uri_encode(&percent_decode(upload)) != upload {
+        return refuse("an uploadId not percent-encoded as SigV4 encodes it");
+    }
+    match part {
+        None => Ok(format!("uploadId={upload}")),
+        Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(format!("partNumber={n}&uploadId={upload}"))
+        }
+        Some(_) => refuse("a partNumber that is not a number"),
+    }
+}
+
+/// `text` percent-encoded as SigV4 encodes a query's names and values:
+/// every byte but the unreserved `A-Z a-z 0-9 - . _ ~`, as `%XX` in upper
+/// case.
+pub(crate) fn uri_encode(text: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+    }
+    out
+}
+
+/// `text` with its `%XX` escapes decoded (a `%` not followed by two hex
+/// digits is kept as it is; bytes that are not UTF-8 are replaced, which
+/// makes a value that held them fail [`canonical_query`]'s check).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                // Two hex digits: at most 255.
+                out.push(u8::try_from(high * 16 + low).unwrap_or(u8::MAX));
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// HMAC-SHA256 of `message` under `key`.
@@ -882,7 +980,10 @@ mod tests {
                 .unwrap()
         };
         for (request, why) in [
-            (get("https://h/b/?lifecycle"), "GET /b/ has a query string"),
+            (
+                get("https://h/b/?lifecycle"),
+                "GET /b/ has the query string \"lifecycle\" (the name \"lifecycle\"",
+            ),
             (get("/b/k"), "GET /b/k has no host"),
             (
                 with("x-amz-date", "20130524T000000Z"),
@@ -910,6 +1011,127 @@ mod tests {
         );
         assert!(!e.to_string().contains("a\nb"), "{e}");
         assert!(!keys.is_warm());
+    }
+
+    /// Upload ids with the characters services put in them (RGW's `2~…`,
+    /// base64's `+/=`) and others no service is known to use.
+    const AWKWARD_UPLOAD_IDS: [&str; 7] = [
+        "2~EYD6wTz5d1WaPGkww64pXjamzLIQJLh",
+        "a.b-c_d~e",
+        "VXBsb2FkIElE+/=",
+        "with space&amp=%25;",
+        "日本語😀",
+        "*'()!$,:@?#[]",
+        "0",
+    ];
+
+    #[test]
+    fn multipart_query_strings_are_signed_as_aws_sigv4_signs_them() {
+        let plain = Credentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY");
+        let temporary = plain
+            .clone()
+            .with_session_token("FwoGZXIvYXdzEJr//token+/=");
+        let keys = KeyCache::new();
+        for base in [
+            "http://127.0.0.1:9000/b/a%20key",
+            "https://h:8443/base/b/k~/x",
+        ] {
+            let mut queries = vec!["?uploads".to_string()];
+            for id in AWKWARD_UPLOAD_IDS {
+                let id = uri_encode(id);
+                queries.push(format!("?uploadId={id}"));
+                queries.push(format!("?partNumber=1&uploadId={id}"));
+                queries.push(format!("?uploadId={id}&partNumber=10000"));
+            }
+            for query in &queries {
+                for (method, payload) in [
+                    ("POST", &b""[..]),
+                    ("PUT", &[7u8; 4096][..]),
+                    ("POST", b"<CompleteMultipartUpload/>"),
+                    ("DELETE", b""),
+                ] {
+                    let request = http::Request::builder()
+                        .method(method)
+                        .uri(format!("{base}{query}"))
+                        .header("content-type", "application/xml")
+                        .header("if-none-match", "*")
+                        .header("x-amz-meta-owner", "host-7")
+                        .body(())
+                        .unwrap();
+                    for credentials in [&plain, &temporary] {
+                        let auth = assert_same_as_aws_sigv4(
+                            credentials,
+                            "us-east-1",
+                            &keys,
+                            &request,
+                            payload,
+                            example_time(),
+                        );
+                        assert!(auth.starts_with("AWS4-HMAC-SHA256"), "{auth}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_canonical_query_is_sorted_by_name_and_signs_ids_as_encoded() {
+        assert_eq!(canonical_query("uploads").unwrap(), "uploads=");
+        assert_eq!(
+            canonical_query("uploadId=2~x&partNumber=3").unwrap(),
+            "partNumber=3&uploadId=2~x"
+        );
+        assert_eq!(
+            uri_encode("a+b/c=d e~f.g-h_i%"),
+            "a%2Bb%2Fc%3Dd%20e~f.g-h_i%25"
+        );
+        for id in AWKWARD_UPLOAD_IDS {
+            let encoded = uri_encode(id);
+            assert_eq!(percent_decode(&encoded), id);
+            assert_eq!(
+                canonical_query(&format!("uploadId={encoded}")).unwrap(),
+                format!("uploadId={encoded}")
+            );
+        }
+    }
+
+    #[test]
+    fn other_query_strings_are_refused_naming_what_they_carry() {
+        let credentials = Credentials::new("AKID", "SECRET");
+        let keys = KeyCache::new();
+        for (query, why) in [
+            ("lifecycle", "the name \"lifecycle\""),
+            ("uploads=", "the name \"uploads\""),
+            ("uploads&uploadId=a", "the name \"uploads\""),
+            ("uploadId=", "an uploadId not percent-encoded"),
+            ("uploadId=a+b", "an uploadId not percent-encoded"),
+            ("uploadId=%7E", "an uploadId not percent-encoded"),
+            ("uploadId=a%2fb", "an uploadId not percent-encoded"),
+            ("uploadId=a%2", "an uploadId not percent-encoded"),
+            ("uploadId=%FF", "an uploadId not percent-encoded"),
+            ("partNumber=1", "no uploadId"),
+            (
+                "partNumber=x&uploadId=a",
+                "a partNumber that is not a number",
+            ),
+            (
+                "partNumber=&uploadId=a",
+                "a partNumber that is not a number",
+            ),
+            ("uploadId=a&uploadId=b", "uploadId twice"),
+            ("uploadId=a&versionId=b", "the name \"versionId\""),
+            ("", "the name \"\""),
+        ] {
+            let request = http::Request::post(format!("https://h/b/k?{query}"))
+                .body(())
+                .unwrap();
+            let mut ours = copy(&request);
+            let e =
+                sign_request(&credentials, "r", &keys, &mut ours, b"", example_time()).unwrap_err();
+            assert!(e.to_string().contains(why), "{query}: {e}");
+            assert!(e.to_string().contains("only ?uploads"), "{query}: {e}");
+            assert_eq!(header_list(&ours), header_list(&request), "untouched");
+        }
     }
 
     /// The four HMACs of the signing key, as AWS documents them: the

@@ -1,7 +1,16 @@
-//! The XML error bodies of S3-compatible services:
-//! `<Error><Code>…</Code><Message>…</Message><RequestId>…</RequestId></Error>`.
+//! The XML bodies of S3-compatible services: the error body
+//! `<Error><Code>…</Code><Message>…</Message><RequestId>…</RequestId></Error>`,
+//! the answers to CreateMultipartUpload
+//! (`<InitiateMultipartUploadResult><UploadId>`) and
+//! CompleteMultipartUpload (`<CompleteMultipartUploadResult><ETag>`), and
+//! the CompleteMultipartUpload request body.
+//!
+//! Reading never fails: a body that is empty, not XML, truncated or about
+//! something else gives `None` for what it does not hold, and only the
+//! root's direct children are read. Writing escapes every ETag.
 
-use quick_xml::escape::resolve_predefined_entity;
+use bucket_lease_core::multipart::UploadedPart;
+use quick_xml::escape::{escape, resolve_predefined_entity};
 use quick_xml::events::Event;
 use quick_xml::Reader;
 
@@ -19,78 +28,114 @@ pub(crate) struct ErrorBody {
     pub(crate) region: Option<String>,
 }
 
-#[derive(Clone, Copy)]
-enum Field {
-    Code,
-    Message,
-    RequestId,
-    Endpoint,
-    Region,
+impl ErrorBody {
+    /// Read the `Code`, `Message`, `RequestId`, `Endpoint` and `Region`
+    /// children of a root `Error` element. Malformed XML ends the reading;
+    /// what was read so far is kept.
+    pub(crate) fn parse(body: &[u8]) -> ErrorBody {
+        let Some([code, message, request_id, endpoint, region]) = children(
+            body,
+            "Error",
+            ["Code", "Message", "RequestId", "Endpoint", "Region"],
+        ) else {
+            return ErrorBody::default();
+        };
+        ErrorBody {
+            code,
+            message,
+            request_id,
+            endpoint,
+            region,
+        }
+    }
 }
 
-impl ErrorBody {
-    /// Read the `Code`, `Message` and `RequestId` children of a root
-    /// `Error` element. Malformed XML ends the reading; what was read so far
-    /// is kept.
-    pub(crate) fn parse(body: &[u8]) -> ErrorBody {
-        let mut parsed = ErrorBody::default();
-        let Ok(text) = std::str::from_utf8(body) else {
-            return parsed;
-        };
-        let mut reader = Reader::from_str(text);
-        let mut depth = 0usize;
-        let mut in_error = false;
-        let mut field: Option<Field> = None;
-        let mut value = String::new();
-        loop {
-            match reader.read_event() {
-                Ok(Event::Start(start)) => {
-                    depth += 1;
-                    let name = start.local_name();
-                    if depth == 1 {
-                        in_error = name.as_ref() == "Error";
-                    } else if depth == 2 && in_error {
-                        field = match name.as_ref() {
-                            "Code" => Some(Field::Code),
-                            "Message" => Some(Field::Message),
-                            "RequestId" => Some(Field::RequestId),
-                            "Endpoint" => Some(Field::Endpoint),
-                            "Region" => Some(Field::Region),
-                            _ => None,
-                        };
-                        value.clear();
-                    }
-                }
-                Ok(Event::End(_)) => {
-                    if depth == 2 {
-                        if let Some(f) = field.take() {
-                            let v = Some(value.trim().to_string()).filter(|v| !v.is_empty());
-                            match f {
-                                Field::Code => parsed.code = v,
-                                Field::Message => parsed.message = v,
-                                Field::RequestId => parsed.request_id = v,
-                                Field::Endpoint => parsed.endpoint = v,
-                                Field::Region => parsed.region = v,
-                            }
-                        }
-                    }
-                    depth = depth.saturating_sub(1);
-                }
-                Ok(Event::Text(text)) if field.is_some() => value.push_str(&text.xml10_content()),
-                Ok(Event::CData(data)) if field.is_some() => value.push_str(&data.xml10_content()),
-                Ok(Event::GeneralRef(reference)) if field.is_some() => {
-                    if let Ok(Some(c)) = reference.resolve_char_ref() {
-                        value.push(c);
-                    } else if let Some(s) = resolve_predefined_entity(&reference.xml10_content()) {
-                        value.push_str(s);
-                    }
-                }
-                Ok(Event::Eof) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
-        parsed
+/// The upload id of an answer to CreateMultipartUpload, when it holds one.
+pub(crate) fn upload_id(body: &[u8]) -> Option<String> {
+    let [id] = children(body, "InitiateMultipartUploadResult", ["UploadId"])?;
+    id
+}
+
+/// Whether `body` is an answer to CompleteMultipartUpload
+/// (`<CompleteMultipartUploadResult>`), and the ETag it gives the object
+/// (`Some(None)` when it gives none, or an empty one: Ceph RGW 16.2 answers
+/// `<ETag></ETag>`).
+pub(crate) fn completed_etag(body: &[u8]) -> Option<Option<String>> {
+    let [etag] = children(body, "CompleteMultipartUploadResult", ["ETag"])?;
+    Some(etag)
+}
+
+/// The body of a CompleteMultipartUpload request naming `parts` in the
+/// order given, their ETags escaped.
+pub(crate) fn complete_upload_body(parts: &[UploadedPart]) -> String {
+    let mut body = String::with_capacity(96 + parts.len() * 96);
+    body.push_str("<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
+    for part in parts {
+        body.push_str("<Part><PartNumber>");
+        body.push_str(&part.number.to_string());
+        body.push_str("</PartNumber><ETag>");
+        body.push_str(&escape(part.etag.as_str()));
+        body.push_str("</ETag></Part>");
     }
+    body.push_str("</CompleteMultipartUpload>");
+    body
+}
+
+/// The text of the direct children named `names` of a root element named
+/// `root` (each trimmed; empty is `None`), or `None` when the body's root
+/// is another element, or none. Malformed XML ends the reading; what was
+/// read so far is kept.
+fn children<const N: usize>(
+    body: &[u8],
+    root: &str,
+    names: [&str; N],
+) -> Option<[Option<String>; N]> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut found: [Option<String>; N] = std::array::from_fn(|_| None);
+    let mut reader = Reader::from_str(text);
+    let mut depth = 0usize;
+    // Whether the current root element is `root`, and whether one was.
+    let (mut in_root, mut matched) = (false, false);
+    let mut field: Option<usize> = None;
+    let mut value = String::new();
+    loop {
+        match reader.read_event() {
+            Ok(Event::Start(start)) => {
+                depth += 1;
+                let name = start.local_name();
+                if depth == 1 {
+                    in_root = name.as_ref() == root;
+                    matched |= in_root;
+                } else if depth == 2 && in_root {
+                    field = names.iter().position(|n| name.as_ref() == *n);
+                    value.clear();
+                }
+            }
+            Ok(Event::Empty(empty)) if depth == 0 => {
+                matched |= empty.local_name().as_ref() == root;
+            }
+            Ok(Event::End(_)) => {
+                if depth == 2 {
+                    if let Some(i) = field.take() {
+                        found[i] = Some(value.trim().to_string()).filter(|v| !v.is_empty());
+                    }
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Ok(Event::Text(text)) if field.is_some() => value.push_str(&text.xml10_content()),
+            Ok(Event::CData(data)) if field.is_some() => value.push_str(&data.xml10_content()),
+            Ok(Event::GeneralRef(reference)) if field.is_some() => {
+                if let Ok(Some(c)) = reference.resolve_char_ref() {
+                    value.push(c);
+                } else if let Some(s) = resolve_predefined_entity(&reference.xml10_content()) {
+                    value.push_str(s);
+                }
+            }
+            Ok(Event::Eof) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    matched.then_some(found)
 }
 
 #[cfg(test)]
@@ -143,6 +188,67 @@ mod tests {
         let truncated = ErrorBody::parse(b"<Error><Code>NoSuchKey</Code><Message>The");
         assert_eq!(truncated.code.as_deref(), Some("NoSuchKey"));
         assert_eq!(truncated.message, None);
+    }
+
+    #[test]
+    fn reads_an_upload_id_and_a_completions_etag() {
+        let initiated = br#"<?xml version="1.0" encoding="UTF-8"?>
+<InitiateMultipartUploadResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Bucket>b</Bucket><Key>k</Key><UploadId>2~EYD6wTz5d1W&amp;x</UploadId>
+</InitiateMultipartUploadResult>"#;
+        assert_eq!(upload_id(initiated).as_deref(), Some("2~EYD6wTz5d1W&x"));
+        for other in [
+            &b""[..],
+            b"<Error><UploadId>x</UploadId></Error>",
+            b"<InitiateMultipartUploadResult><Nested><UploadId>x</UploadId></Nested>\
+              </InitiateMultipartUploadResult>",
+            b"<InitiateMultipartUploadResult><UploadId> </UploadId>\
+              </InitiateMultipartUploadResult>",
+        ] {
+            assert_eq!(upload_id(other), None);
+        }
+        // S3 may send spaces before the result, to keep the connection.
+        let completed = b"  \n <?xml version=\"1.0\"?><CompleteMultipartUploadResult>\
+            <Location>l</Location><ETag>&quot;3858f62230ac3c915f300c664312c11f-9&quot;</ETag>\
+            </CompleteMultipartUploadResult>";
+        assert_eq!(
+            completed_etag(completed),
+            Some(Some("\"3858f62230ac3c915f300c664312c11f-9\"".to_string()))
+        );
+        // Ceph RGW 16.2's answer: an empty ETag.
+        let rgw = b"<CompleteMultipartUploadResult><Key>k</Key><ETag></ETag>\
+            </CompleteMultipartUploadResult>";
+        assert_eq!(completed_etag(rgw), Some(None));
+        assert_eq!(
+            completed_etag(b"<CompleteMultipartUploadResult/>"),
+            Some(None)
+        );
+        assert_eq!(
+            completed_etag(b"<Error><Code>InternalError</Code></Error>"),
+            None
+        );
+        assert_eq!(completed_etag(b"garbage"), None);
+    }
+
+    #[test]
+    fn a_completions_body_names_the_parts_in_order_with_their_etags_escaped() {
+        let parts = [
+            UploadedPart {
+                number: 1,
+                etag: "\"a<b>&'c\"".into(),
+            },
+            UploadedPart {
+                number: 10000,
+                etag: "plain".into(),
+            },
+        ];
+        assert_eq!(
+            complete_upload_body(&parts),
+            "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+             <Part><PartNumber>1</PartNumber><ETag>&quot;a&lt;b&gt;&amp;&apos;c&quot;</ETag>\
+             </Part><Part><PartNumber>10000</PartNumber><ETag>plain</ETag></Part>\
+             </CompleteMultipartUpload>"
+        );
     }
 
     proptest::proptest! {

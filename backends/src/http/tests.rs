@@ -354,6 +354,7 @@ fn a_get_over_the_cap_is_too_large_with_the_version_from_the_headers() {
             .map(|&(n, v)| (HeaderName::from_static(n), HeaderValue::from_static(v)))
             .collect(),
         body: Err(DEFAULT_MAX_BODY),
+        stream: None,
     };
     let e = object_of(
         "p/LEASE",
