@@ -188,7 +188,8 @@ impl fmt::Display for WriteError {
                  an upload in parts over an existing object even when told to create it only \
                  (it ignores If-None-Match on CompleteMultipartUpload), so a stale holder's \
                  upload could replace a newer holder's object; write objects of at most one \
-                 part, raise the part size, or take the lease best-effort to stream unfenced"
+                 part, raise the part size, or take the lease best-effort \
+                 (BUCKET_LEASE_CONDITIONAL=off, LeaseOptions::best_effort) to stream unfenced"
             ),
         }
     }
