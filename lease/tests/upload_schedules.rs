@@ -130,14 +130,9 @@ fn lease_on(store: Arc<dyn Store>, clock: &TestClock) -> FencedWriter {
     FencedWriter::new(Arc::new(lease))
 }
 
-/// Promise: "the probe leaves nothing behind" (a probe key beside the
-/// lease record, created then completed over; both removed).
-///
-/// Schedule: the answer to the probe's create-only PUT is lost (the PUT
-/// took effect). `probe_completion` returns at the `?` on that PUT, before
-/// the cleanup `delete` that follows, so the probe object stays in the
-/// bucket for good (nothing records it, unlike the acquire's probe
-/// objects, which the lease removes at its next renewal).
+/// The completion check leaves nothing behind even when the answer to
+/// its create-only PUT is lost (the PUT took effect): once returned at that
+/// error, it left its object in the bucket for good.
 #[test]
 fn a_lost_answer_to_the_checks_create_still_removes_its_object() {
     let store = Arc::new(MemoryStore::new());
@@ -156,89 +151,57 @@ fn a_lost_answer_to_the_checks_create_still_removes_its_object() {
     );
 }
 
-/// Promise: "the probe leaves nothing behind", on a store with a write
-/// interval (`SpacedStore`, R2's one write of a key a second).
-///
-/// Schedule: the probe writes its key three times: the PUT, the
-/// completion (spaced an interval after it) and the cleanup DELETE
-/// (spaced an interval after the completion). The DELETE's deadline is
-/// `Instant::now() + ABORT_BOUND` (2 s) on the real clock, while the
-/// spacing waits on the lease's clock; here (a test clock, which the
-/// acquire's own spaced probe moved ahead) the DELETE's turn comes after
-/// its deadline, it is not sent (TurnTooLate), and the error is dropped:
-/// the probe object stays. (With the system clock, the same happens for
-/// any write interval of 2 s or more: see the next test.)
+/// On a store with a write interval (`SpacedStore`, R2's one write of a
+/// key a second) the completion check writes its key three times: the
+/// create, the completion and the cleanup delete, each an interval after
+/// the last. The delete's bound once ignored the interval (2 s from now,
+/// on the system clock while the spacing waited on the lease's), so its
+/// turn came after it, it was not sent, and the object stayed.
 #[test]
 fn on_a_spaced_store_the_checks_object_is_removed_in_its_turn() {
-    let inner = Arc::new(MemoryStore::new());
     let clock = TestClock::new();
-    let spaced: Arc<dyn Store> = Arc::new(SpacedStore::new(
-        inner.clone(),
-        Duration::from_secs(1),
-        Arc::new(clock.clone()),
-    ));
-    let writer = lease_on(spaced, &clock);
-    // Whatever the acquire's own probe left (it removes its objects at
-    // the first renewal) is not the upload's concern.
-    let before = inner.keys();
-    let mut upload = writer.create("db/big").unwrap().part_size(PART);
-    upload.write_all(&bytes(PART + 1)).unwrap();
-    upload.finish().unwrap();
-    let mut expected = before.clone();
-    expected.push("db/big".to_string());
-    expected.sort();
-    let after = inner.keys();
-    // The lease removes its own acquire's probe objects at its renewal;
-    // nothing removes the completion check's.
-    writer.lease().renew().unwrap();
-    assert_eq!(
-        (after, inner.keys()),
-        (expected, vec!["db/LEASE".to_string(), "db/big".to_string()]),
-        "the completion check's probe object was left in the bucket"
-    );
+    removed_in_its_turn(Duration::from_secs(1), Arc::new(clock.clone()), |store| {
+        lease_on(store, &clock)
+    });
 }
 
-/// The same as the previous test on the system clock: a write interval
-/// longer than ABORT_BOUND (2 s; here 3 s) makes the probe's cleanup DELETE
-/// too late for its own 2 s bound, every time. Takes ~10 s of real time.
+/// The same on the system clock, with an interval longer than the 2 s an
+/// abort is given. Takes about 10 s.
 #[test]
 fn a_write_interval_longer_than_the_abort_bound_still_removes_the_checks_object() {
+    removed_in_its_turn(Duration::from_secs(3), Arc::new(SystemClock), |store| {
+        let lease = Lease::acquire(store, "db", LeaseOptions::new(30)).unwrap();
+        FencedWriter::new(Arc::new(lease))
+    });
+}
+
+/// Stream an object in parts through a `SpacedStore` of `interval` on
+/// `clock`, and show that only the record and the object are left once
+/// the lease's first renewal removed its acquire's own probe objects.
+fn removed_in_its_turn(
+    interval: Duration,
+    clock: Arc<dyn bucket_lease_core::Clock>,
+    writer_on: impl FnOnce(Arc<dyn Store>) -> FencedWriter,
+) {
     let inner = Arc::new(MemoryStore::new());
-    let spaced: Arc<dyn Store> = Arc::new(SpacedStore::new(
-        inner.clone(),
-        Duration::from_secs(3),
-        Arc::new(SystemClock),
-    ));
-    let lease = Lease::acquire(spaced, "db", LeaseOptions::new(30)).unwrap();
-    let writer = FencedWriter::new(Arc::new(lease));
-    let before = inner.keys();
+    let spaced: Arc<dyn Store> = Arc::new(SpacedStore::new(inner.clone(), interval, clock));
+    let writer = writer_on(spaced);
     let mut upload = writer.create("db/big").unwrap().part_size(PART);
     upload.write_all(&bytes(PART + 1)).unwrap();
     upload.finish().unwrap();
-    let mut expected = before.clone();
-    expected.push("db/big".to_string());
-    expected.sort();
-    let after = inner.keys();
-    // The lease removes its own acquire's probe objects at its renewal;
-    // nothing removes the completion check's.
     writer.lease().renew().unwrap();
     assert_eq!(
-        (after, inner.keys()),
-        (expected, vec!["db/LEASE".to_string(), "db/big".to_string()]),
-        "the completion check's probe object was left in the bucket"
+        inner.keys(),
+        ["db/LEASE", "db/big"],
+        "the completion check's object was left in the bucket"
     );
 }
 
-/// Promise: "a completion whose answer was lost is settled by the
-/// object's metadata + the upload's own mark", for objects of any size.
-///
-/// Schedule: the memory store models an HTTP client's read cap
-/// (`set_read_cap`); the completion lands and its answer is lost. The
-/// settle reads the object with `head`, which the memory store does not
-/// implement: the default `head` is a capped `get`, answering `TooLarge`
-/// for any object in parts (≥ 5 MiB). The settle then gives up: `finish`
-/// returns a transport error although our object is there, and every
-/// retry of the stream is refused as `Exists`.
+/// A completion whose answer was lost is settled by the object's metadata
+/// for objects of any size: on a store with a read cap (the memory store's
+/// models the HTTP client's) the settling read once went through the
+/// capped `get`, answered "too large" for every object in parts, and gave
+/// up, though our object was there.
 #[test]
 fn a_lost_completion_answer_is_settled_whatever_the_read_cap() {
     let store = Arc::new(Wrapped::default());
@@ -259,12 +222,8 @@ fn a_lost_completion_answer_is_settled_whatever_the_read_cap() {
     );
 }
 
-/// Promise: `FencedReader::open` reads objects of any size
-/// (`Store::open`: "for objects of any size").
-///
-/// Schedule: the memory store with a read cap (as the HTTP client's) does
-/// not implement `open`: the default reads the whole object with the
-/// capped `get`, so an object of more than the cap cannot be streamed.
+/// `FencedReader::open` reads objects of any size: on a store with a read
+/// cap it once went through the capped `get`.
 #[test]
 fn a_streamed_read_is_not_bound_by_the_read_cap() {
     let store = Arc::new(MemoryStore::new());
@@ -286,14 +245,10 @@ fn a_streamed_read_is_not_bound_by_the_read_cap() {
     assert!(read == body);
 }
 
-/// Promise: "each request takes the lease's write deadline right before
-/// it goes; nothing is sent after" the lease is lost ("at the fence, on
-/// loss ... nothing is completed afterwards").
-///
-/// Schedule: the lease is lost (mark_lost) while the completion check's
-/// PUT is under way. The check takes the write deadline once, before its
-/// PUT, and sends its BEGIN, PART and COMPLETE (a completion!) with it
-/// after the loss, without looking at the lease again.
+/// The completion check takes the write deadline right before each of its
+/// requests: a lease lost while its create is under way stops it. It once
+/// took the deadline once, and sent its beginning, part and completion
+/// after the loss.
 #[test]
 fn the_completion_check_sends_nothing_after_the_lease_is_lost() {
     let store = Arc::new(Wrapped::default());
