@@ -8,8 +8,10 @@
 //! cargo run --release --example fenced_upload --features s3 -- s3://bucket/backups 1GiB
 //! ```
 //!
-//! It prints the key, the number of parts, the time, the throughput and
-//! the process's peak resident memory. Run it twice in a row on one bucket:
+//! It reads the object back as a stream (`FencedReader::open`, its epoch
+//! checked before the first byte) and compares it with what it wrote,
+//! then prints the key, the number of parts, the time (write and read
+//! back), the throughput and the process's peak resident memory. Run it twice in a row on one bucket:
 //! the second run is a new holder at the next epoch, so a new key. With
 //! `--unfenced` it writes the same bytes as a plain multipart upload
 //! through the same store calls, without the lease: the baseline of
@@ -56,10 +58,10 @@ fn run() -> Result<(), Box<dyn Error>> {
     let (store, prefix) = config::open(&url)?;
 
     let started = Instant::now();
-    let (key, streamed) = if unfenced {
+    let (key, streamed, seconds) = if unfenced {
         let key = format!("{prefix}/unfenced/{}", std::process::id());
         let streamed = stream::unfenced(&*store, &key, size)?;
-        (key, streamed)
+        (key, streamed, started.elapsed().as_secs_f64())
     } else {
         let mut contender = Contender::new(store.clone(), &prefix, LeaseOptions::from_env(30));
         let keeper = Keeper::spawn(contender.try_acquire()?, KeeperOptions::new())?;
@@ -67,13 +69,21 @@ fn run() -> Result<(), Box<dyn Error>> {
         let key = format!("{prefix}/uploads/{epoch}");
         let writer = FencedWriter::new(keeper.lease().clone());
         let streamed = stream::fenced(&writer, &key, size)?;
+        let seconds = started.elapsed().as_secs_f64();
+        // Read back through a reader that trusts this epoch: checked
+        // before its first byte, compared as it streams.
+        let reading = Instant::now();
+        stream::read_back(store.clone(), &key, size, epoch)?;
+        println!(
+            "read back: the same {size} bytes, epoch {epoch} checked first, in {:.2} s",
+            reading.elapsed().as_secs_f64()
+        );
         let released = keeper.stop()?;
         if released != Released::Freed {
             return Err(format!("the lease was not freed: {released:?}").into());
         }
-        (key, streamed)
+        (key, streamed, seconds)
     };
-    let seconds = started.elapsed().as_secs_f64();
     let mib = size as f64 / f64::from(1 << 20);
     println!("key: {key}");
     println!("parts: {}", streamed.parts);
