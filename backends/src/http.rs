@@ -1126,6 +1126,12 @@ impl HttpStore {
                 .timed_out()
                 .not_sent());
         }
+        // A stream's whole read is bounded by its caller's deadline, however
+        // far: its stages up to the answer's head take the store's timeout
+        // as well (see `send_now`).
+        if op == (Op::Open { body_bounded: true }) {
+            return Ok(left);
+        }
         Ok(left.min(self.timeout))
     }
 
@@ -1154,7 +1160,7 @@ impl HttpStore {
         match &answer {
             Err(e) if e.delivery() == Delivery::NotSent => turn.not_sent(),
             Err(_) => turn.wrote(None),
-            Ok(answer) => turn.wrote(throttle_of(answer).flatten()),
+            Ok(answer) => turn.wrote(throttle_of(op, answer).flatten()),
         }
         answer
     }
@@ -1185,16 +1191,18 @@ impl HttpStore {
         };
         let request = self.agent.configure_request(request.map(|()| body));
         let request = match op {
-            // With no deadline, a stream's body is bounded by nothing: each
-            // stage up to the answer's head by the time left.
-            Op::Open {
-                body_bounded: false,
-            } => request
-                .timeout_global(None)
-                .timeout_resolve(Some(timeout))
-                .timeout_connect(Some(timeout))
-                .timeout_send_request(Some(timeout))
-                .timeout_recv_response(Some(timeout)),
+            // A stream's body is bounded by its deadline (by nothing without
+            // one); each stage up to the answer's head by the time left, at
+            // most the store's timeout.
+            Op::Open { body_bounded } => {
+                let head = timeout.min(self.timeout);
+                request
+                    .timeout_global(body_bounded.then_some(timeout))
+                    .timeout_resolve(Some(head))
+                    .timeout_connect(Some(head))
+                    .timeout_send_request(Some(head))
+                    .timeout_recv_response(Some(head))
+            }
             _ => request.timeout_global(Some(timeout)),
         }
         .build();
@@ -1260,18 +1268,8 @@ impl HttpStore {
     /// A completion's `200` whose body is an `<Error>` is the error its
     /// code says ([`multipart::status_of_error`]).
     fn check(&self, op: Op, key: &str, answer: Answer) -> Result<Answer, StoreError> {
+        let (status, parsed) = status_and_error(op, &answer);
         let success = (200..300).contains(&answer.status);
-        let (status, parsed) = match &answer.body {
-            Ok(bytes) if !success => (answer.status, ErrorBody::parse(bytes)),
-            Ok(bytes) if matches!(op, Op::CompleteUpload(_)) => {
-                let parsed = ErrorBody::parse(bytes);
-                match parsed.code.as_deref().map(multipart::status_of_error) {
-                    Some(status) => (status, parsed),
-                    None => (answer.status, ErrorBody::default()),
-                }
-            }
-            _ => (answer.status, ErrorBody::default()),
-        };
         let Some(kind) = failure_kind(op, status, parsed.code.as_deref()) else {
             return Ok(answer);
         };
@@ -1447,12 +1445,27 @@ impl HttpStore {
 /// Whether `answer` asks the client to slow down, and for how long when it
 /// says: `Some(retry_after)` for a 429 or a 503 whose code is S3's
 /// `SlowDown`. See [`HttpStore`] for what such an answer means.
-fn throttle_of(answer: &Answer) -> Option<Option<Duration>> {
-    let code = match &answer.body {
-        Ok(bytes) if answer.status == 503 => ErrorBody::parse(bytes).code,
-        _ => None,
-    };
-    throttle_of_parts(answer.status, &answer.headers, code.as_deref())
+fn throttle_of(op: Op, answer: &Answer) -> Option<Option<Duration>> {
+    let (status, parsed) = status_and_error(op, answer);
+    throttle_of_parts(status, &answer.headers, parsed.code.as_deref())
+}
+
+/// The status `answer` stands for, and its error body: a failure's own,
+/// and for a completion's `200` whose body is an `<Error>`, the status its
+/// code says ([`multipart::status_of_error`]).
+fn status_and_error(op: Op, answer: &Answer) -> (u16, ErrorBody) {
+    let success = (200..300).contains(&answer.status);
+    match &answer.body {
+        Ok(bytes) if !success => (answer.status, ErrorBody::parse(bytes)),
+        Ok(bytes) if matches!(op, Op::CompleteUpload(_)) => {
+            let parsed = ErrorBody::parse(bytes);
+            match parsed.code.as_deref().map(multipart::status_of_error) {
+                Some(status) => (status, parsed),
+                None => (answer.status, ErrorBody::default()),
+            }
+        }
+        _ => (answer.status, ErrorBody::default()),
+    }
 }
 
 /// [`throttle_of`], with the answer's status (the one its error code

@@ -360,6 +360,12 @@ impl<In: Transport> Connector<In> for TcpConnector {
                     if details.config.no_delay() {
                         stream.set_nodelay(true)?;
                     }
+                    // Closed, the connection is reset and whatever is still
+                    // queued to send is dropped: a request abandoned at its
+                    // deadline must not go on leaving from the kernel's
+                    // buffer, and reach the service whole after it.
+                    rustix::net::sockopt::set_socket_linger(&stream, Some(Duration::ZERO))
+                        .map_err(io::Error::from)?;
                     let transport = Tcp::new(stream, details.config);
                     (details.register_shutdown)(transport.shutdown_handle())?;
                     return Ok(Some(Either::B(transport)));

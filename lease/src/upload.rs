@@ -82,8 +82,7 @@ pub const SETTLE_BOUND: Duration = Duration::from_secs(5);
 pub const UPLOAD_METADATA: &str = "bucket-lease-upload";
 
 /// An immutable object being written in a stream. See the [module
-/// docs](self).
-#[derive(Debug)]
+/// docs](self). Its `Debug` shows where it is, never the bytes it holds.
 pub struct FencedUpload {
     /// A writer with the same lease and prefixes, for the single PUT.
     writer: FencedWriter,
@@ -94,6 +93,17 @@ pub struct FencedUpload {
     state: State,
     /// The deadline the last part went with: kept only for a mutant.
     last_part_deadline: Option<Instant>,
+}
+
+impl std::fmt::Debug for FencedUpload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedUpload")
+            .field("key", &self.key)
+            .field("part_bytes", &self.part_bytes)
+            .field("buffered", &self.buffer.len())
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]

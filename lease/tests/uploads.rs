@@ -445,3 +445,19 @@ fn a_fenced_stream_is_checked_before_its_first_byte() {
         "{plain:?}"
     );
 }
+
+#[test]
+fn an_uploads_debug_shows_where_it_is_not_its_bytes() {
+    let s = setup(|o| o);
+    let mut upload = s.writer.create("db/secret").unwrap();
+    upload.write_all(b"the user's own bytes").unwrap();
+    let shown = format!("{upload:?}");
+    assert!(
+        shown.contains("db/secret") && shown.contains("buffered: 20"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("116, 104, 101"),
+        "the bytes are shown: {shown}"
+    );
+}

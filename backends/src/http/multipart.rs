@@ -185,7 +185,18 @@ impl HttpStore {
             .map_err(|e| explain_completion(e, guard))?;
         let mut version = version_of(&answer.headers);
         match &answer.body {
-            Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => {}
+            // No result (S3 sends spaces while it works, then the result
+            // or an error): cut off, or a service that says nothing. The
+            // caller settles it by reading the object.
+            Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => {
+                return Err(StoreError::new(StoreErrorKind::Transport, op.method(), key)
+                    .with_code(format!("HTTP {}", answer.status))
+                    .with_message(
+                        "the service answered with no CompleteMultipartUploadResult: the \
+                         answer was cut off, and the upload may or may not have been completed",
+                    )
+                    .answered())
+            }
             Ok(bytes) => match xml::completed_etag(bytes) {
                 Some(Some(etag)) => version.etag = Some(etag),
                 Some(None) => {}
