@@ -504,6 +504,26 @@ fn with_hook<T>(hook: impl FnMut(Step) + 'static, request: impl FnOnce() -> T) -
 
 /// Return once `deadline` has passed: a request paused at a step (a
 /// stopped process, a slow disk) until after its deadline.
+/// A hook that pauses past `deadline` after each chunk written, and the
+/// counts of chunks written and of those written after a pause (late).
+fn pausing_after_each_chunk(deadline: Instant) -> (impl FnMut(Step), Rc<Cell<u32>>, Rc<Cell<u32>>) {
+    let (written, late) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
+    let hook = {
+        let (written, late) = (written.clone(), late.clone());
+        move |step| {
+            if step == Step::ChunkWritten {
+                if written.get() > 0 {
+                    // The previous chunk paused past the deadline.
+                    late.set(late.get() + 1);
+                }
+                written.set(written.get() + 1);
+                pause_past(deadline);
+            }
+        }
+    };
+    (hook, written, late)
+}
+
 fn pause_past(deadline: Instant) {
     while Instant::now() <= deadline {
         std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + LOCK_POLL);
@@ -532,20 +552,7 @@ fn assert_not_sent<T: std::fmt::Debug>(what: &str, answer: Result<T, StoreError>
 fn a_write_whose_deadline_passes_mid_body_writes_no_further_chunk() {
     let (dir, store) = store();
     let deadline = Instant::now() + Duration::from_secs(1);
-    let (written, late) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
-    let hook = {
-        let (written, late) = (written.clone(), late.clone());
-        move |step| {
-            if step == Step::ChunkWritten {
-                if written.get() > 0 {
-                    // The previous chunk paused past the deadline.
-                    late.set(late.get() + 1);
-                }
-                written.set(written.get() + 1);
-                pause_past(deadline);
-            }
-        }
-    };
+    let (hook, written, late) = pausing_after_each_chunk(deadline);
     let body = vec![b'x'; 2 * CHUNK + CHUNK / 2];
     let options = PutOptions::new(PutMode::Create).with_deadline(Some(deadline));
     let answer = with_hook(hook, || store.put("k", &body, &options));

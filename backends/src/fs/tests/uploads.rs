@@ -37,19 +37,7 @@ fn a_part_whose_deadline_passes_mid_body_writes_no_further_chunk() {
     let (id, _) = upload(&store, "k", &[]);
     let before = fs::metadata(upload_file(&dir.0)).unwrap().len();
     let deadline = Instant::now() + Duration::from_secs(1);
-    let (written, late) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
-    let hook = {
-        let (written, late) = (written.clone(), late.clone());
-        move |step| {
-            if step == Step::ChunkWritten {
-                if written.get() > 0 {
-                    late.set(late.get() + 1);
-                }
-                written.set(written.get() + 1);
-                pause_past(deadline);
-            }
-        }
-    };
+    let (hook, written, late) = pausing_after_each_chunk(deadline);
     let body = vec![b'x'; 2 * CHUNK + CHUNK / 2];
     let answer = with_hook(hook, || {
         store.upload_part("k", &id, 1, &body, Some(deadline))
