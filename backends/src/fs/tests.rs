@@ -504,9 +504,12 @@ fn with_hook<T>(hook: impl FnMut(Step) + 'static, request: impl FnOnce() -> T) -
 
 /// Return once `deadline` has passed: a request paused at a step (a
 /// stopped process, a slow disk) until after its deadline.
+/// A count a hook keeps and its test reads.
+type Count = Rc<Cell<u32>>;
+
 /// A hook that pauses past `deadline` after each chunk written, and the
 /// counts of chunks written and of those written after a pause (late).
-fn pausing_after_each_chunk(deadline: Instant) -> (impl FnMut(Step), Rc<Cell<u32>>, Rc<Cell<u32>>) {
+fn pausing_after_each_chunk(deadline: Instant) -> (impl FnMut(Step), Count, Count) {
     let (written, late) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
     let hook = {
         let (written, late) = (written.clone(), late.clone());
