@@ -360,7 +360,7 @@ mod tests {
         let credentials =
             Credentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
                 .with_session_token("FwoGZXIvYXdzEJr//token+/=");
-        let store = HttpStore::builder(crate::minio::PROFILE)
+        let store = HttpStore::builder(super::super::tests::profile("test"))
             .endpoint("https://storage.example.com:8443/s3/")
             .bucket("lease-bucket")
             .credentials(credentials.clone())

@@ -2,7 +2,7 @@ use super::*;
 use crate::Credentials;
 use std::time::UNIX_EPOCH;
 
-fn profile(name: &'static str) -> Profile {
+pub(super) fn profile(name: &'static str) -> Profile {
     Profile {
         name,
         addressing: Addressing::Path,
