@@ -28,7 +28,7 @@ finders=(
   "spaced-probe-keeps-acquire-stamp|-p bucket-lease-core --features mutants --test write_interval|a_renewal_due_at_a_third_of_the_smallest_ttl_lands_before_the_fence"
   "upload-completes-unconditionally|-p bucket-lease-core --features mutants --test uploads|a_completion_over_an_earlier_object_is_refused_and_the_upload_aborted"
   "upload-settled-without-mark|-p bucket-lease-core --features mutants --test uploads|another_upload_of_ours_at_the_key_is_not_taken_for_a_lost_answer"
-  "upload-completion-reuses-part-deadline|-p bucket-lease-core --features mutants --test uploads|a_deadline_passing_while_the_last_part_is_sent_completes_nothing"
+  "completion-reuses-part-deadline|-p bucket-lease-core --features mutants --test uploads|a_deadline_passing_while_the_last_part_is_sent_completes_nothing"
   "upload-left-open-on-drop|-p bucket-lease-core --features mutants --test uploads|an_upload_dropped_unfinished_is_aborted"
 )
 

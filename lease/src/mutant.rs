@@ -175,7 +175,7 @@ pub enum StoreMutant {
     /// A fenced upload's completion goes with the deadline its last part
     /// took (issue 31), so a fence that falls while the part is sent does
     /// not stop the completion.
-    UploadCompletionReusesPartDeadline,
+    CompletionReusesPartDeadline,
     /// A fenced upload dropped unfinished is left open (issue 31): its
     /// parts stay, billed, until a lifecycle rule removes them.
     UploadLeftOpenOnDrop,
@@ -199,7 +199,7 @@ impl StoreMutant {
         StoreMutant::SpacedProbeKeepsAcquireStamp,
         StoreMutant::UploadCompletesUnconditionally,
         StoreMutant::UploadSettledWithoutMark,
-        StoreMutant::UploadCompletionReusesPartDeadline,
+        StoreMutant::CompletionReusesPartDeadline,
         StoreMutant::UploadLeftOpenOnDrop,
     ];
 
@@ -221,9 +221,7 @@ impl StoreMutant {
             StoreMutant::SpacedProbeKeepsAcquireStamp => "spaced-probe-keeps-acquire-stamp",
             StoreMutant::UploadCompletesUnconditionally => "upload-completes-unconditionally",
             StoreMutant::UploadSettledWithoutMark => "upload-settled-without-mark",
-            StoreMutant::UploadCompletionReusesPartDeadline => {
-                "upload-completion-reuses-part-deadline"
-            }
+            StoreMutant::CompletionReusesPartDeadline => "completion-reuses-part-deadline",
             StoreMutant::UploadLeftOpenOnDrop => "upload-left-open-on-drop",
         }
     }

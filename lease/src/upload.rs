@@ -307,7 +307,7 @@ impl FencedUpload {
         let store = Arc::clone(self.lease().store());
         let fenced = match self
             .last_part_deadline
-            .filter(|_| StoreMutant::UploadCompletionReusesPartDeadline.on())
+            .filter(|_| StoreMutant::CompletionReusesPartDeadline.on())
         {
             Some(deadline) => Ok(deadline),
             None => self.writer.fenced_deadline(&self.key),
