@@ -202,6 +202,11 @@ impl FencedUpload {
     /// another write); [`WriteError::Store`] when a request failed (the
     /// upload is aborted; writing the stream again is safe).
     pub fn finish(mut self) -> Result<Version, WriteError> {
+        // The last part of an upload in parts (a part is sent only once a
+        // byte after it arrives, so there always is one).
+        if matches!(self.state, State::Sending { .. }) && !self.buffer.is_empty() {
+            self.send_part()?;
+        }
         match std::mem::replace(&mut self.state, State::Done) {
             State::Failed(error) => Err(error),
             State::Done => unreachable!("finish takes the upload"),
@@ -213,25 +218,7 @@ impl FencedUpload {
                 upload,
                 mark,
                 parts,
-            } => {
-                self.state = State::Sending {
-                    upload,
-                    mark,
-                    parts,
-                };
-                if !self.buffer.is_empty() {
-                    self.send_part()?;
-                }
-                let State::Sending {
-                    upload,
-                    mark,
-                    parts,
-                } = std::mem::replace(&mut self.state, State::Done)
-                else {
-                    unreachable!("a part sent keeps the upload going");
-                };
-                self.complete(&upload, &mark, &parts)
-            }
+            } => self.complete(&upload, &mark, &parts),
         }
     }
 
