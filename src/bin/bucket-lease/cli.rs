@@ -350,6 +350,20 @@ pub fn open_store(url: &str, flags: &StoreFlags) -> Result<(Arc<dyn Store>, Stri
 /// store's slack (200 ms), so the watchdog only cuts off what has none.
 pub const WATCHDOG_SLACK: Duration = Duration::from_millis(500);
 
+/// The exit code of a [`Timeout::watchdog`] that fired: it is ending the
+/// process, and its failure is the one to report.
+static WATCHDOG_FIRED: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+
+/// If a watchdog fired, wait for it to end the process (it prints its
+/// failure, bounded, and exits), and return its code should it not have
+/// within `bound`. A failure the watchdog caused (a credentials source it
+/// killed, say) must not be reported in its place, nor exit first.
+pub fn yield_to_watchdog(bound: Duration) -> Option<u8> {
+    let code = *WATCHDOG_FIRED.get()?;
+    std::thread::sleep(bound);
+    Some(code)
+}
+
 /// The overall bound of a command (`--timeout`): when it passes, the
 /// command ends with [`exit::STORE`], the code of a request that failed
 /// for now, saying what timed out and how to give it longer.
@@ -426,6 +440,9 @@ impl Timeout {
                 if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = disarmed.recv_timeout(left)
                 {
                     let failure = this.failure(doing);
+                    // First: the main thread, woken by the kill below with
+                    // an error of its own, leaves the exit to this thread.
+                    let _ = WATCHDOG_FIRED.set(failure.code);
                     kill_credential_helpers();
                     failure.print();
                     crate::log::finish(crate::EXIT_LOG_BOUND);

@@ -167,6 +167,11 @@ fn main() -> ExitCode {
     let code = match dispatch(Args::new(args)) {
         Ok(code) => code,
         Err(failure) => {
+            // The watchdog's log is bounded by EXIT_LOG_BOUND: twice that
+            // is long enough for it to exit.
+            if let Some(code) = cli::yield_to_watchdog(2 * EXIT_LOG_BOUND) {
+                return ExitCode::from(code);
+            }
             failure.print();
             failure.code
         }
