@@ -33,10 +33,11 @@ use crate::credentials::{CredentialsProvider, Source};
 use crate::delete_check::{DeleteCheck, DeleteConditions};
 use crate::net::proxy::{ProxyConnector, ProxyResolver};
 use crate::net::tls::TlsConnector;
-use crate::net::{not_sent_of, CachingResolver, Stage, TcpConnector};
+use crate::net::{self, not_sent_of, CachingResolver, Stage, TcpConnector};
 use crate::settings::{redact_user_info, url_text, ConfigError, Named, Proxies, Proxy, Trust};
 use crate::sign::{sign_request, Credentials, KeyCache};
 use crate::spelling::{same_etag, Now, Spelling};
+use crate::trace;
 use crate::xml::ErrorBody;
 use bucket_lease_core::clock::{jittered, transient_backoff, Clock, SystemClock};
 use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart};
@@ -45,6 +46,7 @@ use bucket_lease_core::spacing::WriteSpacing;
 use bucket_lease_core::store::{
     DeleteMode, Delivery, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
+use idle::IdleWatch;
 use std::fmt;
 use std::io::Read;
 use std::net::SocketAddr;
@@ -651,6 +653,7 @@ impl HttpStoreBuilder {
             max_body: self.max_body,
             spacing: self.write_interval.map(WriteSpacing::new),
             upload_conditions: UploadConditions::new(),
+            idle: IdleWatch::default(),
         })
     }
 }
@@ -780,6 +783,9 @@ pub struct HttpStore {
     /// Whether the service honours a completion's condition: the verdict
     /// of the core's fenced uploads, kept for the store's life.
     upload_conditions: UploadConditions,
+    /// How long its connections stay open while idle, as seen: when a
+    /// renewal should be warmed up.
+    idle: IdleWatch,
 }
 
 impl fmt::Debug for HttpStore {
@@ -1206,10 +1212,21 @@ impl HttpStore {
             _ => request.timeout_global(Some(timeout)),
         }
         .build();
-        let mut response = self
+        let traced = trace::begin(op.method());
+        let begun = self.idle.begin();
+        net::take_opened();
+        let ran = self
             .agent
             .run(request)
-            .map_err(|e| transport_error(op, key, &self.target, self.proxy.as_deref(), e))?;
+            .map_err(|e| transport_error(op, key, &self.target, self.proxy.as_deref(), e));
+        self.idle.end(begun, net::take_opened());
+        if let Some(traced) = traced {
+            traced.end(
+                trace_outcome(&ran),
+                ran.as_ref().ok().and_then(service_date),
+            );
+        }
+        let mut response = ran?;
         let status = response.status().as_u16();
         let declared = response
             .headers()
@@ -1609,6 +1626,58 @@ fn object_of(key: &str, answer: Answer) -> Result<Object, StoreError> {
 /// sent (through `via`, a proxy) and not answered. A certificate the
 /// client does not trust, or a proxy that refuses the tunnel, is
 /// [`StoreErrorKind::Rejected`] and permanent: trying again cannot help.
+/// How a request ended, for [`trace`].
+fn trace_outcome(ran: &Result<http::Response<ureq::Body>, StoreError>) -> trace::Outcome {
+    match ran {
+        Ok(response) => trace::Outcome::Status(response.status().as_u16()),
+        Err(e) if e.delivery() == Delivery::NotSent => trace::Outcome::NotSent,
+        Err(e) if e.is_timeout() => trace::Outcome::Timeout,
+        Err(_) => trace::Outcome::Failed,
+    }
+}
+
+/// The answer's `Date` (`Sun, 06 Nov 1994 08:49:37 GMT`, the only form
+/// HTTP/1.1 services send), when it has one that reads.
+fn service_date(response: &http::Response<ureq::Body>) -> Option<SystemTime> {
+    parse_http_date(response.headers().get("date")?.to_str().ok()?)
+}
+
+/// See [`service_date`].
+fn parse_http_date(text: &str) -> Option<SystemTime> {
+    let mut words = text.split_ascii_whitespace();
+    let (_weekday, day, month, year, clock, zone) = (
+        words.next()?,
+        words.next()?,
+        words.next()?,
+        words.next()?,
+        words.next()?,
+        words.next()?,
+    );
+    if zone != "GMT" || words.next().is_some() {
+        return None;
+    }
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = i64::try_from(MONTHS.iter().position(|m| *m == month)? + 1).ok()?;
+    let (day, year): (i64, i64) = (day.parse().ok()?, year.parse().ok()?);
+    let mut hms = clock.split(':').map(|n| n.parse::<i64>().ok());
+    let (h, m, sec) = (hms.next()??, hms.next()??, hms.next()??);
+    if !(1..=31).contains(&day) || !(1970..=9999).contains(&year) || h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    // Days from 1970-01-01 to the date (Howard Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = u64::try_from(days * 86_400 + h * 3600 + m * 60 + sec).ok()?;
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))
+}
+
 fn transport_error(
     op: Op,
     key: &str,
@@ -1719,6 +1788,20 @@ impl Store for HttpStore {
     /// ([`HttpStoreBuilder::write_interval`]).
     fn write_interval(&self) -> Option<Duration> {
         self.spacing.as_ref().map(WriteSpacing::interval)
+    }
+
+    /// One HEAD of `key`, bounded by `due`, when a connection idle until
+    /// `due` would likely be gone by what the store has seen (see
+    /// `http/idle.rs`); nothing otherwise.
+    fn warm_up(&self, key: &str, due: Instant) {
+        if due <= Instant::now() || !self.idle.needs_warming(due) {
+            return;
+        }
+        match self.head(key, Some(due)) {
+            Ok(_) => log::debug!("{key}: warmed a connection up for the renewal"),
+            Err(e) if e.kind() == StoreErrorKind::NotFound => {}
+            Err(e) => log::debug!("{key}: warming a connection up failed: {e}"),
+        }
     }
 
     fn await_write_turn(&self, key: &str, deadline: Option<Instant>) {
@@ -2125,6 +2208,7 @@ fn unknown_mode(method: &'static str, key: &str) -> StoreError {
         .with_message("the HTTP store does not know this mode; update bucket-lease-backends")
 }
 
+mod idle;
 mod multipart;
 
 #[cfg(test)]

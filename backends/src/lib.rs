@@ -88,6 +88,7 @@ mod settings;
 mod sign;
 #[cfg(http)]
 mod spelling;
+pub mod trace;
 #[cfg(http)]
 mod xml;
 

@@ -325,6 +325,18 @@ impl Resolver for CachingResolver {
     }
 }
 
+thread_local! {
+    /// Whether this thread opened a connection since [`take_opened`].
+    static OPENED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread opened a TCP connection since the last call: the
+/// HTTP client asks around each request, to learn whether the one it kept
+/// was still open (see `http::idle`).
+pub(crate) fn take_opened() -> bool {
+    OPENED.with(|o| o.replace(false))
+}
+
 /// Opens [`Tcp`] transports (see the module); passes on a transport an
 /// earlier connector in the chain made (a proxy's).
 #[derive(Debug, Default)]
@@ -343,6 +355,7 @@ impl<In: Transport> Connector<In> for TcpConnector {
         }
         let deadline = (!details.timeout.after.is_not_happening())
             .then(|| Instant::now() + *details.timeout.after);
+        let began = Instant::now();
         let mut last = None;
         let count = details.addrs.len();
         for (i, addr) in details.addrs.iter().enumerate() {
@@ -368,6 +381,8 @@ impl<In: Transport> Connector<In> for TcpConnector {
                         .map_err(io::Error::from)?;
                     let transport = Tcp::new(stream, details.config);
                     (details.register_shutdown)(transport.shutdown_handle())?;
+                    OPENED.with(|o| o.set(true));
+                    crate::trace::connected(began.elapsed());
                     return Ok(Some(Either::B(transport)));
                 }
                 Err(e) => last = Some(e),

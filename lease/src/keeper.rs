@@ -513,9 +513,23 @@ impl Renewer {
     /// reporting it.
     fn renew_until_stopped(&self) -> Option<Event> {
         let mut schedule = RenewalSchedule::new(&self.lease);
+        // The wake-up the store was last warmed up for.
+        let mut warmed = None;
         loop {
             match schedule.step(&self.lease) {
                 Step::Wait { until } => {
+                    let lead = warm_up_lead(self.lease.renew_interval());
+                    let warm_at = until.checked_sub(lead);
+                    if let Some(at) =
+                        warm_at.filter(|at| warmed != Some(until) && *at > self.clock().now())
+                    {
+                        if !self.wait_for(Some(at)) {
+                            return None;
+                        }
+                        warm_up_guarded(&self.lease, until);
+                        warmed = Some(until);
+                        continue;
+                    }
                     if !self.wait_for(Some(until)) {
                         return None;
                     }
@@ -548,6 +562,32 @@ impl Renewer {
             recv(self.stop) -> _ => false,
             recv(timer) -> _ => true,
         }
+    }
+}
+
+/// How long before a renewal a keeper asks the store to
+/// [warm up](crate::Store::warm_up): long enough for a TCP and a TLS
+/// handshake over a long path, short against the idle time after which
+/// services close connections (5 s and up), and never more than a quarter
+/// of the renewal interval.
+pub const WARM_UP_LEAD: Duration = Duration::from_secs(1);
+
+/// The lead for a renewal every `interval`: see [`WARM_UP_LEAD`].
+pub fn warm_up_lead(interval: Duration) -> Duration {
+    WARM_UP_LEAD.min(interval / 4)
+}
+
+/// [`Store::warm_up`](crate::Store::warm_up) for `lease`'s next renewal
+/// due at `due`; a panic in it is logged, never passed on (the renewal
+/// itself decides the lease's fate).
+pub(crate) fn warm_up_guarded(lease: &Lease, due: Instant) {
+    let warmed = catch_unwind(AssertUnwindSafe(|| lease.store().warm_up(lease.key(), due)));
+    if let Err(panic) = warmed {
+        log::warn!(
+            "{}: warming the store up for the renewal panicked: {}",
+            lease.key(),
+            panic_message(&*panic)
+        );
     }
 }
 

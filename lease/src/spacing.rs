@@ -313,6 +313,10 @@ impl Store for SpacedStore {
         self.inner.concurrent_requests()
     }
 
+    fn warm_up(&self, key: &str, due: Instant) {
+        self.inner.warm_up(key, due);
+    }
+
     fn condition_spelling(&self) -> u64 {
         self.inner.condition_spelling()
     }

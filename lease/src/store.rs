@@ -194,6 +194,20 @@ pub trait Store: Send + Sync + fmt::Debug {
         Ok(object)
     }
 
+    /// Get ready for a write of `key` due at `due` (a renewal): a store
+    /// whose kept connection may have been closed while idle (by the
+    /// service or a load balancer) opens or refreshes one now, so that the
+    /// write costs one round trip rather than a TCP and a TLS handshake
+    /// more. Best effort and read-only: it changes nothing in the store,
+    /// reports nothing, and returns by `due` (every request it sends is
+    /// bounded by it). The default does nothing. A [`Keeper`] calls it
+    /// shortly before each renewal.
+    ///
+    /// [`Keeper`]: crate::Keeper
+    fn warm_up(&self, key: &str, due: Instant) {
+        let _ = (key, due);
+    }
+
     /// Whether independent requests may be sent at once, from several
     /// threads (an acquire's four probe writes, so that it costs about
     /// three round trips instead of six). `false`, the default, sends them

@@ -74,6 +74,60 @@ fn renewals_come_every_third_of_a_ttl_on_the_keeper_thread() {
     assert_eq!(threads.last().unwrap().as_deref(), Some("bucket-lease"));
 }
 
+/// Wait (in real time, bounded) until the store has had `n` warm-ups.
+fn warm_ups_reach(store: &Recording, n: usize) -> Vec<std::time::Instant> {
+    let end = std::time::Instant::now() + PATIENCE;
+    loop {
+        let seen = store.warm_ups.lock().unwrap().clone();
+        if seen.len() >= n || std::time::Instant::now() > end {
+            return seen;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The store is asked to warm up a second before each renewal (a quarter
+/// of the interval at most), for that renewal's instant, and not again;
+/// the renewal follows at its time. A warm-up that panics changes nothing.
+#[test]
+fn the_store_is_warmed_up_shortly_before_each_renewal() {
+    let (store, clock, keeper) = start(30);
+    let events = keeper.events().clone();
+    let first_due = clock.now() + secs(10);
+    clock.advance(Duration::from_millis(8_990));
+    nothing_yet(&events);
+    assert!(store.warm_ups.lock().unwrap().is_empty());
+    let puts = store.put_times.lock().unwrap().len();
+    clock.advance(Duration::from_millis(10));
+    assert_eq!(warm_ups_reach(&store, 1), [first_due]);
+    nothing_yet(&events);
+    assert_eq!(
+        store.put_times.lock().unwrap().len(),
+        puts,
+        "warmed, not renewed"
+    );
+    clock.advance(secs(1));
+    assert!(matches!(next(&events), Event::Renewed { .. }));
+    assert_eq!(store.warm_ups.lock().unwrap().len(), 1, "once per renewal");
+    store.panic_on_warm_up.store(true, Ordering::SeqCst);
+    clock.advance(secs(9));
+    assert_eq!(warm_ups_reach(&store, 2).len(), 2);
+    clock.advance(secs(1));
+    assert!(matches!(next(&events), Event::Renewed { .. }));
+    assert!(keeper.may_write());
+    // TTL 3: the interval is 1 s, and the lead a quarter of it.
+    let (store, clock, keeper) = start(3);
+    let events = keeper.events().clone();
+    let due = clock.now() + secs(1);
+    clock.advance(Duration::from_millis(740));
+    nothing_yet(&events);
+    assert!(store.warm_ups.lock().unwrap().is_empty());
+    clock.advance(Duration::from_millis(10));
+    assert_eq!(warm_ups_reach(&store, 1), [due]);
+    clock.advance(Duration::from_millis(250));
+    assert!(matches!(next(&events), Event::Renewed { .. }));
+}
+
 #[test]
 fn each_renewal_is_bounded_by_the_write_deadline() {
     let (store, clock, keeper) = start(30);

@@ -181,6 +181,10 @@ pub struct Seen {
     /// When it was sent to the upstream server (after any delay); `None`
     /// when it was not forwarded.
     pub forwarded: Option<Instant>,
+    /// Which client connection it came on (1, 2, … in the order accepted).
+    pub connection: usize,
+    /// Which request of that connection it was (0 for the first).
+    pub nth: usize,
 }
 
 struct Shared {
@@ -190,6 +194,8 @@ struct Shared {
     delay: Mutex<Duration>,
     refuse_quoted_if_match: std::sync::atomic::AtomicBool,
     limit: Mutex<Limiter>,
+    idle_close: Mutex<Option<Duration>>,
+    connections: std::sync::atomic::AtomicUsize,
 }
 
 /// Which writes of a key start the window in which the next write of that
@@ -311,6 +317,8 @@ impl FaultProxy {
             delay: Mutex::new(Duration::ZERO),
             refuse_quoted_if_match: std::sync::atomic::AtomicBool::new(false),
             limit: Mutex::new(Limiter::default()),
+            idle_close: Mutex::new(None),
+            connections: std::sync::atomic::AtomicUsize::new(0),
         });
         let accepting = Arc::clone(&shared);
         std::thread::spawn(move || {
@@ -320,6 +328,13 @@ impl FaultProxy {
             }
         });
         FaultProxy { port, shared }
+    }
+
+    /// Close a client connection that sent nothing for `idle` after its
+    /// last answer (the server side closes it, as nginx, load balancers and
+    /// some S3-compatible servers do); `None`, the default, keeps it.
+    pub fn close_idle(&self, idle: Option<Duration>) {
+        *self.shared.idle_close.lock().unwrap() = idle;
     }
 
     /// The port it listens on (127.0.0.1).
@@ -538,6 +553,11 @@ fn serve(client: TcpStream, shared: &Shared) {
     let Ok(mut to_client) = client.try_clone() else {
         return;
     };
+    let connection = shared
+        .connections
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        + 1;
+    let mut nth = 0;
     let mut reader = BufReader::new(client);
     // A request starts with its method's capital letters; anything else
     // (a TLS ClientHello) gets what a plain-HTTP server would answer.
@@ -552,6 +572,8 @@ fn serve(client: TcpStream, shared: &Shared) {
                 status: Some(400),
                 arrived: Instant::now(),
                 forwarded: None,
+                connection,
+                nth: 0,
             });
             let _ = to_client.write_all(
                 b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
@@ -560,7 +582,15 @@ fn serve(client: TcpStream, shared: &Shared) {
             return;
         }
     }
-    while let Some(head) = read_head(&mut reader) {
+    loop {
+        // Idle for the set time with nothing sent: closed from our side.
+        let idle = *shared.idle_close.lock().unwrap();
+        let _ = reader.get_ref().set_read_timeout(idle);
+        let Some(head) = read_head(&mut reader) else {
+            let _ = to_client.shutdown(Shutdown::Both);
+            return;
+        };
+        let _ = reader.get_ref().set_read_timeout(None);
         let arrived = Instant::now();
         let mut body = vec![0; head.content_length];
         if reader.read_exact(&mut body).is_err() {
@@ -659,7 +689,10 @@ fn serve(client: TcpStream, shared: &Shared) {
             status: reply.as_deref().and_then(status_of),
             arrived,
             forwarded,
+            connection,
+            nth,
         });
+        nth += 1;
         let written = reply.is_some_and(|bytes| to_client.write_all(&bytes).is_ok());
         if !written || !keep_open {
             let _ = to_client.shutdown(Shutdown::Both);

@@ -1527,3 +1527,35 @@ fn every_request_shape_is_signed_as_aws_sigv4_signs_it() {
     }
     assert!(count > 1000, "{count}");
 }
+
+/// `Date` as services send it, and what is not it.
+#[test]
+fn http_dates_read_to_the_second() {
+    let at = |s: u64| Some(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+    assert_eq!(
+        parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+        at(784_111_777)
+    );
+    assert_eq!(parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT"), at(0));
+    assert_eq!(
+        parse_http_date("Wed, 02 Dec 2026 07:30:00 GMT"),
+        at(1_796_196_600)
+    );
+    assert_eq!(
+        parse_http_date("Tue, 29 Feb 2028 23:59:59 GMT"),
+        at(1_835_481_599)
+    );
+    for bad in [
+        "",
+        "Sun, 06 Nov 1994 08:49:37",
+        "Sun, 06 Nov 1994 08:49:37 PST",
+        "Sunday, 06-Nov-94 08:49:37 GMT",
+        "Sun, 06 Foo 1994 08:49:37 GMT",
+        "Sun, 32 Nov 1994 08:49:37 GMT",
+        "Sun, 06 Nov 1994 24:49:37 GMT",
+        "Sun, 06 Nov 1994 08:49 GMT",
+        "Sun, 06 Nov 1994 08:49:37 GMT extra",
+    ] {
+        assert_eq!(parse_http_date(bad), None, "{bad:?}");
+    }
+}

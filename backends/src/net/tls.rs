@@ -309,9 +309,11 @@ impl<In: Transport> Connector<In> for TlsConnector {
             .map_err(|e| not_sent(Stage::Tls, io::ErrorKind::Other, e))?;
         let mut socket = TransportAdapter::new(transport.boxed(), details.current_time.clone());
         socket.set_timeout(time_left(details));
+        let began = std::time::Instant::now();
         connection
             .complete_io(&mut socket)
             .map_err(|e| handshake_error(e, &self.trusted))?;
+        crate::trace::handshook(began.elapsed());
         if connection.is_handshaking() {
             return Err(not_sent(
                 Stage::Tls,

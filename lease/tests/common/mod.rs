@@ -15,6 +15,11 @@ pub struct Recording {
     pub put_threads: Mutex<Vec<Option<String>>>,
     pub put_modes: Mutex<Vec<PutMode>>,
     pub panic_on_put: AtomicBool,
+    /// Each write's instant, as it arrived.
+    pub put_times: Mutex<Vec<Instant>>,
+    /// Each warm-up, by the instant of the renewal it was for.
+    pub warm_ups: Mutex<Vec<Instant>>,
+    pub panic_on_warm_up: AtomicBool,
 }
 
 impl Recording {
@@ -33,6 +38,7 @@ impl Store for Recording {
     }
 
     fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        self.put_times.lock().unwrap().push(Instant::now());
         self.put_deadlines.lock().unwrap().push(options.deadline);
         self.put_modes.lock().unwrap().push(options.mode.clone());
         let name = std::thread::current().name().map(str::to_string);
@@ -45,5 +51,12 @@ impl Store for Recording {
 
     fn delete(&self, key: &str, mode: &DeleteMode, d: Option<Instant>) -> Result<(), StoreError> {
         self.inner.delete(key, mode, d)
+    }
+
+    fn warm_up(&self, _key: &str, due: Instant) {
+        self.warm_ups.lock().unwrap().push(due);
+        if self.panic_on_warm_up.load(Ordering::SeqCst) {
+            panic!("injected panic in a warm-up");
+        }
     }
 }
