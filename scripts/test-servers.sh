@@ -20,6 +20,7 @@
 #
 # `start` installs what is missing (a Python venv in .venv from PyPI, s3rver
 # from npm in .ci/tmp/node, Debian's ceph-mon ceph-osd radosgw ceph-common
+# and chromium (for the bench plot's test, not a server)
 # with apt-get, which runs `apt-get update` only when the install needs it),
 # starts each server on a free port (Ceph's daemons as plain processes, no
 # systemd, everything under .ci/tmp/servers/ceph: configuration, keyrings,
@@ -52,7 +53,9 @@ nanio_key=nanio-test-key
 nanio_secret=nanio-test-secret-0123456789
 rgw_key=rgw-test-key
 rgw_secret=rgw-test-secret-0123456789
-ceph_packages=(ceph-mon ceph-osd radosgw ceph-common)
+# Chromium is not a server: the test that looks at a bench plot
+# (tests/cli_bench_plot.rs) opens it there.
+debian_packages=(ceph-mon ceph-osd radosgw ceph-common chromium)
 requirements=("moto[s3]==5.2.5" "flask" "flask-cors" "werkzeug" "waitress==3.0.2" "botocore" "localbucket==1.2.1" "nanio==0.1.7")
 
 # start_time PID: the process's start time (clock ticks after boot, field
@@ -139,14 +142,14 @@ install() {
     mkdir -p "$node_dir"
     (cd "$node_dir" && npm install --silent --no-audit --no-fund --no-save s3rver@3.7.1 >/dev/null)
   fi
-  install_ceph
+  install_debian_packages
 }
 
-# Debian's Ceph packages, when one is missing: apt-get update only if the
+# Debian's packages (Ceph, Chromium), when one is missing: apt-get update only if the
 # install fails without it (a stale or empty package list).
-install_ceph() {
+install_debian_packages() {
   local missing=() package
-  for package in "${ceph_packages[@]}"; do
+  for package in "${debian_packages[@]}"; do
     dpkg-query -W -f='${Status}\n' "$package" 2>/dev/null | grep -q "install ok installed" ||
       missing+=("$package")
   done

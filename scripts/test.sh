@@ -14,6 +14,8 @@ set -a
 . .ci/tmp/servers.env
 set +a
 export BUCKET_LEASE_REQUIRE_SERVERS=1
+# test-servers.sh installed Chromium: the plot test must not skip.
+export BUCKET_LEASE_REQUIRE_CHROMIUM=1
 
 cargo test --workspace --all-features
 echo "== the core's internals cannot be named without its feature internals (compile-fail doctests)"

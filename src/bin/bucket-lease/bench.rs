@@ -73,6 +73,12 @@ enum Key {
     BestEffort,
     Json,
     Timeout,
+    Interval,
+    Duration,
+    Leases,
+    Csv,
+    Plot,
+    Compare,
 }
 
 /// `bench`'s table: parsing, help, completions and the man page.
@@ -118,8 +124,54 @@ const OPTIONS: &[Opt<Key>] = &[
         long: "timeout",
         short: None,
         value: Some("DURATION"),
-        help: "give up after DURATION (exit 69; default 10m), then take at most 2 s more to \
-               release and remove the scratch lease",
+        help: "give up after DURATION (exit 69; default 10m, or --duration and 2m more), then \
+               take at most 2 s more to release and remove the scratch leases",
+    },
+    Opt {
+        key: Key::Interval,
+        long: "interval",
+        short: None,
+        value: Some("DURATION"),
+        help: "renew at this cadence, open loop, rather than back to back (default a third of \
+               the TTL when --duration is given); each renewal's latency counts from its \
+               scheduled instant",
+    },
+    Opt {
+        key: Key::Duration,
+        long: "duration",
+        short: None,
+        value: Some("DURATION"),
+        help: "how long to renew at the cadence (default 1m when --interval is given)",
+    },
+    Opt {
+        key: Key::Leases,
+        long: "leases",
+        short: None,
+        value: Some("N"),
+        help: "renew N leases at once at the cadence, each on a scratch prefix of its own under \
+               one prefix (default 1, at most 1000)",
+    },
+    Opt {
+        key: Key::Csv,
+        long: "csv",
+        short: None,
+        value: Some("FILE"),
+        help: "write every renewal of the cadence run to FILE, one CSV line each",
+    },
+    Opt {
+        key: Key::Plot,
+        long: "plot",
+        short: None,
+        value: Some("FILE"),
+        help: "draw the cadence run's latency CDF and time series in FILE (SVG)",
+    },
+    Opt {
+        key: Key::Compare,
+        long: "compare",
+        short: None,
+        value: Some("A.json"),
+        help: "compare two runs' --json outputs (bench --compare A.json B.json): each \
+               percentile of renewal latency in A and B, and B/A; nothing is sent",
     },
 ];
 
@@ -155,7 +207,9 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     let cmd = p.command;
     let (mut url, mut iters, mut renewals, mut ttl_s, mut json, mut best_effort) =
         (None, DEFAULT_ITERS, DEFAULT_RENEWALS, 30, false, false);
-    let mut limit = DEFAULT_TIMEOUT;
+    let mut limit = None;
+    let mut cadence = CadenceArgs::default();
+    let mut compare = None;
     while let Some(arg) = p.next(OPTIONS, true)? {
         match arg {
             Arg::Help => return Ok(crate::print_help(&spec())),
@@ -168,14 +222,33 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
                     Key::Ttl => ttl_s = parse_ttl(cmd, "--ttl", &value)?,
                     Key::Json => json = true,
                     Key::BestEffort => best_effort = true,
-                    Key::Timeout => limit = parse_duration(cmd, "--timeout", &value)?,
+                    Key::Timeout => limit = Some(parse_duration(cmd, "--timeout", &value)?),
+                    Key::Interval => {
+                        cadence.interval = Some(parse_duration(cmd, "--interval", &value)?);
+                    }
+                    Key::Duration => {
+                        cadence.duration = Some(parse_duration(cmd, "--duration", &value)?);
+                    }
+                    Key::Leases => cadence.leases = Some(parse_count(cmd, "--leases", &value)?),
+                    Key::Csv => cadence.csv = Some(value.into()),
+                    Key::Plot => cadence.plot = Some(value.into()),
+                    Key::Compare => compare = Some(value),
                 }
             }
             Arg::Word(word) => set_url(cmd, &mut url, word)?,
         }
     }
+    if let Some(a) = compare {
+        let b = require_url(cmd, url)?;
+        return crate::cadence::command::compare_files(&a, &b, json);
+    }
     let url = require_url(cmd, url)?;
+    let cadence = cadence.plan(cmd, ttl_s)?;
     p.init_logging();
+    let limit = limit.unwrap_or_else(|| match &cadence {
+        Some(c) => DEFAULT_TIMEOUT.max(c.plan.duration + Duration::from_secs(120)),
+        None => DEFAULT_TIMEOUT,
+    });
     let timeout = Timeout::start(cmd, limit);
     // Opening the store takes no deadline; once it is open, every request
     // has one, and the scratch lease is cleaned up after a timeout.
@@ -193,10 +266,28 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     if best_effort {
         options = options.best_effort(true);
     }
+    if let Some(cadence) = cadence {
+        let scratch = crate::cadence::command::Scratch::new(&scratch, cadence.leases);
+        check_scratch_room(&*store, &prefix, scratch.longest(), !best_effort)?;
+        let _cleanup = ScratchLease {
+            store: store.clone(),
+            keys: scratch.prefixes().iter().map(|p| lease_key(p)).collect(),
+        };
+        let target = crate::cadence::command::Target {
+            url: &url,
+            store: &store,
+            scratch: &scratch,
+            options: &options,
+            timeout: &timeout,
+            quiet: p.shared.quiet,
+            json,
+        };
+        return crate::cadence::command::run(&target, &cadence, &mut signals);
+    }
     check_scratch_room(&*store, &prefix, &scratch, !best_effort)?;
     let _cleanup = ScratchLease {
         store: store.clone(),
-        key: lease_key(&scratch),
+        keys: vec![lease_key(&scratch)],
     };
     let progress = Progress::new(iters, p.shared.quiet);
     let (mut acquire, mut renew, mut release) =
@@ -276,7 +367,17 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
                 map.insert("write_interval_s".into(), json!(interval.as_secs_f64()));
             }
             for row in &rows {
-                map.insert(row.name.clone(), measure::row_json(row));
+                let mut out = measure::row_json(row);
+                if let Value::Object(fields) = &mut out {
+                    // Every sample, in the order measured (issue 32).
+                    let samples: Vec<Value> = row
+                        .latencies
+                        .iter()
+                        .map(|d| json!((d.as_secs_f64() * 1e6).round() / 1e3))
+                        .collect();
+                    fields.insert("samples_ms".into(), Value::Array(samples));
+                }
+                map.insert(row.name.clone(), out);
             }
         }
         println!("{out}");
@@ -384,26 +485,103 @@ impl Progress {
     }
 }
 
-/// The scratch `LEASE` object, deleted when the bench ends however it
-/// ends: it is the bench's own key, named at random, and never a real
-/// lease.
-struct ScratchLease {
-    store: Arc<dyn Store>,
-    key: String,
+/// The scratch `LEASE` objects, deleted when the bench ends however it
+/// ends: they are the bench's own keys, named at random, and never a real
+/// lease. All of them within [`CLEANUP_TIMEOUT`].
+pub struct ScratchLease {
+    pub store: Arc<dyn Store>,
+    pub keys: Vec<String>,
 }
 
 impl Drop for ScratchLease {
     fn drop(&mut self) {
         let deadline = Instant::now() + CLEANUP_TIMEOUT;
-        match self
-            .store
-            .delete(&self.key, &DeleteMode::Unconditional, Some(deadline))
-        {
-            Ok(()) => log::debug!("removed the scratch lease {}", self.key),
-            Err(e) => log::warn!(
-                "could not remove the scratch lease {} (remove it by hand): {e}",
-                self.key
-            ),
+        for key in &self.keys {
+            match self
+                .store
+                .delete(key, &DeleteMode::Unconditional, Some(deadline))
+            {
+                Ok(()) => log::debug!("removed the scratch lease {key}"),
+                Err(e) => {
+                    log::warn!("could not remove the scratch lease {key} (remove it by hand): {e}")
+                }
+            }
         }
+    }
+}
+
+/// The cadence options as given, before they are checked.
+#[derive(Debug, Default)]
+struct CadenceArgs {
+    interval: Option<Duration>,
+    duration: Option<Duration>,
+    leases: Option<u64>,
+    csv: Option<std::path::PathBuf>,
+    plot: Option<std::path::PathBuf>,
+}
+
+impl CadenceArgs {
+    /// The cadence run asked for (`None`: back to back), checked against
+    /// the TTL.
+    fn plan(
+        self,
+        cmd: &'static str,
+        ttl_s: u64,
+    ) -> Result<Option<crate::cadence::command::Cadence>, Failure> {
+        use crate::cadence::command::Cadence;
+        use crate::cadence::Plan;
+        if self.interval.is_none() && self.duration.is_none() {
+            for (given, name) in [
+                (self.leases.is_some(), "--leases"),
+                (self.csv.is_some(), "--csv"),
+                (self.plot.is_some(), "--plot"),
+            ] {
+                if given {
+                    return Err(Failure::usage(
+                        cmd,
+                        format!(
+                            "{name} belongs to a cadence run: give --interval or --duration too"
+                        ),
+                    ));
+                }
+            }
+            return Ok(None);
+        }
+        let third = Duration::from_millis(ttl_s * 1000 / 3);
+        let fence = Duration::from_millis(ttl_s * 2000 / 3);
+        let interval = self.interval.unwrap_or(third);
+        if interval.is_zero() || interval >= fence {
+            return Err(Failure::usage(
+                cmd,
+                format!(
+                    "--interval {}: a renewal every interval must come before the fence, two \
+                     thirds of the TTL ({} at --ttl {ttl_s}); give a shorter --interval or a \
+                     longer --ttl",
+                    crate::cli::human_secs(interval.as_secs_f64()),
+                    crate::cli::human_secs(fence.as_secs_f64()),
+                ),
+            ));
+        }
+        let plan = Plan {
+            interval,
+            duration: self.duration.unwrap_or(Duration::from_secs(60)),
+        };
+        if plan.renewals() == 0 {
+            return Err(Failure::usage(
+                cmd,
+                "--duration is shorter than one --interval: no renewal would be due",
+            ));
+        }
+        let leases = self.leases.unwrap_or(1);
+        if leases > 1000 {
+            return Err(Failure::usage(cmd, "--leases: at most 1000"));
+        }
+        Ok(Some(Cadence {
+            plan,
+            // At most 1000: exact.
+            leases: leases as u32,
+            csv: self.csv,
+            plot: self.plot,
+        }))
     }
 }

@@ -146,7 +146,7 @@ pub fn signal_exit_code(sig: i32) -> u8 {
 pub const MAX_SECONDS: u64 = 1_000_000_000;
 
 /// How durations are written, for help texts and messages.
-pub const DURATION_FORMS: &str = "seconds (1.5), or with a unit: 90s, 1m, 0.5h, 1d";
+pub const DURATION_FORMS: &str = "seconds (1.5), or with a unit: 250ms, 90s, 1m, 0.5h, 1d";
 
 const NANOS_PER_SECOND: u128 = 1_000_000_000;
 
@@ -157,6 +157,13 @@ const NANOS_PER_SECOND: u128 = 1_000_000_000;
 /// not a float's neighbour of it); digits past the 18th after the point
 /// are dropped, and a value too large to hold is `u128::MAX`.
 fn duration_nanos(value: &str) -> Option<u128> {
+    if let Some(number) = value.strip_suffix("ms") {
+        // A plain number of milliseconds (not `1mms`).
+        if !number.ends_with(|c: char| c.is_ascii_digit() || c == '.') {
+            return None;
+        }
+        return duration_nanos(number).map(|n| n / 1000);
+    }
     let (number, unit) = match value.as_bytes().last()? {
         b's' => (&value[..value.len() - 1], 1),
         b'm' => (&value[..value.len() - 1], 60),
@@ -550,13 +557,16 @@ mod tests {
         let d = |v: &str| parse_duration("t", "--wait", v).map(|d| d.as_secs_f64());
         assert_eq!(d("1.5").unwrap(), 1.5);
         assert_eq!(d("90s").unwrap(), 90.0);
+        assert_eq!(d("250ms").unwrap(), 0.25);
+        assert_eq!(d("1.5ms").unwrap(), 0.0015);
+        assert!(d("1mms").is_err() && d("ms").is_err() && d("5sms").is_err());
         assert_eq!(d("1m").unwrap(), 60.0);
         assert_eq!(d("0.5h").unwrap(), 1800.0);
         assert_eq!(d("1d").unwrap(), 86_400.0);
         assert_eq!(d(".5").unwrap(), 0.5);
         assert_eq!(d("0").unwrap(), 0.0);
         for bad in [
-            "", "s", "-1", "+1", "1e3", "inf", "NaN", "1.2.3", "1 s", "1ms", "2y", "1e10",
+            "", "s", "-1", "+1", "1e3", "inf", "NaN", "1.2.3", "1 s", "1 ms", "2y", "1e10",
         ] {
             let e = d(bad).expect_err(bad);
             assert!(e.message.contains("90s, 1m, 0.5h"), "{bad}: {}", e.message);

@@ -34,6 +34,7 @@
 mod args;
 mod bench;
 mod brk;
+mod cadence;
 mod child;
 mod cli;
 mod generate;
