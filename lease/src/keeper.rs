@@ -580,7 +580,7 @@ pub fn warm_up_lead(interval: Duration) -> Duration {
 /// [`Store::warm_up`](crate::Store::warm_up) for `lease`'s next renewal
 /// due at `due`; a panic in it is logged, never passed on (the renewal
 /// itself decides the lease's fate).
-pub(crate) fn warm_up_guarded(lease: &Lease, due: Instant) {
+pub fn warm_up_guarded(lease: &Lease, due: Instant) {
     let warmed = catch_unwind(AssertUnwindSafe(|| lease.store().warm_up(lease.key(), due)));
     if let Err(panic) = warmed {
         log::warn!(

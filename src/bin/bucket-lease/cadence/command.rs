@@ -90,12 +90,19 @@ pub struct Target<'a> {
 /// written.
 pub fn run(target: &Target<'_>, cadence: &Cadence, signals: &mut Signals) -> Result<u8, Failure> {
     let mut leases = Vec::new();
+    // Every release within one bound, however many leases.
     let released = |leases: &[Arc<Lease>]| {
+        let deadline = Instant::now().checked_add(RELEASE_TIMEOUT);
         for lease in leases {
-            let _ = lease.release_before(Instant::now().checked_add(RELEASE_TIMEOUT));
+            let _ = lease.release_before(deadline);
         }
     };
     for (i, prefix) in target.scratch.prefixes().iter().enumerate() {
+        if let Some(sig) = signals.pending().next() {
+            released(&leases);
+            eprintln!("bucket-lease: bench: interrupted while taking the scratch leases");
+            return Ok(crate::cli::signal_exit_code(sig));
+        }
         let mut contender =
             Contender::new(Arc::clone(target.store), prefix, target.options.clone());
         match contender.try_acquire_before(target.timeout.call_deadline()) {
@@ -136,7 +143,13 @@ pub fn run(target: &Target<'_>, cadence: &Cadence, signals: &mut Signals) -> Res
         );
     }
     let stop = Stop::default();
-    let start = Instant::now();
+    // Each lease's schedule starts at its own acquire; the report counts
+    // from the first.
+    let start = leases
+        .iter()
+        .map(|l| l.confirmed_at())
+        .min()
+        .unwrap_or_else(Instant::now);
     let mut interrupted = None;
     let samples = std::thread::scope(|scope| {
         let measured = scope.spawn(|| {
@@ -168,22 +181,33 @@ pub fn run(target: &Target<'_>, cadence: &Cadence, signals: &mut Signals) -> Res
         exclusion,
         samples,
     };
-    if let Some(path) = &cadence.csv {
-        let file = std::fs::File::create(path).map_err(|e| write_failure("--csv", path, &e))?;
-        let mut out = std::io::BufWriter::new(file);
-        report::write_csv(&run, &mut out)
-            .and_then(|()| std::io::Write::flush(&mut out))
-            .map_err(|e| write_failure("--csv", path, &e))?;
-    }
-    if let Some(path) = &cadence.plot {
-        std::fs::write(path, plot::svg(&run)).map_err(|e| write_failure("--plot", path, &e))?;
-    }
+    // The report first: an export that cannot be written loses nothing
+    // else of the run.
     if target.json {
         println!("{}", report::to_json(&run));
     } else {
         for line in report::render_text(&run) {
             println!("{line}");
         }
+    }
+    let mut failed = None;
+    if let Some(path) = &cadence.plot {
+        if let Err(e) = std::fs::write(path, plot::svg(&run)) {
+            failed = Some(write_failure("--plot", path, &e));
+        }
+    }
+    if let Some(path) = &cadence.csv {
+        let written = std::fs::File::create(path).and_then(|file| {
+            let mut out = std::io::BufWriter::new(file);
+            report::write_csv(&run, &mut out)?;
+            std::io::Write::flush(&mut out)
+        });
+        if let Err(e) = written {
+            failed = Some(write_failure("--csv", path, &e));
+        }
+    }
+    if let Some(failure) = failed {
+        return Err(failure);
     }
     if interrupted.is_none() && target.timeout.passed() {
         return Err(target.timeout.failure("at the cadence"));

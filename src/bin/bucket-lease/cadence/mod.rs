@@ -4,8 +4,10 @@
 //! What it promises:
 //!
 //! - **Open loop.** Each of the `--leases` leases is renewed at fixed
-//!   instants, `start + k × interval` for k = 1, 2, … while that stays
-//!   within `--duration`, all leases at once, each on a thread of its own.
+//!   instants, `taken + k × interval` for k = 1, 2, … while that stays
+//!   within `--duration`, where `taken` is when its own acquire wrote its
+//!   record (so a lease taken before the others is not fenced while they
+//!   are taken), each on a thread of its own.
 //!   A renewal that runs past the next instant delays the next one, and
 //!   that one's latency still counts from its own instant (wrk2's
 //!   correction for coordinated omission): a slow service shows as slow,
@@ -34,7 +36,7 @@ pub mod sample;
 
 use bucket_lease::backends::trace::{self, ConnectionUse, Outcome, RequestTrace};
 use bucket_lease::clock::{jittered, transient_backoff};
-use bucket_lease::keeper::warm_up_lead;
+use bucket_lease::keeper::{warm_up_guarded, warm_up_lead};
 use bucket_lease::{Lease, LeaseError};
 use sample::{Answer, Connection, OffsetBounds, Sample};
 use std::sync::{Arc, Condvar, Mutex};
@@ -94,8 +96,9 @@ impl Stop {
     }
 }
 
-/// Renew every lease of `leases` by `plan`, from `start`, until done or
-/// told to `stop`; the samples of every lease, in the order they were due.
+/// Renew every lease of `leases` by `plan`, each from its own acquire,
+/// until done or told to `stop`; the samples of every lease, in the order
+/// they were due, their instants counted from `start`.
 pub fn run(leases: &[Arc<Lease>], plan: Plan, start: Instant, stop: &Stop) -> Vec<Sample> {
     let mut samples: Vec<Sample> = std::thread::scope(|scope| {
         let handles: Vec<_> = leases
@@ -125,11 +128,12 @@ pub fn run(leases: &[Arc<Lease>], plan: Plan, start: Instant, stop: &Stop) -> Ve
 /// The open loop of one lease.
 fn renew_one(lease: &Lease, index: u32, plan: Plan, start: Instant, stop: &Stop) -> Vec<Sample> {
     let lead = warm_up_lead(plan.interval);
+    let taken = lease.confirmed_at();
     let mut samples = Vec::new();
     for seq in 1..=plan.renewals() {
         let Some(due) = u32::try_from(seq)
             .ok()
-            .and_then(|k| start.checked_add(plan.interval * k))
+            .and_then(|k| taken.checked_add(plan.interval * k))
         else {
             break;
         };
@@ -137,7 +141,7 @@ fn renew_one(lease: &Lease, index: u32, plan: Plan, start: Instant, stop: &Stop)
             if !stop.wait_until(at) {
                 break;
             }
-            lease.store().warm_up(lease.key(), due);
+            warm_up_guarded(lease, due);
         }
         if !stop.wait_until(due) {
             break;
@@ -275,6 +279,14 @@ mod tests {
     use bucket_lease::memory::MemoryStore;
     use bucket_lease::{LeaseOptions, Store};
 
+    /// Seconds from `start` to when `s` was due: its lease's acquire plus
+    /// 100 ms per renewal.
+    fn due_of(taken: &[Instant], s: &Sample, start: Instant) -> f64 {
+        let taken = taken[s.lease as usize];
+        let due = taken + Duration::from_millis(100) * (s.seq as u32 + 1);
+        due.saturating_duration_since(start).as_secs_f64()
+    }
+
     #[test]
     fn renewals_fit_the_duration() {
         let plan = |i, d| Plan {
@@ -303,12 +315,14 @@ mod tests {
             interval: Duration::from_millis(100),
             duration: Duration::from_millis(300),
         };
-        let samples = run(&leases, plan, Instant::now(), &Stop::default());
+        let start = Instant::now();
+        let taken: Vec<_> = leases.iter().map(|l| l.confirmed_at()).collect();
+        let samples = run(&leases, plan, start, &Stop::default());
         assert_eq!(samples.len(), 6, "{samples:?}");
         for (n, s) in samples.iter().enumerate() {
             assert_eq!(s.seq, (n / 2) as u64);
             assert!(
-                (s.scheduled_s - 0.1 * (s.seq + 1) as f64).abs() < 1e-6,
+                (s.scheduled_s - due_of(&taken, s, start)).abs() < 1e-6,
                 "{s:?}"
             );
             assert_eq!(s.answer, Answer::Status(200));
