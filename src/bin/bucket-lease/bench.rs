@@ -24,8 +24,14 @@
 //!   request exits 69.
 //! - It is bounded by `--timeout` (default 10 min): every request has that
 //!   deadline (and at most the library's 30 s per call), opening the store
-//!   is cut off at it, and once it passes `bench` releases and removes its
-//!   scratch lease within 2 s and exits 69, saying so.
+//!   is cut off at it, and once it passes `bench` releases its scratch
+//!   leases within 2 s, removes them within 2 s more, and exits 69, saying
+//!   so.
+//! - `--interval` / `--duration` run at the cadence instead (`cadence/`):
+//!   the same scratch prefix (one sub-prefix per lease with `--leases`),
+//!   the same bounds, SIGINT and SIGTERM end it at once (while the leases
+//!   are taken too), and the report is printed before `--csv` and `--plot`
+//!   are written, so an export that fails loses nothing else.
 
 use crate::args::{given, require_url, set_url, Arg, Args, Opt, Spec};
 use crate::cli::{
@@ -125,7 +131,7 @@ const OPTIONS: &[Opt<Key>] = &[
         short: None,
         value: Some("DURATION"),
         help: "give up after DURATION (exit 69; default 10m, or --duration and 2m more), then \
-               take at most 2 s more to release and remove the scratch leases",
+               take at most 2 s more to release the scratch leases and 2 s to remove them",
     },
     Opt {
         key: Key::Interval,

@@ -49,6 +49,17 @@ pub struct Run {
 }
 
 impl Run {
+    /// How many renewals the plan scheduled, every lease's; more than the
+    /// samples when a lease ended (fenced or lost: it is renewed no more)
+    /// or the run was stopped early.
+    pub fn scheduled(&self) -> u64 {
+        let plan = super::Plan {
+            interval: self.interval,
+            duration: self.duration,
+        };
+        plan.renewals().saturating_mul(u64::from(self.leases))
+    }
+
     /// The most the service's clock may differ from ours: a third of the
     /// TTL, in milliseconds.
     pub fn skew_budget_ms(&self) -> f64 {
@@ -404,6 +415,7 @@ pub fn to_json(run: &Run) -> Value {
         "ttl_s": run.ttl_s,
         "exclusion": run.exclusion,
         "due": sum.due,
+        "scheduled": run.scheduled(),
         "renew": stats_json(sum.renew),
         "fenced": sum.fenced,
         "retries": sum.retries,
@@ -617,6 +629,14 @@ pub fn render_text(run: &Run) -> Vec<String> {
         "fenced: {} of {} renewals would have fenced",
         sum.fenced, sum.due
     ));
+    let unreached = run.scheduled().saturating_sub(sum.due as u64);
+    if unreached > 0 {
+        out.push(format!(
+            "not reached: {unreached} of {} scheduled renewals (their lease had fenced or was \
+             lost, and is renewed no more; or the run was stopped)",
+            run.scheduled()
+        ));
+    }
     out.push(match (sum.headroom_min, sum.headroom_p1) {
         (Some(min), Some(p1)) => format!(
             "headroom (write deadline minus latency): min {}, p1 {}",

@@ -272,3 +272,22 @@ fn the_csv_has_a_line_per_sample() {
     assert_eq!(csv_cell("a,\"b\""), "\"a,\"\"b\"\"\"");
     assert_eq!(csv_cell("two\nlines"), "\"two\nlines\"");
 }
+
+/// Renewals the plan scheduled but never sampled (a lease that fenced is
+/// renewed no more) are told apart from those due: 3 s at 250 ms is 12.
+#[test]
+fn renewals_not_reached_are_counted_against_the_plan() {
+    let r = run(vec![landed(0, 0.25, 21.0), failed(1, 0.5)]);
+    assert_eq!(r.scheduled(), 12);
+    assert_eq!(to_json(&r)["scheduled"], 12);
+    assert_eq!(to_json(&r)["due"], 2);
+    let text = render_text(&r).join("\n");
+    assert!(
+        text.contains("not reached: 10 of 12 scheduled renewals"),
+        "{text}"
+    );
+    let full = run((0..12)
+        .map(|i| landed(i, 0.25 * (i + 1) as f64, 21.0))
+        .collect());
+    assert!(!render_text(&full).join("\n").contains("not reached"));
+}
