@@ -35,6 +35,11 @@
 //! - **Stopping releases every lease.** [`KeeperPool::stop`] and dropping
 //!   the pool release each lease, each within the release timeout, several
 //!   at a time, then join every thread.
+//! - **Each renewal on a warm connection.** As a keeper does, the pool has
+//!   each lease's store [warmed up](crate::Store::warm_up) shortly before
+//!   its renewal (`Job::WarmUp`, on a renewal thread; inline only for a
+//!   store that answers at once), once per renewal instant; a warm-up
+//!   changes nothing in the machine.
 //! - **A panic in a renewal is that lease's loss**, reported as
 //!   [`Event::Lost`], as with a `Keeper`.
 //!
@@ -45,7 +50,8 @@
 use crate::clock::{system_clock, Clock};
 use crate::error::LeaseError;
 use crate::keeper::{
-    release_guarded, renew_guarded, Attempt, Event, RenewalSchedule, Step, DEFAULT_RELEASE_TIMEOUT,
+    release_guarded, renew_guarded, warm_up_guarded, warm_up_lead, Attempt, Event, RenewalSchedule,
+    Step, DEFAULT_RELEASE_TIMEOUT,
 };
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
@@ -358,6 +364,10 @@ pub fn work(job: Job, release_timeout: Duration) -> Done {
     match job {
         Job::Renew(id, lease, deadline) => Done::Renewed(id, renew_guarded(&lease, deadline)),
         Job::Release(id, lease) => Done::Released(id, release_guarded(&lease, release_timeout)),
+        Job::WarmUp(id, lease, due) => {
+            warm_up_guarded(&lease, due);
+            Done::Warmed(id)
+        }
     }
 }
 }
@@ -372,6 +382,10 @@ pub enum Job {
     /// Release this lease; then hand the outcome to
     /// [`PoolSchedule::finish`].
     Release(LeaseId, Arc<Lease>),
+    /// Ask this lease's store to [warm up](crate::Store::warm_up) for its
+    /// renewal due at the instant (best effort, returning by it); then hand
+    /// [`Done::Warmed`] to [`PoolSchedule::finish`].
+    WarmUp(LeaseId, Arc<Lease>, Instant),
 }
 }
 
@@ -379,7 +393,7 @@ impl Job {
     /// The lease the job is for.
     pub(crate) fn lease(&self) -> &Arc<Lease> {
         match self {
-            Job::Renew(_, lease, _) | Job::Release(_, lease) => lease,
+            Job::Renew(_, lease, _) | Job::Release(_, lease) | Job::WarmUp(_, lease, _) => lease,
         }
     }
 }
@@ -392,6 +406,8 @@ pub enum Done {
     Renewed(LeaseId, Attempt),
     /// How a release ended.
     Released(LeaseId, Result<Released, LeaseError>),
+    /// A warm-up returned; it changes nothing.
+    Warmed(LeaseId),
 }
 }
 
@@ -418,6 +434,8 @@ struct Kept {
     removing: bool,
     /// Bumped at each scheduling, so stale wake-ups are skipped.
     generation: u64,
+    /// The renewal instant the store was last warmed up for.
+    warmed_for: Option<Instant>,
 }
 
 internal! {
@@ -458,6 +476,7 @@ impl PoolSchedule {
                 ended: false,
                 removing: false,
                 generation: 0,
+                warmed_for: None,
             },
         );
         self.step(id, jobs, events);
@@ -543,6 +562,7 @@ impl PoolSchedule {
                 }
                 None
             }
+            Done::Warmed(_) => None,
             Done::Released(id, released) => {
                 let kept = self.leases.remove(&id)?;
                 let key = kept.lease.key().to_string();
@@ -569,7 +589,22 @@ impl PoolSchedule {
         match kept.schedule.step(&kept.lease) {
             Step::Wait { until } => {
                 kept.generation += 1;
-                self.due.push(Reverse((until, id, kept.generation)));
+                // A while before the renewal, its store is warmed up (as a
+                // keeper does), once per renewal instant, off this thread.
+                let lead = warm_up_lead(kept.lease.renew_interval());
+                let wake = match until.checked_sub(lead) {
+                    Some(warm_at) if kept.warmed_for != Some(until) => {
+                        if kept.lease.clock().now() >= warm_at {
+                            kept.warmed_for = Some(until);
+                            jobs.push(Job::WarmUp(id, Arc::clone(&kept.lease), until));
+                            until
+                        } else {
+                            warm_at
+                        }
+                    }
+                    _ => until,
+                };
+                self.due.push(Reverse((wake, id, kept.generation)));
             }
             Step::Renew { .. } if one_at_a_time => {
                 kept.generation += 1;

@@ -200,10 +200,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// write costs one round trip rather than a TCP and a TLS handshake
     /// more. Best effort and read-only: it changes nothing in the store,
     /// reports nothing, and returns by `due` (every request it sends is
-    /// bounded by it). The default does nothing. A [`Keeper`] calls it
-    /// shortly before each renewal.
+    /// bounded by it). The default does nothing. A [`Keeper`] and a
+    /// [`KeeperPool`] call it shortly before each renewal.
     ///
     /// [`Keeper`]: crate::Keeper
+    /// [`KeeperPool`]: crate::KeeperPool
     fn warm_up(&self, key: &str, due: Instant) {
         let _ = (key, due);
     }

@@ -302,3 +302,74 @@ fn a_renewal_queued_behind_a_hanging_one_is_fenced_at_its_own_deadline() {
         .collect();
     assert!(later.is_empty(), "a second Fenced event for {later:?}");
 }
+
+/// A memory store that records each warm-up's renewal instant.
+#[derive(Debug, Default)]
+struct WarmUps {
+    inner: MemoryStore,
+    dues: std::sync::Mutex<Vec<Instant>>,
+}
+
+impl Store for WarmUps {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.get(key, deadline)
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        self.inner.put(key, body, options)
+    }
+
+    fn delete(&self, key: &str, mode: &DeleteMode, d: Option<Instant>) -> Result<(), StoreError> {
+        self.inner.delete(key, mode, d)
+    }
+
+    fn warm_up(&self, _key: &str, due: Instant) {
+        self.dues.lock().unwrap().push(due);
+    }
+}
+
+/// As a keeper, the pool has each lease's store warmed up a second before
+/// its renewal (a quarter of the interval at most), once, for that
+/// renewal's instant; the renewal follows at its time.
+#[test]
+fn the_pool_warms_each_store_up_shortly_before_each_renewal() {
+    let clock = TestClock::new();
+    let store = Arc::new(WarmUps::default());
+    let shared: Arc<dyn Store> = Arc::clone(&store) as Arc<dyn Store>;
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let lease = Contender::new(shared, "warm", options)
+        .try_acquire()
+        .expect("a free prefix is taken");
+    let pool = KeeperPool::spawn(
+        PoolOptions::new()
+            .renewal_threads(1)
+            .clock(Arc::new(clock.clone())),
+    )
+    .expect("threads start");
+    let due = clock.now() + Duration::from_secs(10);
+    pool.add(lease);
+    let warmed = |n: usize| {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let dues = store.dues.lock().unwrap().clone();
+            if dues.len() >= n || Instant::now() > end {
+                return dues;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    clock.advance(Duration::from_millis(8_990));
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(store.dues.lock().unwrap().is_empty(), "too early");
+    clock.advance(Duration::from_millis(10));
+    assert_eq!(warmed(1), [due]);
+    assert!(pool.events().try_recv().is_err(), "warmed, not renewed");
+    clock.advance(Duration::from_secs(1));
+    let event = pool.events().recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(matches!(event.event, Event::Renewed { .. }), "{event:?}");
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(store.dues.lock().unwrap().len(), 1, "once per renewal");
+    clock.advance(Duration::from_secs(9));
+    assert_eq!(warmed(2).len(), 2);
+    let _ = pool.stop();
+}

@@ -117,7 +117,7 @@ impl SimPool {
 /// The lease a job is for.
 fn job_id(job: &Job) -> LeaseId {
     match job {
-        Job::Renew(id, ..) | Job::Release(id, _) => *id,
+        Job::Renew(id, ..) | Job::Release(id, _) | Job::WarmUp(id, ..) => *id,
     }
 }
 
