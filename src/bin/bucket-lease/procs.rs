@@ -97,6 +97,12 @@ pub fn parse_stat(text: &str) -> Option<Proc> {
     })
 }
 
+/// Whether process `pid` is stopped now (state `T`, by a signal), by
+/// `/proc`; false when it cannot be read.
+pub fn is_stopped(pid: i32) -> bool {
+    read_stat(pid).is_some_and(|p| p.state == 'T')
+}
+
 fn read_stat(pid: i32) -> Option<Proc> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }

@@ -71,6 +71,45 @@ pub const KILL_BOUND: Duration = Duration::from_secs(10);
 /// stopped with SIGTERM (to reach those forked since).
 const RESCAN: Duration = Duration::from_millis(250);
 
+/// How long the supervisor waits to see `run` stop itself when one batch
+/// of signals holds both its SIGTSTP (freeze) and its SIGCONT (resume):
+/// `run` stops itself right after asking for a freeze.
+const RUN_STOPS_WITHIN: Duration = Duration::from_millis(50);
+
+/// Whether `run` (pid `run`) is stopped, or stops within
+/// [`RUN_STOPS_WITHIN`].
+fn run_stops_soon(run: i32) -> bool {
+    let end = Instant::now() + RUN_STOPS_WITHIN;
+    loop {
+        if procs::is_stopped(run) {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The signals of one batch in the order to act on them. Pending signals
+/// come out by number, not in the order they were sent, so `run`'s
+/// SIGCONT (resume, 18) came out before the SIGTSTP (freeze, 20) it sent
+/// earlier, when both waited for a busy supervisor: the tree was continued,
+/// then stopped again, and stayed stopped with `run` running (a flaky
+/// `fg` in CI). `run` stops itself right after asking for a freeze and
+/// resumes only once continued, so with both in one batch, `run` stopped
+/// (or stopping: `run_stopped` waits a moment) means the freeze came last,
+/// and running means the resume did; that one is acted on last.
+fn job_control_order(mut batch: Vec<i32>, run_stopped: impl FnOnce() -> bool) -> Vec<i32> {
+    if !(batch.contains(&SIGTSTP) && batch.contains(&SIGCONT)) {
+        return batch;
+    }
+    let last = if run_stopped() { SIGTSTP } else { SIGCONT };
+    batch.retain(|&sig| sig != last);
+    batch.push(last);
+    batch
+}
+
 /// How often a waiting phase looks at the clock and the signals.
 const TICK: Duration = Duration::from_millis(20);
 
@@ -223,7 +262,8 @@ impl Supervisor {
             // say) is not in the pipe any more: the loop must go round
             // again rather than sleep, or that child's exit is never seen.
             let mut took_signals = false;
-            for sig in signals.pending() {
+            let batch: Vec<i32> = signals.pending().collect();
+            for sig in self.in_order_sent(batch) {
                 took_signals = true;
                 self.on_signal(sig, now);
             }
@@ -243,7 +283,8 @@ impl Supervisor {
                 }
                 Phase::Running => {
                     // Nothing is timed: sleep until a signal (SIGCHLD too).
-                    for sig in signals.wait() {
+                    let batch: Vec<i32> = signals.wait().collect();
+                    for sig in self.in_order_sent(batch) {
                         self.on_signal(sig, Instant::now());
                     }
                 }
@@ -309,6 +350,17 @@ impl Supervisor {
             SIGTSTP if self.phase == Phase::Running => self.freeze(),
             SIGCONT if self.phase == Phase::Running => self.thaw(),
             _ => {}
+        }
+    }
+
+    /// `batch` in the order `run` meant it: see [`job_control_order`].
+    fn in_order_sent(&self, batch: Vec<i32>) -> Vec<i32> {
+        match self.terminal.as_ref() {
+            Some(t) => {
+                let run = t.run.as_raw_nonzero().get();
+                job_control_order(batch, || run_stops_soon(run))
+            }
+            None => batch,
         }
     }
 
@@ -533,4 +585,32 @@ fn mirror(status: Option<WaitStatus>) -> u8 {
     // A signal that does not kill by default (or that could not be
     // raised): the status a shell would give.
     crate::cli::signal_exit_code(sig)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both of `run`'s job-control signals in one batch: the one `run`
+    /// sent last, by its state, is acted on last; any other batch as it
+    /// came, and `run` is not looked at for it.
+    #[test]
+    fn a_freeze_and_a_resume_in_one_batch_keep_the_order_sent() {
+        // Resumed after a freeze (`fg`): run is running.
+        assert_eq!(
+            job_control_order(vec![SIGCONT, SIGTSTP], || false),
+            [SIGTSTP, SIGCONT]
+        );
+        // Frozen after a resume: run has stopped itself.
+        assert_eq!(
+            job_control_order(vec![SIGCONT, SIGTSTP, SIGCHLD], || true),
+            [SIGCONT, SIGCHLD, SIGTSTP]
+        );
+        let untouched = |batch: Vec<i32>| {
+            job_control_order(batch.clone(), || panic!("run looked at for {batch:?}"))
+        };
+        assert_eq!(untouched(vec![SIGCONT, SIGCHLD]), [SIGCONT, SIGCHLD]);
+        assert_eq!(untouched(vec![SIGTSTP]), [SIGTSTP]);
+        assert_eq!(untouched(Vec::new()), Vec::<i32>::new());
+    }
 }
