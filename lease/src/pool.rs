@@ -37,9 +37,11 @@
 //!   at a time, then join every thread.
 //! - **Each renewal on a warm connection.** As a keeper does, the pool has
 //!   each lease's store [warmed up](crate::Store::warm_up) shortly before
-//!   its renewal (`Job::WarmUp`, on a renewal thread; inline only for a
-//!   store that answers at once), once per renewal instant; a warm-up
-//!   changes nothing in the machine.
+//!   its renewal, once per renewal instant, on a thread that does only
+//!   warm-ups (`pool/warm_ups.rs`), started the first time a lease's store
+//!   can wait, so a warm-up never holds a renewal or a release; a store
+//!   that answers at once (the memory store) is warmed up on the scheduler
+//!   thread, and a pool of such leases runs no thread more.
 //! - **A panic in a renewal is that lease's loss**, reported as
 //!   [`Event::Lost`], as with a `Keeper`.
 //!
@@ -55,6 +57,9 @@ use crate::keeper::{
 };
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
+use warm_ups::WarmUps;
+
+mod warm_ups;
 use crossbeam_channel::{select, Receiver, Sender};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -262,6 +267,7 @@ impl KeeperPool {
             removers: HashMap::new(),
             stopping: None,
             len: Arc::clone(&len),
+            warm_ups: WarmUps::new(&options.thread_name),
         };
         let thread = std::thread::Builder::new()
             .name(options.thread_name.clone())
@@ -364,9 +370,9 @@ pub fn work(job: Job, release_timeout: Duration) -> Done {
     match job {
         Job::Renew(id, lease, deadline) => Done::Renewed(id, renew_guarded(&lease, deadline)),
         Job::Release(id, lease) => Done::Released(id, release_guarded(&lease, release_timeout)),
-        Job::WarmUp(id, lease, due) => {
+        Job::WarmUp(_, lease, due) => {
             warm_up_guarded(&lease, due);
-            Done::Warmed(id)
+            Done::Warmed
         }
     }
 }
@@ -383,8 +389,10 @@ pub enum Job {
     /// [`PoolSchedule::finish`].
     Release(LeaseId, Arc<Lease>),
     /// Ask this lease's store to [warm up](crate::Store::warm_up) for its
-    /// renewal due at the instant (best effort, returning by it); then hand
-    /// [`Done::Warmed`] to [`PoolSchedule::finish`].
+    /// renewal due at the instant (best effort, returning by it). The pool
+    /// does it on a thread of its own, never a renewal thread; a driver
+    /// that does it with [`work`] hands [`Done::Warmed`] to
+    /// [`PoolSchedule::finish`], which changes nothing.
     WarmUp(LeaseId, Arc<Lease>, Instant),
 }
 }
@@ -407,7 +415,7 @@ pub enum Done {
     /// How a release ended.
     Released(LeaseId, Result<Released, LeaseError>),
     /// A warm-up returned; it changes nothing.
-    Warmed(LeaseId),
+    Warmed,
 }
 }
 
@@ -434,6 +442,8 @@ struct Kept {
     removing: bool,
     /// Bumped at each scheduling, so stale wake-ups are skipped.
     generation: u64,
+    /// The renewal instant a warm-up wake-up was set for.
+    warm_wake_for: Option<Instant>,
     /// The renewal instant the store was last warmed up for.
     warmed_for: Option<Instant>,
 }
@@ -476,6 +486,7 @@ impl PoolSchedule {
                 ended: false,
                 removing: false,
                 generation: 0,
+                warm_wake_for: None,
                 warmed_for: None,
             },
         );
@@ -562,7 +573,7 @@ impl PoolSchedule {
                 }
                 None
             }
-            Done::Warmed(_) => None,
+            Done::Warmed => None,
             Done::Released(id, released) => {
                 let kept = self.leases.remove(&id)?;
                 let key = kept.lease.key().to_string();
@@ -591,16 +602,20 @@ impl PoolSchedule {
                 kept.generation += 1;
                 // A while before the renewal, its store is warmed up (as a
                 // keeper does), once per renewal instant, off this thread.
+                // As a keeper: only when the lead is still ahead when the
+                // wait begins (not after a short retry pause), and once.
                 let lead = warm_up_lead(kept.lease.renew_interval());
+                let now = kept.lease.clock().now();
                 let wake = match until.checked_sub(lead) {
-                    Some(warm_at) if kept.warmed_for != Some(until) => {
-                        if kept.lease.clock().now() >= warm_at {
-                            kept.warmed_for = Some(until);
-                            jobs.push(Job::WarmUp(id, Arc::clone(&kept.lease), until));
-                            until
-                        } else {
-                            warm_at
-                        }
+                    _ if kept.warmed_for == Some(until) => until,
+                    Some(warm_at) if warm_at > now => {
+                        kept.warm_wake_for = Some(until);
+                        warm_at
+                    }
+                    Some(_) if kept.warm_wake_for == Some(until) => {
+                        kept.warmed_for = Some(until);
+                        jobs.push(Job::WarmUp(id, Arc::clone(&kept.lease), until));
+                        until
                     }
                     _ => until,
                 };
@@ -698,6 +713,8 @@ struct Scheduler {
     stopping: Option<(Option<StopReply>, Releases)>,
     /// The pool's count of its leases.
     len: Arc<AtomicUsize>,
+    /// The warm-ups, off the renewal threads.
+    warm_ups: WarmUps,
 }
 
 impl Scheduler {
@@ -772,6 +789,16 @@ impl Scheduler {
     /// and its store answers at once; a job that cannot go to a thread
     /// (none could be started) is done here all the same.
     fn dispatch(&mut self, job: Job) {
+        // A warm-up never takes a renewal thread (see `pool/warm_ups.rs`);
+        // one of a store that answers at once (it cannot wait) is done here.
+        if let Job::WarmUp(_, lease, due) = &job {
+            if !runs_on_scheduler(true, &job) {
+                self.warm_ups.send(Arc::clone(lease), *due);
+                return;
+            }
+            let _ = self.done_tx.send(work(job, self.release_timeout));
+            return;
+        }
         let here = match &mut self.inline {
             None => false,
             Some(_) if runs_on_scheduler(true, &job) => true,

@@ -373,3 +373,163 @@ fn the_pool_warms_each_store_up_shortly_before_each_renewal() {
     assert_eq!(warmed(2).len(), 2);
     let _ = pool.stop();
 }
+
+/// A healthy memory store on a test clock whose warm-up (a HEAD to a slow
+/// service, say) returns only at `due`, as its contract allows.
+#[derive(Debug)]
+struct SlowWarmUp {
+    inner: MemoryStore,
+    clock: TestClock,
+    warming: AtomicUsize,
+}
+
+impl Store for SlowWarmUp {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.get(key, deadline)
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        self.inner.put(key, body, options)
+    }
+
+    fn delete(&self, key: &str, mode: &DeleteMode, d: Option<Instant>) -> Result<(), StoreError> {
+        self.inner.delete(key, mode, d)
+    }
+
+    fn warm_up(&self, _key: &str, due: Instant) {
+        self.warming.fetch_add(1, Ordering::SeqCst);
+        let _ = self.clock.timer(due).recv();
+        self.warming.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Lets every timer of the test clock fire when dropped, so nothing the
+/// test started waits for ever.
+struct LetTimeGo(TestClock);
+
+impl Drop for LetTimeGo {
+    fn drop(&mut self) {
+        self.0.advance(Duration::from_secs(3600));
+    }
+}
+
+/// Wait in real time until `ready`, at most `patience`.
+fn until_ready(patience: Duration, ready: impl Fn() -> bool) -> bool {
+    let end = Instant::now() + patience;
+    while !ready() {
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// Found by a review: warm-ups on the renewal threads. `long` leases (TTL
+/// 30 s, lead 1 s) are warmed up from 9 s until their renewal at 10 s,
+/// each warm-up taking until then; `short` (TTL 1 s, taken at 8.9 s) is due
+/// at 9.233 s and fenced at 9.566 s. On a healthy store it is renewed, as a
+/// keeper would renew it, however many warm-ups are out.
+fn a_short_lease_is_renewed_beside_slow_warm_ups(threads: usize, longs: usize) {
+    let clock = TestClock::new();
+    let store = Arc::new(SlowWarmUp {
+        inner: MemoryStore::new(),
+        clock: clock.clone(),
+        warming: AtomicUsize::new(0),
+    });
+    let shared: Arc<dyn Store> = Arc::clone(&store) as Arc<dyn Store>;
+    let take = |prefix: &str, ttl_s: u64| {
+        let options = LeaseOptions::new(ttl_s).clock(Arc::new(clock.clone()));
+        Contender::new(Arc::clone(&shared), prefix, options)
+            .try_acquire()
+            .expect("a free prefix is taken")
+    };
+    let pool = KeeperPool::spawn(
+        PoolOptions::new()
+            .renewal_threads(threads)
+            .clock(Arc::new(clock.clone())),
+    )
+    .expect("threads start");
+    let _let_go = LetTimeGo(clock.clone());
+    let ms = Duration::from_millis;
+    let t0 = clock.now();
+    let _longs: Vec<_> = (0..longs)
+        .map(|i| pool.add(take(&format!("long{i}"), 30)))
+        .collect();
+    std::thread::sleep(ms(200));
+    clock.advance(ms(8_900));
+    let short = pool.add(take("short", 1));
+    let deadline = short.write_deadline().unwrap();
+    std::thread::sleep(ms(200));
+    clock.advance(ms(100)); // 9.0 s: the long leases' warm-ups go out
+    assert!(until_ready(Duration::from_secs(5), || {
+        store.warming.load(Ordering::SeqCst) >= 1
+    }));
+    for at in [9_150, 9_233, 9_300, 9_400, 9_500] {
+        clock.advance(t0 + ms(at) - clock.now());
+        std::thread::sleep(ms(100));
+    }
+    clock.advance(deadline - clock.now());
+    let event = loop {
+        let e = pool.events().recv_timeout(Duration::from_secs(5)).ok();
+        match e {
+            Some(e) if e.key != "short/LEASE" => continue,
+            other => break other.map(|e| e.event),
+        }
+    };
+    assert!(
+        matches!(event, Some(Event::Renewed { .. })),
+        "short: {event:?}; warm-ups still out: {}",
+        store.warming.load(Ordering::SeqCst)
+    );
+}
+
+#[test]
+fn a_warm_up_never_holds_the_only_renewal_thread() {
+    a_short_lease_is_renewed_beside_slow_warm_ups(1, 1);
+}
+
+#[test]
+fn warm_ups_never_fill_the_renewal_threads() {
+    a_short_lease_is_renewed_beside_slow_warm_ups(3, 3);
+}
+
+/// Found by the same review: a remove waited behind the lease's own
+/// warm-up on the only renewal thread.
+#[test]
+fn a_remove_never_waits_for_a_warm_up() {
+    let clock = TestClock::new();
+    let store = Arc::new(SlowWarmUp {
+        inner: MemoryStore::new(),
+        clock: clock.clone(),
+        warming: AtomicUsize::new(0),
+    });
+    let shared: Arc<dyn Store> = Arc::clone(&store) as Arc<dyn Store>;
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let lease = Contender::new(shared, "a", options).try_acquire().unwrap();
+    let pool = Arc::new(
+        KeeperPool::spawn(
+            PoolOptions::new()
+                .renewal_threads(1)
+                .clock(Arc::new(clock.clone())),
+        )
+        .unwrap(),
+    );
+    let _let_go = LetTimeGo(clock.clone());
+    let a = pool.add(lease);
+    std::thread::sleep(Duration::from_millis(200));
+    clock.advance(Duration::from_secs(9)); // a's warm-up is out until 10 s
+    assert!(until_ready(Duration::from_secs(5), || {
+        store.warming.load(Ordering::SeqCst) == 1
+    }));
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let (p, id) = (Arc::clone(&pool), a.id());
+    std::thread::spawn(move || {
+        let _ = tx.send(p.remove(id));
+    });
+    let removed = rx.recv_timeout(Duration::from_secs(3));
+    assert!(
+        matches!(removed, Ok(Some(Ok(Released::Freed)))),
+        "{removed:?}"
+    );
+}
