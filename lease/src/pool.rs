@@ -370,7 +370,7 @@ pub fn work(job: Job, release_timeout: Duration) -> Done {
     match job {
         Job::Renew(id, lease, deadline) => Done::Renewed(id, renew_guarded(&lease, deadline)),
         Job::Release(id, lease) => Done::Released(id, release_guarded(&lease, release_timeout)),
-        Job::WarmUp(_, lease, due) => {
+        Job::WarmUp(lease, due) => {
             warm_up_guarded(&lease, due);
             Done::Warmed
         }
@@ -393,7 +393,7 @@ pub enum Job {
     /// does it on a thread of its own, never a renewal thread; a driver
     /// that does it with [`work`] hands [`Done::Warmed`] to
     /// [`PoolSchedule::finish`], which changes nothing.
-    WarmUp(LeaseId, Arc<Lease>, Instant),
+    WarmUp(Arc<Lease>, Instant),
 }
 }
 
@@ -401,7 +401,7 @@ impl Job {
     /// The lease the job is for.
     pub(crate) fn lease(&self) -> &Arc<Lease> {
         match self {
-            Job::Renew(_, lease, _) | Job::Release(_, lease) | Job::WarmUp(_, lease, _) => lease,
+            Job::Renew(_, lease, _) | Job::Release(_, lease) | Job::WarmUp(lease, _) => lease,
         }
     }
 }
@@ -614,7 +614,7 @@ impl PoolSchedule {
                     }
                     Some(_) if kept.warm_wake_for == Some(until) => {
                         kept.warmed_for = Some(until);
-                        jobs.push(Job::WarmUp(id, Arc::clone(&kept.lease), until));
+                        jobs.push(Job::WarmUp(Arc::clone(&kept.lease), until));
                         until
                     }
                     _ => until,
@@ -791,7 +791,7 @@ impl Scheduler {
     fn dispatch(&mut self, job: Job) {
         // A warm-up never takes a renewal thread (see `pool/warm_ups.rs`);
         // one of a store that answers at once (it cannot wait) is done here.
-        if let Job::WarmUp(_, lease, due) = &job {
+        if let Job::WarmUp(lease, due) = &job {
             if !runs_on_scheduler(true, &job) {
                 self.warm_ups.send(Arc::clone(lease), *due);
                 return;

@@ -114,16 +114,18 @@ impl SimPool {
     }
 }
 
-/// The lease a job is for.
-fn job_id(job: &Job) -> LeaseId {
+/// The lease a job is for, when it sends a request (a warm-up sends none
+/// in the simulation: its store's warm-up is the default, nothing).
+fn job_id(job: &Job) -> Option<LeaseId> {
     match job {
-        Job::Renew(id, ..) | Job::Release(id, _) | Job::WarmUp(id, ..) => *id,
+        Job::Renew(id, ..) | Job::Release(id, _) => Some(*id),
+        Job::WarmUp(..) => None,
     }
 }
 
 /// Do `job` as the value it is for, on the calling thread.
 fn do_job(sh: &Shared, q: &Mutex<Queues>, job: Job) -> Done {
-    let value = lock(q).values.get(&job_id(&job)).copied();
+    let value = job_id(&job).and_then(|id| lock(q).values.get(&id).copied());
     if let Some(value) = value {
         sh.lock().act_for(current(), value);
     }
