@@ -65,12 +65,15 @@ fn wait_for_the_foreground(t: &Target, term: &Terminal) {
 
 /// Wait until a running (not stopped) process whose command line holds
 /// `marker` leads the terminal's foreground group: the command has the
-/// terminal. Typed before that, Ctrl-Z may reach the command while the
-/// kernel's SIGTTIN for its first read (made before it was given the
-/// terminal) has it stopped, and the supervisor's SIGCONT for that stop
-/// discards the pending SIGTSTP: a keystroke in the first instant lost,
-/// as a user would type it again, not a test of what follows it.
-fn wait_for_the_command_in_the_foreground(term: &Terminal, marker: &str) {
+/// terminal; with `reading`, it also waits in its read of the terminal.
+/// Typed before that, Ctrl-Z may reach the command while the kernel's
+/// SIGTTIN for its first read (made before it was given the terminal) has
+/// it stopped, or is about to, and the supervisor's SIGCONT for that stop
+/// discards the pending SIGTSTP: a keystroke in the first instant lost, as
+/// a user would type it again, not a test of what follows it. A read
+/// waiting for input (`wait_woken`) is one made in the foreground, after
+/// any such SIGTTIN was taken.
+fn wait_for_the_command_in_the_foreground(term: &Terminal, marker: &str, reading: bool) {
     let deadline = Instant::now() + WAIT;
     loop {
         let found = std::fs::read_dir("/proc")
@@ -91,7 +94,10 @@ fn wait_for_the_command_in_the_foreground(term: &Terminal, marker: &str) {
                 // After the name: state ppid pgrp session tty_nr tpgid.
                 let (_, rest) = stat.rsplit_once(") ")?;
                 let f: Vec<&str> = rest.split_whitespace().collect();
-                (f.len() > 5 && f[0] != "T" && f[2] == f[5]).then_some(())
+                let waits_for_input =
+                    || std::fs::read_to_string(dir.join("wchan")).is_ok_and(|w| w == "wait_woken");
+                (f.len() > 5 && f[0] != "T" && f[2] == f[5] && (!reading || waits_for_input()))
+                    .then_some(())
             })
             .next()
             .is_some();
@@ -199,7 +205,7 @@ fn ctrl_z_then_fg_continues_the_job() {
         "\"$BL\" run --ttl 30 \"$URL\" -- sh -c 'printf \"as\"\"k> \"; read x; echo got:$x'\n",
     );
     term.expect("ask> ");
-    wait_for_the_command_in_the_foreground(&term, "read x");
+    wait_for_the_command_in_the_foreground(&term, "read x", true);
     term.type_keys("\x1a");
     term.expect("Stopped");
     term.expect(PROMPT);
@@ -238,7 +244,7 @@ fn fg_after_the_write_deadline_kills_without_continuing() {
         "\"$BL\" run --ttl 3 \"$URL\" -- sh -c 'echo st\"\"arted; while :; do echo t >> \"$DIR/ticks\"; sleep 0.05; done'\n",
     );
     term.expect("started");
-    wait_for_the_command_in_the_foreground(&term, "arted; while");
+    wait_for_the_command_in_the_foreground(&term, "arted; while", false);
     std::thread::sleep(Duration::from_millis(300));
     term.type_keys("\x1a");
     term.expect("Stopped");
@@ -313,7 +319,7 @@ fn ctrl_z_then_bg_runs_in_the_background_until_it_reads() {
         "\"$BL\" run --ttl 30 \"$URL\" -- sh -c 'echo st\"\"arted; while [ ! -e \"$DIR/go\" ]; do echo t >> \"$DIR/ticks\"; sleep 0.05; done; printf \"as\"\"k> \"; read x; echo got:$x'\n",
     );
     term.expect("started");
-    wait_for_the_command_in_the_foreground(&term, "arted; while");
+    wait_for_the_command_in_the_foreground(&term, "arted; while", false);
     std::thread::sleep(Duration::from_millis(300));
     term.type_keys("\x1a");
     term.expect("Stopped");
@@ -604,7 +610,7 @@ fn ctrl_z_without_a_job_control_shell_is_ignored() {
         ],
     );
     term.expect("ask> ");
-    wait_for_the_command_in_the_foreground(&term, "read x");
+    wait_for_the_command_in_the_foreground(&term, "read x", true);
     term.type_keys("\x1a");
     term.expect("Ctrl-Z ignored");
     term.type_keys("hello\n");
