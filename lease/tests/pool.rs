@@ -303,11 +303,25 @@ fn a_renewal_queued_behind_a_hanging_one_is_fenced_at_its_own_deadline() {
     assert!(later.is_empty(), "a second Fenced event for {later:?}");
 }
 
-/// A memory store that records each warm-up's renewal instant.
+/// A memory store that records each warm-up's renewal instant and, given
+/// a test clock, takes until that instant to return (a HEAD to a slow
+/// service, say), as its contract allows.
 #[derive(Debug, Default)]
 struct WarmUps {
     inner: MemoryStore,
     dues: std::sync::Mutex<Vec<Instant>>,
+    slow_on: Option<TestClock>,
+    warming: AtomicUsize,
+}
+
+impl WarmUps {
+    /// Each warm-up returns only at its renewal's instant on `clock`.
+    fn slow(clock: &TestClock) -> Self {
+        WarmUps {
+            slow_on: Some(clock.clone()),
+            ..WarmUps::default()
+        }
+    }
 }
 
 impl Store for WarmUps {
@@ -325,6 +339,11 @@ impl Store for WarmUps {
 
     fn warm_up(&self, _key: &str, due: Instant) {
         self.dues.lock().unwrap().push(due);
+        if let Some(clock) = &self.slow_on {
+            self.warming.fetch_add(1, Ordering::SeqCst);
+            let _ = clock.timer(due).recv();
+            self.warming.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -374,35 +393,6 @@ fn the_pool_warms_each_store_up_shortly_before_each_renewal() {
     let _ = pool.stop();
 }
 
-/// A healthy memory store on a test clock whose warm-up (a HEAD to a slow
-/// service, say) returns only at `due`, as its contract allows.
-#[derive(Debug)]
-struct SlowWarmUp {
-    inner: MemoryStore,
-    clock: TestClock,
-    warming: AtomicUsize,
-}
-
-impl Store for SlowWarmUp {
-    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        self.inner.get(key, deadline)
-    }
-
-    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
-        self.inner.put(key, body, options)
-    }
-
-    fn delete(&self, key: &str, mode: &DeleteMode, d: Option<Instant>) -> Result<(), StoreError> {
-        self.inner.delete(key, mode, d)
-    }
-
-    fn warm_up(&self, _key: &str, due: Instant) {
-        self.warming.fetch_add(1, Ordering::SeqCst);
-        let _ = self.clock.timer(due).recv();
-        self.warming.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// Lets every timer of the test clock fire when dropped, so nothing the
 /// test started waits for ever.
 struct LetTimeGo(TestClock);
@@ -432,11 +422,7 @@ fn until_ready(patience: Duration, ready: impl Fn() -> bool) -> bool {
 /// keeper would renew it, however many warm-ups are out.
 fn a_short_lease_is_renewed_beside_slow_warm_ups(threads: usize, longs: usize) {
     let clock = TestClock::new();
-    let store = Arc::new(SlowWarmUp {
-        inner: MemoryStore::new(),
-        clock: clock.clone(),
-        warming: AtomicUsize::new(0),
-    });
+    let store = Arc::new(WarmUps::slow(&clock));
     let shared: Arc<dyn Store> = Arc::clone(&store) as Arc<dyn Store>;
     let take = |prefix: &str, ttl_s: u64| {
         let options = LeaseOptions::new(ttl_s).clock(Arc::new(clock.clone()));
@@ -499,11 +485,7 @@ fn warm_ups_never_fill_the_renewal_threads() {
 #[test]
 fn a_remove_never_waits_for_a_warm_up() {
     let clock = TestClock::new();
-    let store = Arc::new(SlowWarmUp {
-        inner: MemoryStore::new(),
-        clock: clock.clone(),
-        warming: AtomicUsize::new(0),
-    });
+    let store = Arc::new(WarmUps::slow(&clock));
     let shared: Arc<dyn Store> = Arc::clone(&store) as Arc<dyn Store>;
     let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
     let lease = Contender::new(shared, "a", options).try_acquire().unwrap();
