@@ -403,18 +403,6 @@ impl Drop for LetTimeGo {
     }
 }
 
-/// Wait in real time until `ready`, at most `patience`.
-fn until_ready(patience: Duration, ready: impl Fn() -> bool) -> bool {
-    let end = Instant::now() + patience;
-    while !ready() {
-        if Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    true
-}
-
 /// Found by a review: warm-ups on the renewal threads. `long` leases (TTL
 /// 30 s, lead 1 s) are warmed up from 9 s until their renewal at 10 s,
 /// each warm-up taking until then; `short` (TTL 1 s, taken at 8.9 s) is due
@@ -448,7 +436,7 @@ fn a_short_lease_is_renewed_beside_slow_warm_ups(threads: usize, longs: usize) {
     let deadline = short.write_deadline().unwrap();
     std::thread::sleep(ms(200));
     clock.advance(ms(100)); // 9.0 s: the long leases' warm-ups go out
-    assert!(until_ready(Duration::from_secs(5), || {
+    assert!(real_wait(Duration::from_secs(5), || {
         store.warming.load(Ordering::SeqCst) >= 1
     }));
     for at in [9_150, 9_233, 9_300, 9_400, 9_500] {
@@ -456,13 +444,7 @@ fn a_short_lease_is_renewed_beside_slow_warm_ups(threads: usize, longs: usize) {
         std::thread::sleep(ms(100));
     }
     clock.advance(deadline - clock.now());
-    let event = loop {
-        let e = pool.events().recv_timeout(Duration::from_secs(5)).ok();
-        match e {
-            Some(e) if e.key != "short/LEASE" => continue,
-            other => break other.map(|e| e.event),
-        }
-    };
+    let event = next_for(pool.events(), "short/LEASE");
     assert!(
         matches!(event, Some(Event::Renewed { .. })),
         "short: {event:?}; warm-ups still out: {}",
@@ -501,7 +483,7 @@ fn a_remove_never_waits_for_a_warm_up() {
     let a = pool.add(lease);
     std::thread::sleep(Duration::from_millis(200));
     clock.advance(Duration::from_secs(9)); // a's warm-up is out until 10 s
-    assert!(until_ready(Duration::from_secs(5), || {
+    assert!(real_wait(Duration::from_secs(5), || {
         store.warming.load(Ordering::SeqCst) == 1
     }));
     let (tx, rx) = crossbeam_channel::bounded(1);
