@@ -23,6 +23,10 @@
 //!   [`Event::Released`]. The channel is unbounded: a renewal adds at most one
 //!   event a renewal interval, so an application that never reads it does
 //!   not block the keeper.
+//! - **Running totals can be asked for at any time.** [`Keeper::stats`]
+//!   returns a snapshot ([`crate::stats`]): renewals by outcome and
+//!   duration, retries, losses, the time left to the fence; answered
+//!   without I/O, as `may_write` is.
 //! - **A panic is a loss, never silence.** A panic inside the renewal path
 //!   marks the lease lost and is reported as [`Event::Lost`] with the panic's
 //!   message; the thread then waits to be stopped, and still tries to free
@@ -49,6 +53,7 @@ use crate::clock::Clock;
 use crate::error::LeaseError;
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
+use crate::stats::{LeaseStats, LossReason, RenewalOutcome};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -270,6 +275,14 @@ impl Keeper {
     #[must_use]
     pub fn write_deadline(&self) -> Option<Instant> {
         self.lease.write_deadline()
+    }
+
+    /// A snapshot of the lease's totals and state: renewals by outcome
+    /// and duration, retries, losses, the time left to the fence
+    /// ([`crate::stats`]). Answered without I/O, from any thread;
+    /// [`LeaseStats::prometheus`] renders it for a scraper.
+    pub fn stats(&self) -> LeaseStats {
+        self.lease.stats()
     }
 
     /// The keeper's events. Clones of the receiver share one queue.
@@ -541,6 +554,7 @@ impl Renewer {
                     }
                 }
                 Step::End(event) => {
+                    note_end(&self.lease, &event);
                     if event == Event::Fenced {
                         log::warn!("{}: fenced: no renewal landed in time", self.lease.key());
                     }
@@ -596,8 +610,14 @@ pub fn warm_up_guarded(lease: &Lease, due: Instant) {
 pub(crate) fn renew_guarded(lease: &Lease, deadline: Instant) -> Attempt {
     let started = lease.clock().now();
     let renewed = catch_unwind(AssertUnwindSafe(|| lease.renew_before(Some(deadline))));
+    let took = lease.clock().now().saturating_duration_since(started);
+    let outcome = match &renewed {
+        Ok(result) => RenewalOutcome::of(result),
+        Err(_) => RenewalOutcome::Failed,
+    };
+    lease.recorder().renewal(outcome, took);
     match renewed {
-        Ok(Ok(())) => Attempt::Renewed(lease.clock().now().saturating_duration_since(started)),
+        Ok(Ok(())) => Attempt::Renewed(took),
         Ok(Err(LeaseError::Lost { holder, .. })) => Attempt::Lost {
             holder,
             reason: "the record was replaced or deleted".to_string(),
@@ -620,17 +640,30 @@ pub(crate) fn renew_guarded(lease: &Lease, deadline: Instant) -> Attempt {
 pub(crate) fn release_guarded(lease: &Lease, timeout: Duration) -> Result<Released, LeaseError> {
     let timeout = timeout + lease.store().write_interval().unwrap_or_default();
     let deadline = lease.clock().now().checked_add(timeout);
-    catch_unwind(AssertUnwindSafe(|| lease.release_before(deadline))).unwrap_or_else(|panic| {
-        log::error!(
-            "{}: the release panicked: {}",
-            lease.key(),
-            panic_message(&*panic)
-        );
-        Err(LeaseError::Lost {
-            key: lease.key().to_string(),
-            holder: lease.lost_to(),
-        })
-    })
+    let released = catch_unwind(AssertUnwindSafe(|| lease.release_before(deadline)))
+        .unwrap_or_else(|panic| {
+            log::error!(
+                "{}: the release panicked: {}",
+                lease.key(),
+                panic_message(&*panic)
+            );
+            Err(LeaseError::Lost {
+                key: lease.key().to_string(),
+                holder: lease.lost_to(),
+            })
+        });
+    lease.recorder().released(&released);
+    released
+}
+
+/// Count the end a keeper or pool reports for `lease` ([`Event::Fenced`]
+/// or [`Event::Lost`]) in its totals.
+pub(crate) fn note_end(lease: &Lease, event: &Event) {
+    match event {
+        Event::Fenced => lease.recorder().ended(LossReason::Fenced),
+        Event::Lost { .. } => lease.recorder().ended(LossReason::Lost),
+        _ => {}
+    }
 }
 
 /// The message a panic carried, as far as it can be read.

@@ -136,6 +136,7 @@ use crate::record::{
     check_holder_name, default_holder_name, lease_key, new_instance_id, process_nonce,
     InvalidHolderName,
 };
+use crate::stats::Recorder;
 use crate::store::{Store, Version};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -469,6 +470,8 @@ pub struct Lease {
     /// Objects the acquire's probe made beside the record on a store with
     /// a write interval, to remove once their interval is over.
     probe_objects: Mutex<Vec<String>>,
+    /// What its keeper did with it, for [`Lease::stats`].
+    recorder: Recorder,
 }
 
 impl Lease {
@@ -647,6 +650,11 @@ impl Lease {
         if matches!(h.state, State::Held | State::Fenced) {
             h.state = State::Lost { holder };
         }
+    }
+
+    /// The lease's running totals ([`crate::stats`]).
+    pub(crate) fn recorder(&self) -> &Recorder {
+        &self.recorder
     }
 
     fn lock(&self) -> MutexGuard<'_, Held> {

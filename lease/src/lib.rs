@@ -9,6 +9,8 @@
 //! - [`hold`]: run a closure while holding the lease, released however it
 //!   ends ([`Contender::run_while_held`]).
 //! - [`pool`]: many leases renewed by a scheduler and a few renewal threads.
+//! - [`stats`]: running totals of a kept lease, in the Prometheus text
+//!   format too.
 //! - [`fence`]: writes bound to a held lease, stamped with its epoch.
 //! - [`inspect`]: reading a lease from outside, and breaking a dead holder's.
 //! - [`versioned`]: a bucket that keeps every version of the record, named
@@ -109,6 +111,7 @@ pub mod mutant;
 pub mod pool;
 pub mod record;
 pub mod spacing;
+pub mod stats;
 pub mod store;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
@@ -130,6 +133,7 @@ pub use keeper::{Event, Keeper, KeeperOptions, Loss};
 pub use lease::{Cancel, Contender, Exclusion, Lease, LeaseOptions, LeaseStatus, Released, Wait};
 pub use pool::{KeeperPool, LeaseId, PoolEvent, PoolOptions, PooledLease};
 pub use record::{lease_key, LeaseRecord};
+pub use stats::{prometheus_text, LeaseStats};
 pub use store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };

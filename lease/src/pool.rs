@@ -42,6 +42,10 @@
 //!   can wait, so a warm-up never holds a renewal or a release; a store
 //!   that answers at once (the memory store) is warmed up on the scheduler
 //!   thread, and a pool of such leases runs no thread more.
+//! - **Totals per lease and per key.** [`PooledLease::stats`] is one
+//!   lease's snapshot ([`crate::stats`]); [`KeeperPool::stats`] gives one
+//!   per key over the pool's life, so a key taken again after a loss stays
+//!   one series with its counters summed.
 //! - **A panic in a renewal is that lease's loss**, reported as
 //!   [`Event::Lost`], as with a `Keeper`.
 //!
@@ -52,20 +56,21 @@
 use crate::clock::{system_clock, Clock};
 use crate::error::LeaseError;
 use crate::keeper::{
-    release_guarded, renew_guarded, warm_up_guarded, warm_up_lead, Attempt, Event, RenewalSchedule,
-    Step, DEFAULT_RELEASE_TIMEOUT,
+    note_end, release_guarded, renew_guarded, warm_up_guarded, warm_up_lead, Attempt, Event,
+    RenewalSchedule, Step, DEFAULT_RELEASE_TIMEOUT,
 };
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
+use crate::stats::{merge_by_key, LeaseStats};
 use warm_ups::WarmUps;
 
 mod warm_ups;
 use crossbeam_channel::{select, Receiver, Sender};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -196,12 +201,36 @@ impl PooledLease {
     pub fn write_deadline(&self) -> Option<Instant> {
         self.lease.write_deadline()
     }
+
+    /// A snapshot of this lease's totals and state ([`crate::stats`]).
+    pub fn stats(&self) -> LeaseStats {
+        self.lease.stats()
+    }
+}
+
+/// The leases a pool keeps, as its handle sees them, for
+/// [`KeeperPool::stats`]: those added and not yet removed, and the totals
+/// of those removed, one per key.
+#[derive(Debug, Default)]
+struct Registry {
+    live: BTreeMap<LeaseId, Arc<Lease>>,
+    retired: Vec<LeaseStats>,
+}
+
+impl Registry {
+    fn retire(&mut self, id: LeaseId) {
+        if let Some(lease) = self.live.remove(&id) {
+            let gone = lease.stats();
+            self.retired = merge_by_key(self.retired.iter().chain([&gone]));
+        }
+    }
 }
 
 /// Leases renewed by a scheduler thread and a few renewal threads. See the
 /// [module docs](self).
 pub struct KeeperPool {
     commands: Sender<Command>,
+    registry: Mutex<Registry>,
     events: Receiver<PoolEvent>,
     next_id: AtomicU64,
     len: Arc<AtomicUsize>,
@@ -275,6 +304,7 @@ impl KeeperPool {
         threads.push(thread);
         Ok(KeeperPool {
             commands,
+            registry: Mutex::new(Registry::default()),
             events,
             next_id: AtomicU64::new(0),
             len,
@@ -288,6 +318,7 @@ impl KeeperPool {
     pub fn add(&self, lease: Lease) -> PooledLease {
         let id = LeaseId(self.next_id.fetch_add(1, Ordering::SeqCst));
         let lease = Arc::new(lease);
+        self.registry().live.insert(id, Arc::clone(&lease));
         self.len.fetch_add(1, Ordering::SeqCst);
         if self
             .commands
@@ -306,7 +337,25 @@ impl KeeperPool {
     pub fn remove(&self, id: LeaseId) -> Option<Result<Released, LeaseError>> {
         let (reply, answer) = crossbeam_channel::bounded(1);
         self.commands.send(Command::Remove(id, reply)).ok()?;
-        answer.recv().ok().flatten()
+        let removed = answer.recv().ok().flatten();
+        self.registry().retire(id);
+        removed
+    }
+
+    /// A snapshot per key of every lease the pool keeps or kept
+    /// ([`crate::stats`]): a key taken again after a loss, under a new id,
+    /// is one snapshot, its counters summed over the pool's life and its
+    /// gauges from the lease held now (or the latest). Render them with
+    /// [`prometheus_text`](crate::stats::prometheus_text). Answered without
+    /// I/O.
+    pub fn stats(&self) -> Vec<LeaseStats> {
+        let registry = self.registry();
+        let live: Vec<LeaseStats> = registry.live.values().map(|l| l.stats()).collect();
+        merge_by_key(registry.retired.iter().chain(&live))
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Every lease's events. Clones of the receiver share one queue; the
@@ -337,6 +386,10 @@ impl KeeperPool {
             Ok(()) => answer.recv().unwrap_or_default(),
             Err(_) => Vec::new(),
         };
+        let ids: Vec<LeaseId> = self.registry().live.keys().copied().collect();
+        for id in ids {
+            self.registry().retire(id);
+        }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -675,6 +728,7 @@ impl PoolSchedule {
 /// once, renewed no more.
 fn end(kept: &mut Kept, id: LeaseId, event: Event, events: &mut Vec<PoolEvent>) {
     kept.ended = true;
+    note_end(&kept.lease, &event);
     if event == Event::Fenced {
         // Renewed no more: a renewal still out, landing late, must not let
         // it write again.

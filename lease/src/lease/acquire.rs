@@ -11,6 +11,7 @@ use super::{Contender, Exclusion, Held, Lease, Released, State, ACQUIRE_RACES};
 use crate::error::{HolderRelation, LeaseError};
 use crate::mutant::{self, Mutant};
 use crate::record::{format_stamp, longest_key_bytes, LeaseRecord, MAX_SANE_TTL_S};
+use crate::stats::Recorder;
 use crate::store::{named_by, PutMode, PutOptions, StoreError, StoreErrorKind, Version};
 use crate::versioned;
 use std::sync::atomic::AtomicBool;
@@ -167,6 +168,7 @@ impl Contender {
                     state: State::Held,
                 }),
                 probe_objects: Mutex::new(Vec::new()),
+                recorder: Recorder::new(confirmed_wall),
             };
             if exclusion == Exclusion::Conditional {
                 if let Err(e) = lease.probe(&body, deadline) {

@@ -1,0 +1,716 @@
+//! Running totals of a kept lease, and the Prometheus text that shows them.
+//!
+//! Every [`Lease`] counts what its keeper ([`Keeper`](crate::Keeper) or
+//! [`KeeperPool`](crate::KeeperPool)) did with it: each renewal attempt by
+//! outcome and duration, the retries, and how the lease ended.
+//! [`Lease::stats`] (and [`Keeper::stats`](crate::Keeper::stats),
+//! [`PooledLease::stats`](crate::pool::PooledLease::stats),
+//! [`KeeperPool::stats`](crate::KeeperPool::stats)) returns a plain
+//! snapshot, [`LeaseStats`]. What it promises:
+//!
+//! - **Asking never waits on I/O.** A snapshot reads counters and the
+//!   lease's state under mutexes held only for arithmetic, like
+//!   [`Lease::may_write`]; the renewal thread holds the counters' mutex
+//!   only to add to them.
+//! - **Every renewal attempt is counted once**, whatever keeps the lease,
+//!   by outcome ([`RenewalOutcome`]): `ok`, `refused` (the service refused
+//!   the condition: the record moved), `timed_out` (no answer by the
+//!   write deadline or the store's timeout), `failed` (anything else, a
+//!   panic included). Its duration, from just before the first request to
+//!   the outcome, goes into [`LatencyHistogram`] whatever the outcome, so
+//!   a slow failure shows. An attempt that follows a failed one is a
+//!   retry.
+//! - **A lease ends once.** The first of fenced, lost, or released-with-a-
+//!   failure (or finding the record another's) is the loss counted in
+//!   [`LossCounts`]; a clean release is no loss. [`LeaseStats::transitions`]
+//!   counts changes of "held": 1 from the acquire, 2 once the lease is no
+//!   longer held (fenced, lost or released).
+//! - **The text format is Prometheus's** (version 0.0.4, as node_exporter's
+//!   textfile collector and every scraper read it): [`prometheus_text`]
+//!   writes each metric family once, with `# HELP` and `# TYPE`, its
+//!   series labelled `key` (the lease object's key, escaped as the format
+//!   says). Several snapshots of one key (a program that took the lease
+//!   again after a loss) are one series: the counters summed, the gauges
+//!   from the newest. The names:
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `bucket_lease_held` | gauge, 0 or 1 | `key` |
+//! | `bucket_lease_epoch` | gauge | `key` |
+//! | `bucket_lease_held_since_seconds` | gauge, Unix time of the acquire | `key` |
+//! | `bucket_lease_seconds_to_fence` | gauge, 0 when not held | `key` |
+//! | `bucket_lease_fence_timestamp_seconds` | gauge, Unix time of the write deadline, 0 when not held | `key` |
+//! | `bucket_lease_renewals_total` | counter | `key`, `outcome` |
+//! | `bucket_lease_renewal_retries_total` | counter | `key` |
+//! | `bucket_lease_renewal_duration_seconds` | histogram | `key` |
+//! | `bucket_lease_last_renewal_duration_seconds` | gauge | `key` |
+//! | `bucket_lease_losses_total` | counter | `key`, `reason` |
+//! | `bucket_lease_transitions_total` | counter | `key` |
+//!
+//! ```
+//! use bucket_lease_core::{memory::MemoryStore, Keeper, KeeperOptions, Lease, LeaseOptions};
+//! use std::sync::Arc;
+//!
+//! let store = Arc::new(MemoryStore::new());
+//! let lease = Lease::acquire(store, "jobs/nightly", LeaseOptions::new(30))?;
+//! let keeper = Keeper::spawn(lease, KeeperOptions::new())?;
+//! let stats = keeper.stats();
+//! assert!(stats.is_held());
+//! assert!(stats.prometheus().contains("bucket_lease_held{key=\"jobs/nightly/LEASE\"} 1\n"));
+//! keeper.stop()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::error::LeaseError;
+use crate::lease::{Lease, LeaseStatus, Released};
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+/// The upper bounds, in seconds, of the renewal duration histogram's
+/// buckets (Prometheus's default buckets); one more bucket, `+Inf`, takes
+/// the rest.
+pub const LATENCY_BUCKETS_S: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// How one renewal attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RenewalOutcome {
+    /// The renewal landed.
+    Ok,
+    /// The service refused its condition: the record moved (replaced,
+    /// deleted, or a write of ours it refused).
+    Refused,
+    /// No answer came by the deadline or the store's timeout.
+    TimedOut,
+    /// Anything else: a transport or service error, a panic.
+    Failed,
+}
+
+impl RenewalOutcome {
+    /// Every outcome, in the order the text format lists them.
+    pub const ALL: [RenewalOutcome; 4] = [
+        RenewalOutcome::Ok,
+        RenewalOutcome::Refused,
+        RenewalOutcome::TimedOut,
+        RenewalOutcome::Failed,
+    ];
+
+    /// The `outcome` label: `ok`, `refused`, `timed_out` or `failed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RenewalOutcome::Ok => "ok",
+            RenewalOutcome::Refused => "refused",
+            RenewalOutcome::TimedOut => "timed_out",
+            RenewalOutcome::Failed => "failed",
+        }
+    }
+
+    /// The outcome of a renewal that returned `result`.
+    pub(crate) fn of(result: &Result<(), LeaseError>) -> RenewalOutcome {
+        let Err(error) = result else {
+            return RenewalOutcome::Ok;
+        };
+        match error {
+            LeaseError::Lost { .. } | LeaseError::OwnWriteRefused { .. } => RenewalOutcome::Refused,
+            other => match other.store_error() {
+                Some(e) if e.is_refusal() => RenewalOutcome::Refused,
+                Some(e) if e.is_timeout() => RenewalOutcome::TimedOut,
+                _ => RenewalOutcome::Failed,
+            },
+        }
+    }
+}
+
+/// Why a kept lease ended, as [`LossCounts`] counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The write deadline passed without a renewal.
+    Fenced,
+    /// Another holder took the record, a write proved another writer, a
+    /// renewal panicked, or the release found the record another's.
+    Lost,
+    /// The lease was stopped while held and its release failed: the record
+    /// keeps the prefix until its TTL runs out.
+    NotReleased,
+}
+
+impl LossReason {
+    /// Every reason, in the order the text format lists them.
+    pub const ALL: [LossReason; 3] = [
+        LossReason::Fenced,
+        LossReason::Lost,
+        LossReason::NotReleased,
+    ];
+
+    /// The `reason` label: `fenced`, `lost` or `not_released`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LossReason::Fenced => "fenced",
+            LossReason::Lost => "lost",
+            LossReason::NotReleased => "not_released",
+        }
+    }
+}
+
+/// Renewal attempts by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RenewalCounts {
+    /// Landed.
+    pub ok: u64,
+    /// Refused by the service.
+    pub refused: u64,
+    /// Timed out.
+    pub timed_out: u64,
+    /// Failed otherwise.
+    pub failed: u64,
+}
+
+impl RenewalCounts {
+    /// The count of `outcome`.
+    pub fn get(&self, outcome: RenewalOutcome) -> u64 {
+        match outcome {
+            RenewalOutcome::Ok => self.ok,
+            RenewalOutcome::Refused => self.refused,
+            RenewalOutcome::TimedOut => self.timed_out,
+            RenewalOutcome::Failed => self.failed,
+        }
+    }
+
+    /// Every attempt.
+    pub fn total(&self) -> u64 {
+        self.ok + self.refused + self.timed_out + self.failed
+    }
+
+    fn slot(&mut self, outcome: RenewalOutcome) -> &mut u64 {
+        match outcome {
+            RenewalOutcome::Ok => &mut self.ok,
+            RenewalOutcome::Refused => &mut self.refused,
+            RenewalOutcome::TimedOut => &mut self.timed_out,
+            RenewalOutcome::Failed => &mut self.failed,
+        }
+    }
+
+    fn add(&mut self, other: &RenewalCounts) {
+        for outcome in RenewalOutcome::ALL {
+            *self.slot(outcome) += other.get(outcome);
+        }
+    }
+}
+
+/// Ends of a lease by reason (at most one per [`Lease`] value).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LossCounts {
+    /// Fenced.
+    pub fenced: u64,
+    /// Lost to another holder, or a panic.
+    pub lost: u64,
+    /// Stopped while held, and not released.
+    pub not_released: u64,
+}
+
+impl LossCounts {
+    /// The count of `reason`.
+    pub fn get(&self, reason: LossReason) -> u64 {
+        match reason {
+            LossReason::Fenced => self.fenced,
+            LossReason::Lost => self.lost,
+            LossReason::NotReleased => self.not_released,
+        }
+    }
+
+    /// Every loss.
+    pub fn total(&self) -> u64 {
+        self.fenced + self.lost + self.not_released
+    }
+
+    fn slot(&mut self, reason: LossReason) -> &mut u64 {
+        match reason {
+            LossReason::Fenced => &mut self.fenced,
+            LossReason::Lost => &mut self.lost,
+            LossReason::NotReleased => &mut self.not_released,
+        }
+    }
+
+    fn add(&mut self, other: &LossCounts) {
+        for reason in LossReason::ALL {
+            *self.slot(reason) += other.get(reason);
+        }
+    }
+}
+
+/// Renewal durations in fixed buckets ([`LATENCY_BUCKETS_S`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LatencyHistogram {
+    /// Attempts per bucket, not cumulative; the last is `+Inf`.
+    counts: [u64; LATENCY_BUCKETS_S.len() + 1],
+    sum: Duration,
+}
+
+impl LatencyHistogram {
+    fn record(&mut self, duration: Duration) {
+        let seconds = duration.as_secs_f64();
+        let slot = LATENCY_BUCKETS_S
+            .iter()
+            .position(|&le| seconds <= le)
+            .unwrap_or(LATENCY_BUCKETS_S.len());
+        self.counts[slot] += 1;
+        self.sum = self.sum.saturating_add(duration);
+    }
+
+    fn add(&mut self, other: &LatencyHistogram) {
+        for (mine, theirs) in self.counts.iter_mut().zip(other.counts) {
+            *mine += theirs;
+        }
+        self.sum = self.sum.saturating_add(other.sum);
+    }
+
+    /// Each bucket's upper bound in seconds (`f64::INFINITY` last) with
+    /// the number of attempts at or under it (cumulative, as Prometheus
+    /// counts).
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        let bounds = LATENCY_BUCKETS_S.iter().copied().chain([f64::INFINITY]);
+        let mut total = 0;
+        bounds
+            .zip(self.counts)
+            .map(|(le, n)| {
+                total += n;
+                (le, total)
+            })
+            .collect()
+    }
+
+    /// How many attempts were timed.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Their durations added up.
+    pub fn sum(&self) -> Duration {
+        self.sum
+    }
+}
+
+/// A snapshot of one lease's totals and state. See the [module docs](self).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LeaseStats {
+    /// The lease object's key (`{prefix}/LEASE`).
+    pub key: String,
+    /// Where the lease stood when the snapshot was taken.
+    pub status: LeaseStatus,
+    /// The epoch this holder took.
+    pub epoch: u64,
+    /// When, by this process's wall clock, the acquiring write was sent.
+    pub held_since: SystemTime,
+    /// Renewal attempts by outcome.
+    pub renewals: RenewalCounts,
+    /// Attempts that followed a failed one.
+    pub retries: u64,
+    /// How the lease ended, if it did.
+    pub losses: LossCounts,
+    /// The last attempt's duration, whatever its outcome.
+    pub last_renewal: Option<Duration>,
+    /// Every attempt's duration.
+    pub latency: LatencyHistogram,
+    /// How long writes may go on yet: to the write deadline, `None` when
+    /// not held.
+    pub to_fence: Option<Duration>,
+    /// The write deadline by this process's wall clock, `None` when not
+    /// held: what a reader of a snapshot written to a file compares with
+    /// its own clock, however old the file.
+    pub fence_at: Option<SystemTime>,
+    /// Changes of "held": 1 from the acquire, 2 once no longer held.
+    pub transitions: u64,
+}
+
+impl LeaseStats {
+    /// Whether the lease was held (writes allowed) at the snapshot.
+    pub fn is_held(&self) -> bool {
+        matches!(self.status, LeaseStatus::Held { .. })
+    }
+
+    /// The state's name: `held`, `fenced`, `lost` or `released`.
+    pub fn state_name(&self) -> &'static str {
+        match self.status {
+            LeaseStatus::Held { .. } => "held",
+            LeaseStatus::Fenced => "fenced",
+            LeaseStatus::Lost { .. } => "lost",
+            LeaseStatus::Released => "released",
+        }
+    }
+
+    /// This snapshot in the Prometheus text format; see [`prometheus_text`].
+    pub fn prometheus(&self) -> String {
+        prometheus_text([self])
+    }
+}
+
+/// What a lease counts, under its own mutex.
+#[derive(Debug)]
+pub(crate) struct Recorder {
+    held_since: SystemTime,
+    counts: Mutex<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    renewals: RenewalCounts,
+    retries: u64,
+    last_failed: bool,
+    losses: LossCounts,
+    ended: bool,
+    last_renewal: Option<Duration>,
+    latency: LatencyHistogram,
+}
+
+impl Recorder {
+    /// Totals for a lease whose acquiring write was sent at `held_since`.
+    pub(crate) fn new(held_since: SystemTime) -> Self {
+        Recorder {
+            held_since,
+            counts: Mutex::new(Counts::default()),
+        }
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One renewal attempt that took `duration`.
+    pub(crate) fn renewal(&self, outcome: RenewalOutcome, duration: Duration) {
+        let mut c = self.counts();
+        *c.renewals.slot(outcome) += 1;
+        if c.last_failed {
+            c.retries += 1;
+        }
+        c.last_failed = outcome != RenewalOutcome::Ok;
+        c.last_renewal = Some(duration);
+        c.latency.record(duration);
+    }
+
+    /// The lease ended for `reason`, unless it ended already.
+    pub(crate) fn ended(&self, reason: LossReason) {
+        let mut c = self.counts();
+        if !c.ended {
+            c.ended = true;
+            *c.losses.slot(reason) += 1;
+        }
+    }
+
+    /// What a keeper's release returned: a failure, or a record found
+    /// another's, ends the lease (unless it ended already).
+    pub(crate) fn released(&self, released: &Result<Released, LeaseError>) {
+        match released {
+            Err(_) => self.ended(LossReason::NotReleased),
+            Ok(Released::LeftAlone { holder: Some(_) }) => self.ended(LossReason::Lost),
+            Ok(_) => {}
+        }
+    }
+}
+
+impl Lease {
+    /// A snapshot of this lease's totals and state; see [`crate::stats`].
+    pub fn stats(&self) -> LeaseStats {
+        let status = self.status();
+        let to_fence = match status {
+            LeaseStatus::Held { deadline } => {
+                Some(deadline.saturating_duration_since(self.clock().now()))
+            }
+            _ => None,
+        };
+        let recorder = self.recorder();
+        let c = recorder.counts();
+        LeaseStats {
+            key: self.key().to_string(),
+            transitions: if to_fence.is_some() { 1 } else { 2 },
+            status,
+            epoch: self.epoch(),
+            held_since: recorder.held_since,
+            renewals: c.renewals,
+            retries: c.retries,
+            losses: c.losses,
+            last_renewal: c.last_renewal,
+            latency: c.latency.clone(),
+            fence_at: to_fence.and_then(|left| self.clock().wall().checked_add(left)),
+            to_fence,
+        }
+    }
+}
+
+/// The Prometheus text (format 0.0.4) of `stats`: each family once, a
+/// series per key. Snapshots of one key are merged: counters and the
+/// histogram summed, gauges from the held one, else the latest acquired.
+pub fn prometheus_text<'a>(stats: impl IntoIterator<Item = &'a LeaseStats>) -> String {
+    let merged = merge_by_key(stats);
+    let mut text = String::new();
+    header(&mut text, "bucket_lease_held", "gauge", HELD_HELP);
+    for s in &merged {
+        series(
+            &mut text,
+            "bucket_lease_held",
+            &s.key,
+            &[],
+            gauge(s.is_held() as u64),
+        );
+    }
+    header(
+        &mut text,
+        "bucket_lease_epoch",
+        "gauge",
+        "The epoch this process took the lease at.",
+    );
+    for s in &merged {
+        series(&mut text, "bucket_lease_epoch", &s.key, &[], gauge(s.epoch));
+    }
+    header(
+        &mut text,
+        "bucket_lease_held_since_seconds",
+        "gauge",
+        "When this process took the lease, in seconds since the Unix epoch.",
+    );
+    for s in &merged {
+        let since = unix_seconds(s.held_since);
+        series(
+            &mut text,
+            "bucket_lease_held_since_seconds",
+            &s.key,
+            &[],
+            number(since),
+        );
+    }
+    header(
+        &mut text,
+        "bucket_lease_seconds_to_fence",
+        "gauge",
+        TO_FENCE_HELP,
+    );
+    for s in &merged {
+        let left = s.to_fence.map_or(0.0, |d| d.as_secs_f64());
+        series(
+            &mut text,
+            "bucket_lease_seconds_to_fence",
+            &s.key,
+            &[],
+            number(left),
+        );
+    }
+    header(&mut text, "bucket_lease_fence_timestamp_seconds", "gauge", "When this holder must stop writing (the write deadline), in seconds since the Unix epoch; 0 when not held.");
+    for s in &merged {
+        let at = s.fence_at.map_or(0.0, unix_seconds);
+        series(
+            &mut text,
+            "bucket_lease_fence_timestamp_seconds",
+            &s.key,
+            &[],
+            number(at),
+        );
+    }
+    header(
+        &mut text,
+        "bucket_lease_renewals_total",
+        "counter",
+        "Renewal attempts by outcome: ok, refused (the record moved), timed_out, failed.",
+    );
+    for s in &merged {
+        for outcome in RenewalOutcome::ALL {
+            let labels = [("outcome", outcome.name())];
+            let n = gauge(s.renewals.get(outcome));
+            series(&mut text, "bucket_lease_renewals_total", &s.key, &labels, n);
+        }
+    }
+    header(
+        &mut text,
+        "bucket_lease_renewal_retries_total",
+        "counter",
+        "Renewal attempts that followed a failed one.",
+    );
+    for s in &merged {
+        series(
+            &mut text,
+            "bucket_lease_renewal_retries_total",
+            &s.key,
+            &[],
+            gauge(s.retries),
+        );
+    }
+    header(
+        &mut text,
+        "bucket_lease_renewal_duration_seconds",
+        "histogram",
+        "How long each renewal attempt took, whatever its outcome.",
+    );
+    for s in &merged {
+        let name = "bucket_lease_renewal_duration_seconds";
+        for (le, n) in s.latency.buckets() {
+            let le = if le.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                number(le)
+            };
+            series(
+                &mut text,
+                &format!("{name}_bucket"),
+                &s.key,
+                &[("le", &le)],
+                gauge(n),
+            );
+        }
+        let sum = number(s.latency.sum().as_secs_f64());
+        series(&mut text, &format!("{name}_sum"), &s.key, &[], sum);
+        series(
+            &mut text,
+            &format!("{name}_count"),
+            &s.key,
+            &[],
+            gauge(s.latency.count()),
+        );
+    }
+    header(
+        &mut text,
+        "bucket_lease_last_renewal_duration_seconds",
+        "gauge",
+        "How long the last renewal attempt took.",
+    );
+    for s in merged.iter().filter(|s| s.last_renewal.is_some()) {
+        let last = number(s.last_renewal.unwrap_or_default().as_secs_f64());
+        series(
+            &mut text,
+            "bucket_lease_last_renewal_duration_seconds",
+            &s.key,
+            &[],
+            last,
+        );
+    }
+    header(
+        &mut text,
+        "bucket_lease_losses_total",
+        "counter",
+        "Ends of the lease other than a clean release: fenced, lost, not_released.",
+    );
+    for s in &merged {
+        for reason in LossReason::ALL {
+            let labels = [("reason", reason.name())];
+            let n = gauge(s.losses.get(reason));
+            series(&mut text, "bucket_lease_losses_total", &s.key, &labels, n);
+        }
+    }
+    header(
+        &mut text,
+        "bucket_lease_transitions_total",
+        "counter",
+        "Changes of held: one at each acquire, one when the lease is no longer held.",
+    );
+    for s in &merged {
+        series(
+            &mut text,
+            "bucket_lease_transitions_total",
+            &s.key,
+            &[],
+            gauge(s.transitions),
+        );
+    }
+    text
+}
+
+/// The Prometheus text of a lease this process does not hold on `key`
+/// (the lease object's key): while it waits to take it, or before it
+/// tried. `bucket_lease_held` and `bucket_lease_seconds_to_fence` are 0;
+/// the rest need a lease taken. For a file that must not keep a holder's
+/// last word, such as `bucket-lease run --metrics-file` before its
+/// acquire.
+pub fn prometheus_not_held(key: &str) -> String {
+    let mut text = String::new();
+    header(&mut text, "bucket_lease_held", "gauge", HELD_HELP);
+    series(&mut text, "bucket_lease_held", key, &[], gauge(0));
+    header(
+        &mut text,
+        "bucket_lease_seconds_to_fence",
+        "gauge",
+        TO_FENCE_HELP,
+    );
+    series(
+        &mut text,
+        "bucket_lease_seconds_to_fence",
+        key,
+        &[],
+        gauge(0),
+    );
+    text
+}
+
+const HELD_HELP: &str =
+    "Whether this process holds the lease and may write under it (1) or not (0).";
+const TO_FENCE_HELP: &str =
+    "Seconds left before this holder must stop writing (the write deadline); 0 when not held.";
+
+/// Seconds since the Unix epoch, 0 before it.
+fn unix_seconds(at: SystemTime) -> f64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// A family's `# HELP` and `# TYPE` lines.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// One series line: `name{key="…",labels…} value`.
+fn series(out: &mut String, name: &str, key: &str, labels: &[(&str, &str)], value: String) {
+    let _ = write!(out, "{name}{{key=\"{}\"", escape_label(key));
+    for (label, v) in labels {
+        let _ = write!(out, ",{label}=\"{}\"", escape_label(v));
+    }
+    let _ = writeln!(out, "}} {value}");
+}
+
+fn gauge(n: u64) -> String {
+    n.to_string()
+}
+
+/// A float as the format writes it: Rust's shortest round-trip form.
+fn number(x: f64) -> String {
+    format!("{x}")
+}
+
+/// A label value with `\`, `"` and line feeds escaped, as the format says.
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// One snapshot per key, in the order keys first appear: counters summed,
+/// gauges from the held snapshot, else the one acquired last.
+pub(crate) fn merge_by_key<'a>(stats: impl IntoIterator<Item = &'a LeaseStats>) -> Vec<LeaseStats> {
+    let mut merged: Vec<LeaseStats> = Vec::new();
+    for s in stats {
+        let Some(into) = merged.iter_mut().find(|m| m.key == s.key) else {
+            merged.push(s.clone());
+            continue;
+        };
+        let newer = s.is_held() || (!into.is_held() && s.held_since >= into.held_since);
+        let mut sum = if newer { s.clone() } else { into.clone() };
+        let other = if newer { &*into } else { s };
+        sum.renewals.add(&other.renewals);
+        sum.retries += other.retries;
+        sum.losses.add(&other.losses);
+        sum.latency.add(&other.latency);
+        sum.transitions += other.transitions;
+        *into = sum;
+    }
+    merged
+}
