@@ -53,10 +53,12 @@ nanio_key=nanio-test-key
 nanio_secret=nanio-test-secret-0123456789
 rgw_key=rgw-test-key
 rgw_secret=rgw-test-secret-0123456789
+# prometheus_client is no server either: tests/cli_metrics.rs reads the
+# metrics files of `run --metrics-file` with its parser.
 # Chromium is not a server: the test that looks at a bench plot
 # (tests/cli_bench_plot.rs) opens it there.
 debian_packages=(ceph-mon ceph-osd radosgw ceph-common chromium)
-requirements=("moto[s3]==5.2.5" "flask" "flask-cors" "werkzeug" "waitress==3.0.2" "botocore" "localbucket==1.2.1" "nanio==0.1.7")
+requirements=("moto[s3]==5.2.5" "flask" "flask-cors" "werkzeug" "waitress==3.0.2" "botocore" "localbucket==1.2.1" "nanio==0.1.7" "prometheus_client==0.26.0")
 
 # start_time PID: the process's start time (clock ticks after boot, field
 # 22 of /proc/PID/stat), empty when there is no such process.

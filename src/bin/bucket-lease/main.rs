@@ -47,6 +47,7 @@ mod measure;
 #[cfg(target_os = "linux")]
 mod procs;
 mod run;
+mod status_files;
 #[cfg(target_os = "linux")]
 mod supervise;
 mod text;

@@ -1,7 +1,7 @@
 //! `bucket-lease run [--ttl DURATION] [--wait DURATION] [--grace DURATION]
 //! [-E N] [--best-effort] URL [--] COMMAND [ARG...]`: run COMMAND only
 //! while this process holds the lease, like `flock` for a bucket prefix.
-//! The options are [`OPTIONS`], the table that also prints the help, the
+//! The options are `options::OPTIONS`, the table that also prints the help, the
 //! completions and the man page.
 //!
 //! What it promises:
@@ -65,6 +65,11 @@
 //!   `BUCKET_LEASE_INSTANCE_ID`, `BUCKET_LEASE_EPOCH`, `BUCKET_LEASE_TTL_S`,
 //!   `BUCKET_LEASE_ACQUIRED_AT` and `BUCKET_LEASE_EXCLUSION`
 //!   (`conditional` or `best-effort`) in its environment.
+//! - `--metrics-file PATH` and `--status-file PATH` keep the lease's
+//!   totals in PATH (the Prometheus text; one JSON object), replaced whole
+//!   after every renewal and change of state, not held before the acquire
+//!   and at exit; no thread that keeps the deadline waits on them
+//!   ([`crate::status_files`]).
 //! - `--holder-name NAME` writes NAME in the record's `holder_name`
 //!   instead of `host:pid`, for people (`inspect`, "held by" messages);
 //!   it never changes who holds the lease (the instance id and this
@@ -156,16 +161,20 @@
 //! it when it wakes. A wait interrupted by a signal may leave a record of
 //! ours that lands after the look for it: it expires after its TTL.
 
-use crate::args::{given, Arg, Args, Opt, Spec};
+mod options;
+
+pub use options::spec;
+use options::{parse, Options};
+
+use crate::args::Args;
 use crate::child::Job;
 use crate::cli::{
-    exit, human_secs, lease_error_code, lease_error_summary, open_store, parse_duration,
-    parse_exit_code, parse_ttl, signal_exit_code, Failure,
+    exit, human_secs, lease_error_code, lease_error_summary, open_store, signal_exit_code, Failure,
 };
+use crate::status_files::StatusFiles;
 use crate::text::printable;
 use bucket_lease::keeper::DEFAULT_RELEASE_TIMEOUT;
-use bucket_lease::lease::DEFAULT_TTL_S;
-use bucket_lease::record::check_holder_name;
+use bucket_lease::record::lease_key;
 use bucket_lease::supervision::{Plan, Seen, Stop};
 use bucket_lease::{
     Cancel, Contender, Event, Exclusion, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions,
@@ -173,143 +182,14 @@ use bucket_lease::{
 };
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGTSTP};
 use signal_hook::iterator::Signals;
-use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-/// What `run` does, for its help and the man page.
-const ABOUT: &str = "\
-Takes the lease ({prefix}/LEASE), runs COMMAND while a thread renews the
-lease every third of the TTL, and releases it when COMMAND exits. COMMAND
-starts only while the lease may be written under.
-
-COMMAND and every process it starts are dead by the lease's write deadline
-(two thirds of the TTL after the last renewal that landed). When no renewal
-has landed by W = min(grace, TTL/6) before that deadline, they get SIGTERM,
-then SIGKILL 50 ms before the deadline, and run exits 76. If the lease is
-lost to another instance, SIGTERM at once and SIGKILL W later (never after
-the deadline); exit 76. SIGINT, SIGTERM and SIGHUP are passed on to them as
-SIGTERM, with SIGKILL after the grace period or 50 ms before the deadline,
-whichever comes first (a second signal: SIGKILL at once). When COMMAND
-exits, what it left running gets SIGTERM, then SIGKILL after the grace
-period; the lease is released once none is left, and run exits with
-COMMAND's status.
-
-In a terminal (Linux): when run's standard input is the terminal and run
-is in its foreground, COMMAND gets the terminal as under flock (its process
-group is made the foreground group), so it can prompt, and Ctrl-C, Ctrl-\\
-and Ctrl-Z go to it; run takes the terminal back when COMMAND ends. Ctrl-Z
-stops every process of COMMAND and then run's own job, and the lease is not
-renewed while suspended: on fg or bg, COMMAND is continued only if the
-lease may still be written under; if the write deadline passed, it is
-killed without being continued and run exits 76. Otherwise (input from a
-file or a pipe, run in the background) COMMAND is in the background of the
-terminal, and SIGTSTP is ignored from run's start (while the lease is taken
-and while COMMAND runs).
-
-What is stopped (Linux): COMMAND runs in a process group of its own, under
-a supervisor process that is the subreaper of everything COMMAND starts.
-Signals go to the group and to every descendant, also one that left the
-group or the session (setsid, a double fork, a daemon). If run is killed
-with SIGKILL, the supervisor kills them all within milliseconds; if the
-supervisor is killed, run does. A process run may not signal (another
-user's) is named. What escapes: a process started through a service
-manager or another daemon (systemd-run, a container runtime, at), a
-process on another machine, and everything if run and its supervisor are
-killed at once. Elsewhere than on Linux only COMMAND's process group is
-signalled.
-
-COMMAND's environment gains BUCKET_LEASE_URL, BUCKET_LEASE_KEY,
-BUCKET_LEASE_INSTANCE_ID, BUCKET_LEASE_EPOCH, BUCKET_LEASE_TTL_S,
-BUCKET_LEASE_ACQUIRED_AT and BUCKET_LEASE_EXCLUSION.
-";
-
-/// The options of `run`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Key {
-    Ttl,
-    Wait,
-    Grace,
-    ConflictExitCode,
-    BestEffort,
-    HolderName,
-}
-
-/// `run`'s table: parsing, help, completions and the man page.
-const OPTIONS: &[Opt<Key>] = &[
-    Opt {
-        key: Key::Ttl,
-        long: "ttl",
-        short: None,
-        value: Some("DURATION"),
-        help: "the lease's TTL, a whole number of seconds from 1 to 3600 (30, 30s, 1m; \
-               default 30)",
-    },
-    Opt {
-        key: Key::Wait,
-        long: "wait",
-        short: None,
-        value: Some("DURATION"),
-        help: "wait up to DURATION for a held lease (1.5, 90s, 5m, 1h; default: one attempt, \
-               then the conflict exit code if held). Every request is bounded: run gives up \
-               within max(DURATION, 10 s) plus 2 s; refused credentials (77) or a missing \
-               bucket (78) end it at once, and so do SIGINT and SIGTERM",
-    },
-    Opt {
-        key: Key::Grace,
-        long: "grace",
-        short: None,
-        value: Some("DURATION"),
-        help: "how long COMMAND may take to stop after SIGTERM (default 10s); never past the \
-               write deadline",
-    },
-    Opt {
-        key: Key::ConflictExitCode,
-        long: "conflict-exit-code",
-        short: Some('E'),
-        value: Some("N"),
-        help: "the exit code when the lease is held by another instance (after --wait), 0 to \
-               255 (default 75), as flock -E: so that COMMAND's own 75 is not taken for \
-               \"held\"",
-    },
-    Opt {
-        key: Key::BestEffort,
-        long: "best-effort",
-        short: None,
-        value: None,
-        help: "read-then-write instead of conditional writes, for services without them (also \
-               BUCKET_LEASE_CONDITIONAL=off); logged as a warning",
-    },
-    Opt {
-        key: Key::HolderName,
-        long: "holder-name",
-        short: None,
-        value: Some("NAME"),
-        help: "a readable name for the holder, shown by inspect; default host:pid",
-    },
-];
-
-/// `run`'s documentation.
-pub fn spec() -> Spec {
-    Spec::new(
-        "run",
-        "run COMMAND while holding the lease on URL's prefix.",
-        "bucket-lease run [OPTIONS] URL [--] COMMAND [ARG...]",
-        ABOUT,
-        "",
-        OPTIONS,
-        true,
-    )
-}
-
 /// How often the supervising loop looks at the command and the signals, at
 /// the least: it also wakes for each SIGTERM and SIGKILL instant.
 const TICK: Duration = Duration::from_millis(50);
-
-/// The default grace period after SIGTERM.
-const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// How long after SIGKILL `run` waits for the command's supervisor to exit
 /// before killing it too (it goes on killing for at most
@@ -329,99 +209,6 @@ const BEFORE_COMMAND_LOG_BOUND: Duration = Duration::from_millis(300);
 /// attempt may take.
 const ABANDON_TIMEOUT: Duration = Duration::from_secs(2);
 
-struct Options {
-    url: String,
-    ttl_s: u64,
-    wait: Option<Duration>,
-    grace: Duration,
-    best_effort: bool,
-    /// The exit code when the lease is held (`-E`).
-    conflict_exit_code: u8,
-    /// A readable name for the holder (`--holder-name`).
-    holder_name: Option<String>,
-    command: Vec<OsString>,
-}
-
-fn parse(p: &mut Args) -> Result<Option<Options>, Failure> {
-    let cmd = p.command;
-    let mut url: Option<String> = None;
-    let mut o = Options {
-        url: String::new(),
-        ttl_s: DEFAULT_TTL_S,
-        wait: None,
-        grace: DEFAULT_GRACE,
-        best_effort: false,
-        conflict_exit_code: exit::HELD,
-        holder_name: None,
-        command: Vec::new(),
-    };
-    loop {
-        if url.is_none() && p.dashes_next() {
-            return Err(Failure::usage(cmd, "missing URL before `--`"));
-        }
-        let Some(arg) = p.next(OPTIONS, true)? else {
-            break;
-        };
-        match arg {
-            Arg::Help => {
-                crate::print_help(&spec());
-                return Ok(None);
-            }
-            Arg::Opt(key, value) => {
-                let value = given(value);
-                match key {
-                    Key::Ttl => o.ttl_s = parse_ttl(cmd, "--ttl", &value)?,
-                    Key::Wait => o.wait = Some(parse_duration(cmd, "--wait", &value)?),
-                    Key::Grace => o.grace = parse_duration(cmd, "--grace", &value)?,
-                    Key::ConflictExitCode => {
-                        o.conflict_exit_code =
-                            parse_exit_code(cmd, "-E/--conflict-exit-code", &value)?;
-                    }
-                    Key::BestEffort => o.best_effort = true,
-                    Key::HolderName => {
-                        if let Err(e) = check_holder_name(&value) {
-                            return Err(Failure::usage(
-                                cmd,
-                                format!("--holder-name {:?}: {e}", printable(&value)),
-                            ));
-                        }
-                        o.holder_name = Some(value);
-                    }
-                }
-            }
-            Arg::Word(word) if url.is_none() => match word.into_string() {
-                Ok(s) => url = Some(s),
-                Err(word) => {
-                    return Err(Failure::usage(
-                        cmd,
-                        format!("URL {word:?} is not valid UTF-8"),
-                    ))
-                }
-            },
-            // COMMAND's first word: the rest is its own, exactly as given.
-            Arg::Word(word) => {
-                o.command.push(word);
-                o.command.extend(p.rest());
-                break;
-            }
-        }
-    }
-    let Some(url) = url else {
-        return Err(Failure::usage(
-            cmd,
-            "missing URL (such as s3://bucket/prefix)",
-        ));
-    };
-    if o.command.is_empty() {
-        return Err(Failure::usage(
-            cmd,
-            "missing COMMAND to run (after the URL and `--`)",
-        ));
-    }
-    o.url = url;
-    Ok(Some(o))
-}
-
 /// Parse and run `run`.
 ///
 /// # Errors
@@ -436,6 +223,9 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     };
     p.init_logging();
     let (store, prefix) = open_store(&o.url, &p.shared.store)?;
+    // Dropped after the keeper (declared before it): its last write comes
+    // after the release.
+    let files = StatusFiles::start(o.files.clone(), &o.url, &lease_key(&prefix))?;
     // SIGTSTP too, from the start: never the default stop, which would
     // leave a `run` that holds the lease renewing nothing (see `supervise`
     // and `acquire` for what Ctrl-Z does).
@@ -487,6 +277,9 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
             format!("run: cannot start the renewal thread: {e}"),
         )
     })?;
+    if let Some(files) = &files {
+        files.follow(keeper.lease());
+    }
     // What run said so far ("holding …") comes before what the command
     // says, unless stderr is not being read: then the command starts
     // after at most this bound, its lines unsaid. (Before the last look
