@@ -32,7 +32,8 @@
 //!   returned at once; a transient one is logged (a warning for the first
 //!   of a run, then at debug level) and the read tried again after a
 //!   jittered pause (the store's backoff, at most one poll interval) until
-//!   the deadline. What the last successful read found is still judged
+//!   the deadline (a read cut short by the deadline itself is no failure).
+//!   What the last successful read found is still judged
 //!   meanwhile: a record that expires while the store does not answer is
 //!   reported expired.
 //!
@@ -64,7 +65,7 @@ use crate::inspect::{Expiry, Inspection};
 use crate::lease::Contender;
 use crate::lease::Wait;
 use crate::record::{lease_key, LeaseRecord};
-use crate::store::{Store, StoreError, StoreErrorKind, Version};
+use crate::store::{Delivery, Store, StoreError, StoreErrorKind, Version};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -353,6 +354,11 @@ impl Watcher {
                         failures = 0;
                     }
                     Err(e) if e.is_permanent() => return Err(LeaseError::Store(e)),
+                    // Cut short by the wait's own deadline: no failure of
+                    // the store's (and no retry: the wait is over).
+                    Err(e)
+                        if (e.is_timeout() || e.delivery() == Delivery::NotSent)
+                            && wait.deadline().is_some_and(|d| clock.now() >= d) => {}
                     Err(e) => {
                         failures += 1;
                         if failures == 1 {

@@ -485,3 +485,65 @@ fn the_default_conditional_read_compares_versions() {
     let gone = store.get_if_changed("k", &v2, None).unwrap_err();
     assert_eq!(gone.kind(), StoreErrorKind::NotFound);
 }
+
+/// A store whose conditional reads hang until their deadline (on the test
+/// clock) and time out there.
+#[derive(Debug)]
+struct HangsToDeadline {
+    inner: MemoryStore,
+    clock: TestClock,
+}
+
+impl Store for HangsToDeadline {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.get(key, deadline)
+    }
+
+    fn get_if_changed(
+        &self,
+        key: &str,
+        _known: &Version,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Object>, StoreError> {
+        let deadline = deadline.expect("every read has a deadline");
+        self.clock
+            .advance(deadline.saturating_duration_since(self.clock.now()));
+        Err(StoreError::new(StoreErrorKind::Transport, "GET", key).timed_out())
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        self.inner.put(key, body, options)
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.inner.delete(key, mode, deadline)
+    }
+}
+
+/// A read cut short by the wait's own deadline is not a failure: the wait
+/// ends with `Ok(None)`; one that timed out on its own bound
+/// (`attempt_timeout`) before the deadline is, and is returned then.
+#[test]
+fn a_read_cut_short_by_the_deadline_is_no_failure() {
+    let clock = TestClock::new();
+    let store = Arc::new(HangsToDeadline {
+        inner: MemoryStore::new(),
+        clock: clock.clone(),
+    });
+    write(&*store, &clock, "a", 1, 3600);
+    let mut watcher = Watcher::new(store.clone(), PREFIX, Arc::new(clock.clone()));
+    next(&mut watcher, &wait_for(&clock, 1));
+    let wait = wait_for(&clock, 5).attempt_timeout(Duration::from_secs(60));
+    assert_eq!(watcher.next_change(&wait).unwrap(), None);
+    assert_eq!(Some(clock.now()), wait.deadline());
+    let wait = wait_for(&clock, 5).attempt_timeout(Duration::from_secs(2));
+    match watcher.next_change(&wait) {
+        Err(LeaseError::Store(e)) => assert!(e.is_timeout(), "{e}"),
+        other => panic!("expected the timed-out read, got {other:?}"),
+    }
+}
