@@ -230,8 +230,7 @@ fn takeover_within_one_interval(server: Server) {
     // The poll that saw it: the last GET that ended before it was judged.
     let poll = traces
         .iter()
-        .filter(|t| t.method == "GET" && t.ended <= taken.seen)
-        .next_back()
+        .rfind(|t| t.method == "GET" && t.ended <= taken.seen)
         .expect("a poll saw it");
     let began_after = poll.started.saturating_duration_since(written);
     assert!(

@@ -225,15 +225,9 @@ impl Change {
     }
 }
 
-/// What the last successful read found.
-#[derive(Debug, Clone)]
-enum Known {
-    Absent,
-    Object {
-        record: Option<LeaseRecord>,
-        version: Version,
-    },
-}
+/// What the last successful read found: `None` when there was no
+/// object, else the record (`None`: not a lease record) at its version.
+type Known = Option<(Option<LeaseRecord>, Version)>;
 
 /// What a report is compared on: a renewal changes none of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -420,7 +414,7 @@ impl Watcher {
     /// Read the record unless it is unchanged, and keep what was found.
     fn read(&mut self, deadline: Option<Instant>) -> Result<(), StoreError> {
         let answer = match &self.known {
-            Some(Known::Object { version, .. }) if version.etag.is_some() => {
+            Some(Some((_, version))) if version.etag.is_some() => {
                 self.store.get_if_changed(&self.key, version, deadline)
             }
             _ => self.store.get(&self.key, deadline).map(Some),
@@ -428,17 +422,11 @@ impl Watcher {
         self.known = Some(match answer {
             // Unchanged: a 304.
             Ok(None) => return Ok(()),
-            Ok(Some(object)) => Known::Object {
-                record: LeaseRecord::parse(&object.body),
-                version: object.version,
-            },
-            Err(e) if e.kind() == StoreErrorKind::NotFound => Known::Absent,
+            Ok(Some(object)) => Some((LeaseRecord::parse(&object.body), object.version)),
+            Err(e) if e.kind() == StoreErrorKind::NotFound => None,
             // Over the read cap: not a lease record, known by its version.
             Err(e) if e.kind() == StoreErrorKind::TooLarge && e.version().is_some() => {
-                Known::Object {
-                    record: None,
-                    version: e.version().cloned().unwrap_or_default(),
-                }
+                Some((None, e.version().cloned().unwrap_or_default()))
             }
             Err(e) => return Err(e),
         });
@@ -453,8 +441,8 @@ impl Watcher {
         };
         let (seen, seen_at) = (self.clock.now(), self.clock.wall());
         let inspection = match known {
-            Known::Absent => None,
-            Known::Object { record, version } => {
+            None => None,
+            Some((record, version)) => {
                 Some(judged(&self.key, record.clone(), version.clone(), seen_at))
             }
         };
