@@ -122,8 +122,8 @@ const OPTIONS: &[Opt<Key>] = &[
         short: None,
         value: Some("DURATION"),
         help: "give up after DURATION, opening the store and its credentials included (exit \
-               69; default 30s); with --watch, the bound of opening the store and the first \
-               read together, then of each read, never of the watch",
+               69; default 30s); when watching, it bounds opening the store and the first read \
+               together, then each read, and never ends the watch",
     },
     Opt {
         key: Key::Watch,
