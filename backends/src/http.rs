@@ -812,6 +812,9 @@ impl fmt::Debug for HttpStore {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Get,
+    /// A GET with `If-None-Match` on a known ETag (`Store::get_if_changed`):
+    /// `304 Not Modified` is its answer for an unchanged object.
+    GetIfChanged,
     Head,
     Create,
     Update,
@@ -847,7 +850,7 @@ enum Guard {
 impl Op {
     fn method(self) -> &'static str {
         match self {
-            Op::Get | Op::Open { .. } => "GET",
+            Op::Get | Op::GetIfChanged | Op::Open { .. } => "GET",
             Op::Head => "HEAD",
             Op::Create | Op::Update | Op::Overwrite | Op::UploadPart => "PUT",
             Op::Delete | Op::DeleteIfMatch | Op::AbortUpload => "DELETE",
@@ -886,7 +889,7 @@ impl Op {
 /// What an answer means for `op`: `None` for success, else the error kind.
 fn failure_kind(op: Op, status: u16, code: Option<&str>) -> Option<StoreErrorKind> {
     use StoreErrorKind::*;
-    if (200..300).contains(&status) {
+    if (200..300).contains(&status) || (status == 304 && op == Op::GetIfChanged) {
         return None;
     }
     if code == Some("NoSuchBucket") {
@@ -901,7 +904,7 @@ fn failure_kind(op: Op, status: u16, code: Option<&str>) -> Option<StoreErrorKin
     }
     Some(match (status, op) {
         (404, Op::Delete | Op::DeleteIfMatch | Op::AbortUpload) => return None,
-        (404, Op::Get | Op::Head | Op::Open { .. } | Op::UploadPart) => NotFound,
+        (404, Op::Get | Op::GetIfChanged | Op::Head | Op::Open { .. } | Op::UploadPart) => NotFound,
         (404, Op::Update) => Precondition,
         // If-Match on an absent key; the upload itself is known.
         (404, Op::CompleteUpload(Guard::IfMatch)) if code == Some("NoSuchKey") => Precondition,
@@ -1003,7 +1006,7 @@ impl HttpStore {
         };
         let mut builder = http::Request::builder().uri(self.url(key) + query);
         builder = match op {
-            Op::Get | Op::Open { .. } => builder.method(Method::GET),
+            Op::Get | Op::GetIfChanged | Op::Open { .. } => builder.method(Method::GET),
             Op::Head => builder.method(Method::HEAD),
             Op::Delete | Op::DeleteIfMatch | Op::AbortUpload => builder.method(Method::DELETE),
             // moto stores a form-urlencoded body as empty; say what it is.
@@ -1037,6 +1040,9 @@ impl HttpStore {
                         ));
                 };
                 builder = builder.header("if-match", Spelling::spell(etag, bare));
+            }
+            (Op::GetIfChanged, Some(version)) => {
+                builder = builder.header("if-none-match", if_changed::spelled(version, key)?);
             }
             _ => {}
         }
@@ -1530,6 +1536,7 @@ fn retryable(op: Op, error: &StoreError) -> bool {
         || matches!(
             op,
             Op::Get
+                | Op::GetIfChanged
                 | Op::Head
                 | Op::Delete
                 | Op::Open { .. }
@@ -1817,6 +1824,19 @@ impl Store for HttpStore {
 
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         self.get_object(key, deadline).map_err(|e| self.named(e))
+    }
+
+    /// A GET with `If-None-Match: <known ETag>`: a `304` is `Ok(None)`;
+    /// a `200` at the known version too (a service that ignores the
+    /// header). See `http/if_changed.rs`.
+    fn get_if_changed(
+        &self,
+        key: &str,
+        known: &Version,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Object>, StoreError> {
+        self.get_if_changed_object(key, known, deadline)
+            .map_err(|e| self.named(e))
     }
 
     /// A HEAD request: the version and metadata of an object of any size.
@@ -2209,6 +2229,7 @@ fn unknown_mode(method: &'static str, key: &str) -> StoreError {
 }
 
 mod idle;
+mod if_changed;
 mod multipart;
 
 #[cfg(test)]

@@ -13,6 +13,8 @@
 //!   format too.
 //! - [`fence`]: writes bound to a held lease, stamped with its epoch.
 //! - [`inspect`]: reading a lease from outside, and breaking a dead holder's.
+//! - [`watch`]: following a lease from outside, each change of holder,
+//!   epoch or state reported ([`Watcher`], [`Contender::watch`]).
 //! - [`versioned`]: a bucket that keeps every version of the record, named
 //!   once with what it costs and the lifecycle rule that bounds it.
 //! - [`clock`]: the monotonic and wall clocks, real and for tests.
@@ -118,6 +120,7 @@ pub mod store;
 pub mod supervision;
 pub mod upload;
 pub mod versioned;
+pub mod watch;
 
 /// The channel crate whose [`Receiver`](channel::Receiver) carries a
 /// [`Keeper`]'s and a [`KeeperPool`]'s events (crossbeam-channel),
@@ -138,3 +141,4 @@ pub use store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
 pub use upload::FencedUpload;
+pub use watch::{Change, ChangeKind, LeaseState, Watcher};

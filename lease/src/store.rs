@@ -68,6 +68,14 @@ impl Version {
             version_id: None,
         }
     }
+
+    /// Whether `other` is another version than this one, as a conditional
+    /// read judges it ([`Store::get_if_changed`]): another ETag or another
+    /// version id. Without an ETag on either side nothing says they are the
+    /// same, so they count as changed.
+    pub fn is_changed(&self, other: &Version) -> bool {
+        self.etag.is_none() || self.etag != other.etag || self.version_id != other.version_id
+    }
 }
 
 /// How a write treats an object that is already there.
@@ -192,6 +200,30 @@ pub trait Store: Send + Sync + fmt::Debug {
         let mut object = self.get(key, deadline)?;
         object.body = Vec::new();
         Ok(object)
+    }
+
+    /// Read `key` unless it still has the version `known`: `Ok(None)` when
+    /// it does (unchanged, no body), else the object as [`get`](Self::get)
+    /// reads it. For a watcher polling one object: HTTP stores send a GET
+    /// with `If-None-Match: <etag>`, so an unchanged object costs a `304 Not
+    /// Modified` and no body (and compare the versions of a `200` too, for a
+    /// service that ignores the header). The default reads the whole object
+    /// with `get` and compares versions. Unchanged means the same ETag (and
+    /// the same version id, when either names one); a `known` without an
+    /// ETag is never unchanged.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get): [`StoreErrorKind::NotFound`] when the key is
+    /// absent.
+    fn get_if_changed(
+        &self,
+        key: &str,
+        known: &Version,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Object>, StoreError> {
+        let object = self.get(key, deadline)?;
+        Ok(known.is_changed(&object.version).then_some(object))
     }
 
     /// Get ready for a write of `key` due at `due` (a renewal): a store

@@ -30,7 +30,9 @@
 //! released before `Cancelled` is returned.
 
 use super::{Contender, Lease};
+use crate::clock::Clock;
 use crate::error::LeaseError;
+use crate::watch::Watcher;
 use crossbeam_channel::{Receiver, Sender};
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -175,13 +177,35 @@ impl Wait {
         self.deadline
     }
 
-    fn cancelled(&self) -> bool {
+    pub(crate) fn cancelled(&self) -> bool {
         self.cancel.as_ref().is_some_and(Cancel::is_cancelled)
+    }
+
+    /// The longest pause between reads ([`max_reread`](Self::max_reread)):
+    /// also a [`Watcher`]'s poll interval.
+    pub(crate) fn reread(&self) -> Duration {
+        self.max_reread
+    }
+
+    /// Sleep on `clock` until `until` (at once if it has passed), or until
+    /// the wait is cancelled: `false` when cancelled.
+    pub(crate) fn sleep_until(&self, clock: &dyn Clock, until: Instant) -> bool {
+        match &self.cancel {
+            _ if self.cancelled() => false,
+            Some(cancel) => crossbeam_channel::select! {
+                recv(clock.timer(until)) -> _ => !self.cancelled(),
+                recv(cancel.inner.woken) -> _ => false,
+            },
+            None => {
+                clock.sleep(until.saturating_duration_since(clock.now()));
+                true
+            }
+        }
     }
 
     /// The deadline of an attempt starting at `now`: its timeout, at least
     /// `floor`, within the wait's deadline.
-    fn attempt_deadline(&self, now: Instant, floor: Duration) -> Option<Instant> {
+    pub(crate) fn attempt_deadline(&self, now: Instant, floor: Duration) -> Option<Instant> {
         match (
             now.checked_add(self.attempt_timeout.max(floor)),
             self.deadline,
@@ -193,6 +217,17 @@ impl Wait {
 }
 
 impl Contender {
+    /// A [`Watcher`] of this contender's lease: the same store, key and
+    /// clock, reporting each change of holder, epoch or state as a
+    /// follower sees it. See [`crate::watch`].
+    pub fn watch(&self) -> Watcher {
+        Watcher::for_key(
+            Arc::clone(&self.store),
+            self.key.clone(),
+            Arc::clone(&self.options.clock),
+        )
+    }
+
     /// Wait for the lease as `wait` says. See the [module docs](self).
     ///
     /// # Errors

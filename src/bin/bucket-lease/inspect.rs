@@ -36,6 +36,25 @@
 //! - Text from the record (ids, stamps, ETags) is escaped in the human
 //!   output ([`printable`]): a record cannot send escape sequences to the
 //!   terminal. `--json` carries it exactly, JSON-escaped.
+//!
+//! With `--watch` it follows the lease ([`bucket_lease::watch`]): one JSON
+//! line per change on stdout, each flushed, the first the state as it is.
+//! Each line has the fields of `--json`, plus `change` (what changed:
+//! `first`, `holder`, `epoch`, `released`, `expired`, `resumed`,
+//! `appeared`, `removed` or `unreadable`) and `seen_at` (this machine's
+//! clock when it was seen). The record is read every `--interval`
+//! (default 1 s) with a conditional GET, so an unchanged record costs a
+//! `304` and no body; a record nobody renews is reported `expired` at its
+//! expiry by this machine's clock.
+//!
+//! - `--timeout` bounds opening the store and the first read as a whole
+//!   (which must succeed: exit 69, 77 or 78 as without `--watch`), then
+//!   each read; it never ends the watch. A read that fails later is logged
+//!   and tried again; a permanent failure (refused credentials, a bucket
+//!   that does not exist) ends it with that failure's exit code.
+//! - SIGINT and SIGTERM end it with exit 0, at once, also mid-wait.
+//! - When stdout is closed (`| head -1`) it ends quietly with exit 0 at its
+//!   next line; any other failure to write stdout exits 69, saying so.
 
 use crate::args::{given, require_url, set_url, Arg, Args, Opt, Spec};
 use crate::cli::{
@@ -45,8 +64,13 @@ use crate::cli::{
 use crate::text::printable;
 use bucket_lease::inspect::{inspect_before, Inspection};
 use bucket_lease::record::{format_stamp, LeaseRecord};
-use bucket_lease::{versioned, SystemClock};
+use bucket_lease::watch::{Change, Watcher};
+use bucket_lease::{versioned, Cancel, LeaseError, Store, SystemClock, Wait};
 use serde_json::{json, Value};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What `inspect` does, for its help and the man page.
@@ -63,6 +87,14 @@ one prints who released it, when, and the last epoch. Text from
 the record is shown with control characters escaped. Gives up after
 --timeout (default 30s), whatever the store or the credentials source
 does (exit 69).
+
+With --watch it follows the lease: one JSON line per change (the fields of
+--json, plus change: first, holder, epoch, released, expired, resumed,
+appeared, removed or unreadable; and seen_at), the first the state as it
+is. It reads every --interval with a conditional GET (an unchanged record
+costs a 304 and no body) and reports a record nobody renews as expired at
+its expiry by this machine's clock. SIGINT or SIGTERM end it with exit 0,
+and so does a closed stdout (| head -1), at the next line.
 ";
 
 /// The options of `inspect`.
@@ -70,6 +102,8 @@ does (exit 69).
 enum Key {
     Json,
     Timeout,
+    Watch,
+    Interval,
 }
 
 /// `inspect`'s table: parsing, help, completions and the man page.
@@ -88,7 +122,24 @@ const OPTIONS: &[Opt<Key>] = &[
         short: None,
         value: Some("DURATION"),
         help: "give up after DURATION, opening the store and its credentials included (exit \
-               69; default 30s)",
+               69; default 30s); when watching, it bounds opening the store and the first read \
+               together, then each read, and never ends the watch",
+    },
+    Opt {
+        key: Key::Watch,
+        long: "watch",
+        short: None,
+        value: None,
+        help: "follow the lease: one JSON line per change (the --json fields, plus change and \
+               seen_at) until SIGINT or SIGTERM (exit 0)",
+    },
+    Opt {
+        key: Key::Interval,
+        long: "interval",
+        short: None,
+        value: Some("DURATION"),
+        help: "with --watch: read the record this often, a conditional GET that costs a 304 \
+               while it is unchanged (default 1s)",
     },
 ];
 
@@ -115,6 +166,7 @@ pub fn spec() -> Spec {
 /// A usage, configuration or store failure.
 pub fn main(mut p: Args) -> Result<u8, Failure> {
     let (mut url, mut json, mut limit) = (None, false, DEFAULT_TIMEOUT);
+    let (mut watch, mut interval) = (false, None);
     while let Some(arg) = p.next(OPTIONS, true)? {
         match arg {
             Arg::Help => return Ok(crate::print_help(&spec())),
@@ -122,11 +174,31 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
             Arg::Opt(Key::Timeout, value) => {
                 limit = parse_duration(p.command, "--timeout", &given(value))?;
             }
+            Arg::Opt(Key::Watch, _) => watch = true,
+            Arg::Opt(Key::Interval, value) => {
+                let every = parse_duration(p.command, "--interval", &given(value))?;
+                if every.is_zero() {
+                    return Err(Failure::usage(
+                        p.command,
+                        "--interval: must be more than 0, such as 1s or 250ms",
+                    ));
+                }
+                interval = Some(every);
+            }
             Arg::Word(word) => set_url(p.command, &mut url, word)?,
         }
     }
     let url = require_url(p.command, url)?;
+    if interval.is_some() && !watch {
+        return Err(Failure::usage(
+            p.command,
+            "--interval is how often --watch reads the record: give --watch too",
+        ));
+    }
     p.init_logging();
+    if watch {
+        return watch_lease(&p, &url, limit, interval.unwrap_or(DEFAULT_INTERVAL));
+    }
     let timeout = Timeout::start(p.command, limit);
     // Opening the store takes no deadline: this ends the process if it
     // (or anything else) outlasts the bound.
@@ -151,6 +223,95 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
         print_human(&url, &key, seen.as_ref());
     }
     Ok(exit::OK)
+}
+
+/// How often `--watch` reads the record unless told otherwise.
+const DEFAULT_INTERVAL: Duration = bucket_lease::lease::DEFAULT_MAX_REREAD;
+
+/// `inspect --watch`: see the [module docs](self).
+fn watch_lease(p: &Args, url: &str, limit: Duration, interval: Duration) -> Result<u8, Failure> {
+    // Before anything that may wait: from here SIGINT and SIGTERM cancel
+    // the watch (exit 0) rather than kill the process.
+    let cancel = Cancel::new();
+    let mut signals = Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| Failure::new(exit::STORE, format!("inspect: cannot handle signals: {e}")))?;
+    let on_signal = cancel.clone();
+    std::thread::Builder::new()
+        .name("signals".to_string())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                log::debug!("signal {sig}: ending the watch");
+                on_signal.cancel();
+            }
+        })
+        .map_err(|e| Failure::new(exit::STORE, format!("inspect: cannot handle signals: {e}")))?;
+    let timeout = Timeout::start(p.command, limit);
+    let watchdog = timeout.watchdog("reading the lease", WATCHDOG_SLACK);
+    let (store, prefix) = open_store(url, &p.shared.store)?;
+    let store: Arc<dyn Store> = store;
+    let key = bucket_lease::lease_key(&prefix);
+    let mut watcher = Watcher::new(store, &prefix, Arc::new(SystemClock));
+    let wait = |deadline| {
+        let wait = match deadline {
+            Some(deadline) => Wait::until(deadline),
+            None => Wait::forever(),
+        };
+        wait.max_reread(interval)
+            .attempt_timeout(limit)
+            .cancel(cancel.clone())
+    };
+    // The first read within --timeout, as without --watch.
+    let first = watcher.next_change(&wait(timeout.deadline()));
+    drop(watchdog);
+    let failed = |e: LeaseError| match e {
+        LeaseError::Cancelled { .. } => Ok(exit::OK),
+        LeaseError::Store(e) if timeout.is_cause(&e) => Err(timeout.failure("reading the lease")),
+        LeaseError::Store(e) => Err(Failure::new(
+            store_error_code(&e),
+            format!("inspect: {}reading the lease: {e}", store_error_summary(&e)),
+        )),
+        e => Err(Failure::new(exit::STORE, format!("inspect: {e}"))),
+    };
+    let mut change = match first {
+        Ok(Some(change)) => change,
+        Ok(None) => return Err(timeout.failure("reading the lease")),
+        Err(e) => return failed(e),
+    };
+    let forever = wait(None);
+    loop {
+        match print_change(url, &key, &change) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(exit::OK),
+            Err(e) => {
+                return Err(Failure::new(
+                    exit::STORE,
+                    format!(
+                        "inspect: writing a change to stdout failed: {e}; check where stdout goes"
+                    ),
+                ))
+            }
+        }
+        change = loop {
+            match watcher.next_change(&forever) {
+                Ok(Some(change)) => break change,
+                // No deadline: only a cancel or a permanent error end it.
+                Ok(None) => {}
+                Err(e) => return failed(e),
+            }
+        };
+    }
+}
+
+/// One change as a JSON line on stdout, flushed.
+fn print_change(url: &str, key: &str, change: &Change) -> std::io::Result<()> {
+    let mut line = to_json(url, key, change.inspection.as_ref());
+    if let Value::Object(fields) = &mut line {
+        fields.insert("change".to_string(), json!(change.kind.name()));
+        fields.insert("seen_at".to_string(), json!(format_stamp(change.seen_at)));
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", crate::text::json_line(&line))?;
+    out.flush()
 }
 
 fn state(seen: Option<&Inspection>) -> &'static str {
