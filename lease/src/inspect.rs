@@ -84,6 +84,34 @@ pub enum Expiry {
 }
 
 impl Inspection {
+    /// `record` (`None`: not a lease record) at `version`, judged at
+    /// `read_at`: what [`inspect_before`] and a
+    /// [`Watcher`](crate::watch::Watcher) report.
+    pub(crate) fn judged(
+        key: &str,
+        record: Option<LeaseRecord>,
+        version: Version,
+        read_at: SystemTime,
+    ) -> Inspection {
+        let (age, fresh, suspect) = match &record {
+            Some(rec) => (
+                rec.age(read_at),
+                rec.is_fresh(read_at),
+                rec.is_suspect(read_at),
+            ),
+            None => (None, false, false),
+        };
+        Inspection {
+            key: key.to_string(),
+            record,
+            version,
+            read_at,
+            age,
+            fresh,
+            suspect,
+        }
+    }
+
     /// The holder's instance id, when the record parses.
     pub fn holder(&self) -> Option<&str> {
         self.record.as_ref().map(|r| r.instance_id.as_str())
@@ -183,24 +211,12 @@ pub fn inspect_before(
     let Some((record, version)) = read_record(store, &key, deadline)? else {
         return Ok(None);
     };
-    let read_at = clock.wall();
-    let (age, fresh, suspect) = match &record {
-        Some(rec) => (
-            rec.age(read_at),
-            rec.is_fresh(read_at),
-            rec.is_suspect(read_at),
-        ),
-        None => (None, false, false),
-    };
-    Ok(Some(Inspection {
-        key,
+    Ok(Some(Inspection::judged(
+        &key,
         record,
         version,
-        read_at,
-        age,
-        fresh,
-        suspect,
-    }))
+        clock.wall(),
+    )))
 }
 
 /// What [`break_lease`] replaced, and with what.

@@ -309,6 +309,15 @@ impl Store for SpacedStore {
         self.inner.head(key, deadline)
     }
 
+    fn get_if_changed(
+        &self,
+        key: &str,
+        known: &Version,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Object>, StoreError> {
+        self.inner.get_if_changed(key, known, deadline)
+    }
+
     fn concurrent_requests(&self) -> bool {
         self.inner.concurrent_requests()
     }
@@ -459,5 +468,58 @@ mod tests {
         let now = clock.now();
         spacing.take_turn("k", &clock, None).unwrap().wrote(None);
         assert_eq!(clock.now(), now);
+    }
+}
+
+#[cfg(test)]
+mod forwarding {
+    use super::*;
+    use crate::memory::MemoryStore;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A memory store that counts conditional reads.
+    #[derive(Debug, Default)]
+    struct Counting {
+        inner: MemoryStore,
+        conditional_reads: AtomicU32,
+    }
+
+    impl Store for Counting {
+        fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+            self.inner.get(key, deadline)
+        }
+        fn get_if_changed(
+            &self,
+            key: &str,
+            known: &Version,
+            deadline: Option<Instant>,
+        ) -> Result<Option<Object>, StoreError> {
+            self.conditional_reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.get_if_changed(key, known, deadline)
+        }
+        fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+            self.inner.put(key, body, options)
+        }
+        fn delete(
+            &self,
+            key: &str,
+            mode: &DeleteMode,
+            deadline: Option<Instant>,
+        ) -> Result<(), StoreError> {
+            self.inner.delete(key, mode, deadline)
+        }
+    }
+
+    #[test]
+    fn a_conditional_read_goes_to_the_wrapped_store_as_one() {
+        let inner = Arc::new(Counting::default());
+        let version = inner.inner.insert("k", b"v");
+        let spaced = SpacedStore::new(
+            inner.clone(),
+            Duration::from_secs(1),
+            crate::clock::system_clock(),
+        );
+        assert_eq!(spaced.get_if_changed("k", &version, None).unwrap(), None);
+        assert_eq!(inner.conditional_reads.load(Ordering::SeqCst), 1);
     }
 }

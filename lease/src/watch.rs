@@ -442,9 +442,12 @@ impl Watcher {
         let (seen, seen_at) = (self.clock.now(), self.clock.wall());
         let inspection = match known {
             None => None,
-            Some((record, version)) => {
-                Some(judged(&self.key, record.clone(), version.clone(), seen_at))
-            }
+            Some((record, version)) => Some(Inspection::judged(
+                &self.key,
+                record.clone(),
+                version.clone(),
+                seen_at,
+            )),
         };
         let summary = Summary::of(inspection.as_ref());
         let expiry = match inspection.as_ref().map(Inspection::expires_in) {
@@ -470,34 +473,6 @@ impl Watcher {
             seen,
         };
         (Some(change), expiry)
-    }
-}
-
-/// `record` at `version` judged at `read_at`, as
-/// [`inspect_before`](crate::inspect::inspect_before) judges a record it
-/// read.
-fn judged(
-    key: &str,
-    record: Option<LeaseRecord>,
-    version: Version,
-    read_at: SystemTime,
-) -> Inspection {
-    let (age, fresh, suspect) = match &record {
-        Some(rec) => (
-            rec.age(read_at),
-            rec.is_fresh(read_at),
-            rec.is_suspect(read_at),
-        ),
-        None => (None, false, false),
-    };
-    Inspection {
-        key: key.to_string(),
-        record,
-        version,
-        read_at,
-        age,
-        fresh,
-        suspect,
     }
 }
 
