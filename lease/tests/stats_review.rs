@@ -149,3 +149,64 @@ fn a_renewal_by_hand_beside_the_keeper_is_not_a_failed_attempt() {
     );
     keeper.stop().unwrap();
 }
+
+/// Promise: "A lease ends once. The first of fenced, lost, or
+/// released-with-a-failure ... is the loss counted; a clean release is no
+/// loss." A lease its program released by hand (cleanly: `Freed`) is
+/// counted a `fenced` loss as soon as its keeper looks at it again, so
+/// `bucket_lease_losses_total{reason="fenced"}` and the `LeaseLost` alert
+/// fire for a lease nobody lost.
+#[test]
+fn a_clean_release_by_hand_is_no_loss() {
+    let (store, _entered, _go) = gate();
+    let clock = TestClock::new();
+    let keeper = keeper_on(store, &clock);
+    let events = keeper.events().clone();
+    let released = keeper.lease().release().expect("released by hand");
+    assert_eq!(released, bucket_lease_core::Released::Freed);
+    let right_after = keeper.stats();
+    assert_eq!(right_after.state_name(), "released");
+    assert_eq!(right_after.losses.total(), 0, "{right_after:?}");
+    // The keeper's next look (its renewal was due 10 s in).
+    clock.advance(Duration::from_secs(10));
+    let event = events.recv_timeout(PATIENCE).expect("the keeper's next step");
+    let later = keeper.stats();
+    assert_eq!(
+        later.losses.total(),
+        0,
+        "a clean release counted as a loss after the keeper said {event:?}: {:?}",
+        later.losses
+    );
+    let _ = keeper.stop();
+}
+
+/// As [`a_clean_release_by_hand_is_no_loss`], in a pool: a pooled lease
+/// released by hand is counted a `fenced` loss in `KeeperPool::stats`.
+#[test]
+fn a_clean_release_by_hand_is_no_loss_in_a_pool() {
+    use bucket_lease_core::{KeeperPool, PoolOptions};
+    let clock = TestClock::new();
+    let store = Arc::new(MemoryStore::new());
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let pool = KeeperPool::spawn(
+        PoolOptions::new()
+            .renewal_threads(0)
+            .clock(Arc::new(clock.clone())),
+    )
+    .unwrap();
+    let pooled = pool.add(Lease::acquire(store, "shard-1", options).unwrap());
+    assert_eq!(
+        pooled.lease().release().unwrap(),
+        bucket_lease_core::Released::Freed
+    );
+    clock.advance(Duration::from_secs(10));
+    let event = pool.events().recv_timeout(PATIENCE).expect("the pool's next look");
+    let stats = pool.stats();
+    assert_eq!(
+        stats[0].losses.total(),
+        0,
+        "a clean release counted as a loss after the pool said {event:?}: {:?}",
+        stats[0].losses
+    );
+    pool.stop();
+}
