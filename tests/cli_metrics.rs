@@ -33,7 +33,9 @@ fn parsed(path: &Path) -> Option<Value> {
 import json, sys
 from prometheus_client.parser import text_string_to_metric_families
 families = {}
-for f in text_string_to_metric_families(open(sys.argv[1]).read()):
+# Bytes, not text: Python's text mode would turn a carriage return in a
+# label (which the format allows) into a line break.
+for f in text_string_to_metric_families(open(sys.argv[1], "rb").read().decode()):
     families[f.name] = {"type": f.type, "samples": [[s.name, s.labels, s.value] for s in f.samples]}
 print(json.dumps(families))
 "#;
@@ -284,4 +286,66 @@ fn a_metrics_file_that_cannot_be_written_stops_run_before_the_acquire() {
         done.stderr
     );
     assert_eq!(t.inspect(&url)["state"], "free", "nothing was taken");
+}
+
+#[test]
+fn a_run_that_never_takes_the_lease_leaves_files_that_say_exited_not_held() {
+    let t = Target::fs("metrics-held");
+    let url = t.url("jobs/nightly");
+    let holder_ready = t.path("holder-ready");
+    let mut holder = t.spawn_holder(
+        &url,
+        30,
+        &format!("echo ready > '{}'; sleep 30", holder_ready.display()),
+    );
+    cli_common::wait_for_file(&holder_ready, Duration::from_secs(20));
+    let metrics = t.path("held.prom");
+    let status = t.path("held.json");
+    let done = t.run([
+        "run",
+        "--metrics-file",
+        metrics.to_str().unwrap(),
+        "--status-file",
+        status.to_str().unwrap(),
+        &url,
+        "--",
+        "true",
+    ]);
+    assert_eq!(done.code, Some(cli_common::HELD), "{done:?}");
+    assert_eq!(
+        held_line(&metrics),
+        format!("bucket_lease_held{{key=\"{KEY}\"}} 0")
+    );
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
+    assert_eq!(after["state"], "exited", "{after}");
+    assert_eq!(after["held"], false);
+    assert_eq!(after["seconds_to_fence"], 0.0);
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn one_path_for_both_files_is_a_usage_error() {
+    let t = Target::fs("metrics-same-path");
+    let url = t.url("jobs/nightly");
+    let both = t.path("lease.prom");
+    let dotted = t.path(".").join("lease.prom");
+    let done = t.run([
+        "run",
+        "--metrics-file",
+        both.to_str().unwrap(),
+        "--status-file",
+        dotted.to_str().unwrap(),
+        &url,
+        "--",
+        "true",
+    ]);
+    assert_eq!(done.code, Some(cli_common::USAGE), "{done:?}");
+    assert!(
+        done.stderr
+            .contains("--metrics-file and --status-file name one file"),
+        "{}",
+        done.stderr
+    );
+    assert!(!both.exists(), "nothing written");
 }

@@ -611,11 +611,10 @@ pub(crate) fn renew_guarded(lease: &Lease, deadline: Instant) -> Attempt {
     let started = lease.clock().now();
     let renewed = catch_unwind(AssertUnwindSafe(|| lease.renew_before(Some(deadline))));
     let took = lease.clock().now().saturating_duration_since(started);
-    let outcome = match &renewed {
-        Ok(result) => RenewalOutcome::of(result),
-        Err(_) => RenewalOutcome::Failed,
-    };
-    lease.recorder().renewal(outcome, took);
+    if renewed.is_err() {
+        // A panic never reached the renewal's own count.
+        lease.recorder().renewal(RenewalOutcome::Failed, took);
+    }
     match renewed {
         Ok(Ok(())) => Attempt::Renewed(took),
         Ok(Err(LeaseError::Lost { holder, .. })) => Attempt::Lost {
@@ -659,9 +658,11 @@ pub(crate) fn release_guarded(lease: &Lease, timeout: Duration) -> Result<Releas
 /// Count the end a keeper or pool reports for `lease` ([`Event::Fenced`]
 /// or [`Event::Lost`]) in its totals.
 pub(crate) fn note_end(lease: &Lease, event: &Event) {
-    match event {
-        Event::Fenced => lease.recorder().ended(LossReason::Fenced),
-        Event::Lost { .. } => lease.recorder().ended(LossReason::Lost),
+    match (event, lease.status()) {
+        // Released by hand (the schedule ends it as fenced): no loss.
+        (_, LeaseStatus::Released) => lease.recorder().observe(false),
+        (Event::Fenced, _) => lease.recorder().ended(LossReason::Fenced),
+        (Event::Lost { .. }, _) => lease.recorder().ended(LossReason::Lost),
         _ => {}
     }
 }

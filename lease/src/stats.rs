@@ -12,19 +12,26 @@
 //!   lease's state under mutexes held only for arithmetic, like
 //!   [`Lease::may_write`]; the renewal thread holds the counters' mutex
 //!   only to add to them.
-//! - **Every renewal attempt is counted once**, whatever keeps the lease,
-//!   by outcome ([`RenewalOutcome`]): `ok`, `refused` (the service refused
+//! - **Every renewal attempt is counted once**, the keeper's and the
+//!   program's own ([`Lease::renew`]) alike, by outcome
+//!   ([`RenewalOutcome`]): `ok`, `refused` (the service refused
 //!   the condition: the record moved), `timed_out` (no answer by the
 //!   write deadline or the store's timeout), `failed` (anything else, a
 //!   panic included). Its duration, from just before the first request to
 //!   the outcome, goes into [`LatencyHistogram`] whatever the outcome, so
 //!   a slow failure shows. An attempt that follows a failed one is a
-//!   retry.
+//!   retry. A renewal that sends nothing is no attempt: one refused because
+//!   another is in progress ([`LeaseError::RenewalInProgress`]), or asked
+//!   of a lease no longer held.
 //! - **A lease ends once.** The first of fenced, lost, or released-with-a-
 //!   failure (or finding the record another's) is the loss counted in
-//!   [`LossCounts`]; a clean release is no loss. [`LeaseStats::transitions`]
-//!   counts changes of "held": 1 from the acquire, 2 once the lease is no
-//!   longer held (fenced, lost or released).
+//!   [`LossCounts`]; a clean release, by the keeper or by hand, is no
+//!   loss.
+//! - **Transitions only go up.** [`LeaseStats::transitions`] counts the
+//!   changes of "held" seen: 1 from the acquire, one more each time the
+//!   lease is seen no longer held (fenced, lost, released) or held again (a
+//!   renewal whose answer came after the write deadline holds it again).
+//!   It is seen at each renewal, each end, and each snapshot.
 //! - **The text format is Prometheus's** (version 0.0.4, as node_exporter's
 //!   textfile collector and every scraper read it): [`prometheus_text`]
 //!   writes each metric family once, with `# HELP` and `# TYPE`, its
@@ -325,7 +332,8 @@ pub struct LeaseStats {
     /// held: what a reader of a snapshot written to a file compares with
     /// its own clock, however old the file.
     pub fence_at: Option<SystemTime>,
-    /// Changes of "held": 1 from the acquire, 2 once no longer held.
+    /// Changes of "held" seen: 1 from the acquire, one more at each
+    /// change after it.
     pub transitions: u64,
 }
 
@@ -358,8 +366,11 @@ pub(crate) struct Recorder {
     counts: Mutex<Counts>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counts {
+    /// Whether the lease was held when last looked at.
+    held: bool,
+    transitions: u64,
     renewals: RenewalCounts,
     retries: u64,
     last_failed: bool,
@@ -374,7 +385,17 @@ impl Recorder {
     pub(crate) fn new(held_since: SystemTime) -> Self {
         Recorder {
             held_since,
-            counts: Mutex::new(Counts::default()),
+            counts: Mutex::new(Counts {
+                held: true,
+                transitions: 1,
+                renewals: RenewalCounts::default(),
+                retries: 0,
+                last_failed: false,
+                losses: LossCounts::default(),
+                ended: false,
+                last_renewal: None,
+                latency: LatencyHistogram::default(),
+            }),
         }
     }
 
@@ -394,8 +415,19 @@ impl Recorder {
         c.latency.record(duration);
     }
 
+    /// Whether the lease is held now: a change from what was last looked
+    /// at is a transition.
+    pub(crate) fn observe(&self, held: bool) {
+        let mut c = self.counts();
+        if c.held != held {
+            c.held = held;
+            c.transitions += 1;
+        }
+    }
+
     /// The lease ended for `reason`, unless it ended already.
     pub(crate) fn ended(&self, reason: LossReason) {
+        self.observe(false);
         let mut c = self.counts();
         if !c.ended {
             c.ended = true;
@@ -406,6 +438,7 @@ impl Recorder {
     /// What a keeper's release returned: a failure, or a record found
     /// another's, ends the lease (unless it ended already).
     pub(crate) fn released(&self, released: &Result<Released, LeaseError>) {
+        self.observe(false);
         match released {
             Err(_) => self.ended(LossReason::NotReleased),
             Ok(Released::LeftAlone { holder: Some(_) }) => self.ended(LossReason::Lost),
@@ -425,10 +458,11 @@ impl Lease {
             _ => None,
         };
         let recorder = self.recorder();
+        recorder.observe(to_fence.is_some());
         let c = recorder.counts();
         LeaseStats {
             key: self.key().to_string(),
-            transitions: if to_fence.is_some() { 1 } else { 2 },
+            transitions: c.transitions,
             status,
             epoch: self.epoch(),
             held_since: recorder.held_since,
@@ -604,7 +638,7 @@ pub fn prometheus_text<'a>(stats: impl IntoIterator<Item = &'a LeaseStats>) -> S
         &mut text,
         "bucket_lease_transitions_total",
         "counter",
-        "Changes of held: one at each acquire, one when the lease is no longer held.",
+        "Changes of held: one at each acquire, one each time the lease is seen no longer held or held again.",
     );
     for s in &merged {
         series(

@@ -6,6 +6,7 @@ use super::requests::{call_deadline, put_retrying, read_record, require_etag};
 use super::{Exclusion, Lease, State};
 use crate::error::{LeaseError, OwnWrite};
 use crate::record::{format_stamp, LeaseRecord};
+use crate::stats::RenewalOutcome;
 use crate::store::{PutMode, PutOptions, StoreErrorKind, Version};
 use crate::versioned;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,6 +88,33 @@ impl Lease {
             }
             (h.exclusion, h.version.clone())
         };
+        // From here on it is an attempt, counted once in the lease's
+        // totals ([`crate::stats`]) with its outcome and duration.
+        let started = self.clock.now();
+        let fence_before = self.write_deadline();
+        let renewed = self.send_renewal(exclusion, version, deadline);
+        let ended = self.clock.now();
+        self.recorder().renewal(
+            RenewalOutcome::of(&renewed),
+            ended.saturating_duration_since(started),
+        );
+        if fence_before.is_none_or(|fence| ended >= fence) {
+            // The write deadline passed before the answer came: the lease
+            // was not held for a while, whatever the answer.
+            self.recorder().observe(false);
+        }
+        self.recorder().observe(self.may_write());
+        renewed
+    }
+
+    /// The writes of one renewal (our turn taken, the lease held when it
+    /// began), bounded by `deadline`.
+    fn send_renewal(
+        &self,
+        exclusion: Exclusion,
+        version: Version,
+        deadline: Option<Instant>,
+    ) -> Result<(), LeaseError> {
         // On a store with a write interval, the stamp and the fence are
         // taken after the wait for the key's turn, right before the write.
         self.store.await_write_turn(&self.key, deadline);

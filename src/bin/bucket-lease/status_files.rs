@@ -55,8 +55,25 @@ pub struct Paths {
     pub status: Option<PathBuf>,
 }
 
+impl Paths {
+    /// The files, as a warning names them: `--metrics-file /x.prom`, and
+    /// `--status-file /y.json` when given.
+    fn describe(&self) -> String {
+        let named = [
+            ("--metrics-file", &self.metrics),
+            ("--status-file", &self.status),
+        ];
+        named
+            .iter()
+            .filter_map(|(option, path)| path.as_ref().map(|p| format!("{option} {}", p.display())))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    }
+}
+
 /// The writer thread, and how to tell it of the lease and of the end.
 pub struct StatusFiles {
+    paths: Paths,
     lease: Arc<Mutex<Option<Arc<Lease>>>>,
     stop: Option<Sender<()>>,
     written: Receiver<()>,
@@ -75,6 +92,7 @@ impl StatusFiles {
         if paths.metrics.is_none() && paths.status.is_none() {
             return Ok(None);
         }
+        let files = paths.clone();
         let writer = Writer {
             paths,
             url: url.to_string(),
@@ -93,7 +111,7 @@ impl StatusFiles {
             .name("status-files".to_string())
             .spawn(move || {
                 let mut writer = writer;
-                let first = writer.write_not_held();
+                let first = writer.write_not_held("waiting");
                 let ok = first.is_ok();
                 let _ = first_tx.send(first);
                 if ok {
@@ -111,12 +129,14 @@ impl StatusFiles {
             Ok(Ok(())) => {}
             Ok(Err(message)) => return Err(Failure::new(exit::CONFIG, format!("run: {message}"))),
             Err(_) => log::warn!(
-                "the status files were not written within {} s (a slow or stuck file system?): \
-                 run goes on, and they are written when it answers",
+                "{} not written within {} s: check the file system that holds it (slow, full or \
+                 stuck?); run goes on, and writes it when that answers",
+                files.describe(),
                 FINAL_WRITE_BOUND.as_secs()
             ),
         }
         Ok(Some(StatusFiles {
+            paths: files,
             lease,
             stop: Some(stop),
             written,
@@ -141,8 +161,9 @@ impl Drop for StatusFiles {
                 }
             }
             Err(_) => log::warn!(
-                "the status files' last write did not finish within {} s: they may still say \
-                 the lease is held",
+                "{}: the last write did not finish within {} s, so it may still say the lease \
+                 is held; check the file system that holds it (run has released the lease)",
+                self.paths.describe(),
                 FINAL_WRITE_BOUND.as_secs()
             ),
         }
@@ -178,7 +199,8 @@ impl Writer {
             let current = lease.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let Some(current) = current else {
                 if stopping {
-                    self.report(self.write_not_held());
+                    // run ends without having taken the lease.
+                    self.report(self.write_not_held("exited"));
                     return;
                 }
                 continue;
@@ -220,14 +242,16 @@ impl Writer {
         }
     }
 
-    fn write_not_held(&self) -> Result<(), String> {
+    /// The files of a lease not taken: `state` is `waiting` (before the
+    /// acquire) or `exited` (run ends without having taken it).
+    fn write_not_held(&self, state: &str) -> Result<(), String> {
         let metrics = prometheus_not_held(&self.key);
         let status = json!({
             "url": self.url,
             "key": self.key,
-            "state": "waiting",
+            "state": state,
             "held": false,
-            "seconds_to_fence": 0,
+            "seconds_to_fence": 0.0,
             "updated_at": stamp(SystemTime::now()),
             "pid": std::process::id(),
         });

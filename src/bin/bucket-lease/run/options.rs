@@ -263,8 +263,35 @@ pub(super) fn parse(p: &mut Args) -> Result<Option<Options>, Failure> {
             "missing COMMAND to run (after the URL and `--`)",
         ));
     }
+    if let (Some(metrics), Some(status)) = (&o.files.metrics, &o.files.status) {
+        if same_file(metrics, status) {
+            return Err(Failure::usage(
+                cmd,
+                format!(
+                    "--metrics-file and --status-file name one file ({}): each is replaced \
+                     whole by its own text; give two paths",
+                    printable(&metrics.to_string_lossy())
+                ),
+            ));
+        }
+    }
     o.url = url;
     Ok(Some(o))
+}
+
+/// Whether `a` and `b` name one file: the same path once made absolute
+/// (`lease.prom` and `./lease.prom`), or, when both exist, one file
+/// through links.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let absolute = |p: &std::path::Path| std::path::absolute(p).ok();
+    if absolute(a).is_some_and(|a| Some(a) == absolute(b)) {
+        return true;
+    }
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
 }
 
 /// A file option's PATH: not empty, and naming a file.

@@ -1,6 +1,6 @@
-//! Review of issue 33's totals (`bucket_lease_core::stats`): cases the
-//! promises cover and the first tests did not. Each test names the promise
-//! it checks.
+//! A kept lease's totals (`bucket_lease_core::stats`) in the schedules a
+//! review found wrong: a late renewal, a release by hand, a renewal by hand
+//! beside the keeper. Each test names the promise it checks.
 
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::{
@@ -104,7 +104,10 @@ fn transitions_never_go_down_when_a_late_renewal_holds_the_lease_again() {
         }
     }
     let again = keeper.stats();
-    assert!(again.is_held(), "the late renewal holds it again: {again:?}");
+    assert!(
+        again.is_held(),
+        "the late renewal holds it again: {again:?}"
+    );
     assert!(
         again.transitions >= fenced.transitions,
         "bucket_lease_transitions_total went down from {} to {} (held 1 -> 0 -> 1)",
@@ -131,7 +134,9 @@ fn a_renewal_by_hand_beside_the_keeper_is_not_a_failed_attempt() {
     store.hold(true);
     let lease = Arc::clone(keeper.lease());
     let by_hand = std::thread::spawn(move || lease.renew());
-    entered.recv_timeout(PATIENCE).expect("the hand renewal is sent");
+    entered
+        .recv_timeout(PATIENCE)
+        .expect("the hand renewal is sent");
     // The keeper's turn comes while the hand renewal is out.
     clock.advance(Duration::from_secs(10));
     let event = events.recv_timeout(PATIENCE).expect("the keeper's turn");
@@ -169,7 +174,9 @@ fn a_clean_release_by_hand_is_no_loss() {
     assert_eq!(right_after.losses.total(), 0, "{right_after:?}");
     // The keeper's next look (its renewal was due 10 s in).
     clock.advance(Duration::from_secs(10));
-    let event = events.recv_timeout(PATIENCE).expect("the keeper's next step");
+    let event = events
+        .recv_timeout(PATIENCE)
+        .expect("the keeper's next step");
     let later = keeper.stats();
     assert_eq!(
         later.losses.total(),
@@ -200,7 +207,10 @@ fn a_clean_release_by_hand_is_no_loss_in_a_pool() {
         bucket_lease_core::Released::Freed
     );
     clock.advance(Duration::from_secs(10));
-    let event = pool.events().recv_timeout(PATIENCE).expect("the pool's next look");
+    let event = pool
+        .events()
+        .recv_timeout(PATIENCE)
+        .expect("the pool's next look");
     let stats = pool.stats();
     assert_eq!(
         stats[0].losses.total(),
