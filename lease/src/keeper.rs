@@ -32,6 +32,13 @@
 //!   message; the thread then waits to be stopped, and still tries to free
 //!   its record then. A panic in that release is reported as
 //!   [`Event::Released`] with an error, and `stop` returns it.
+//! - **A lost lease never stops as "released".** [`Keeper::stop`] after the
+//!   lease was fenced or lost returns that ([`LeaseError::Fenced`],
+//!   [`LeaseError::Lost`]), whatever its release did, so `keeper.stop()?`
+//!   fails for a job that did not hold the lease to its end.
+//! - **`may_write()` turns false before the event.** The lease's state says
+//!   fenced or lost (so [`Keeper::may_write`] is false on every thread)
+//!   before [`Event::Fenced`] or [`Event::Lost`] is sent.
 //! - **No thread outlives its handle.** [`Keeper::stop`] and dropping the
 //!   keeper both release the lease and join the thread. A renewal already
 //!   in flight is finished first (it is bounded by the write deadline); the
@@ -51,6 +58,7 @@
 
 use crate::clock::Clock;
 use crate::error::LeaseError;
+use crate::fence::FencedWriter;
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
 use crate::stats::{LeaseStats, LossReason, RenewalOutcome};
@@ -221,8 +229,12 @@ pub struct Keeper {
     lease: Arc<Lease>,
     events: Receiver<Event>,
     stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<Result<Released, LeaseError>>>,
+    thread: Option<JoinHandle<Ended>>,
 }
+
+/// How the renewal thread ended: the loss it reported, if any, and its
+/// release.
+type Ended = (Option<LeaseError>, Result<Released, LeaseError>);
 
 impl Keeper {
     /// Start renewing `lease` on its own thread.
@@ -264,6 +276,11 @@ impl Keeper {
         &self.lease
     }
 
+    /// Fenced writes under the kept lease ([`FencedWriter`]).
+    pub fn writer(&self) -> FencedWriter {
+        FencedWriter::new(Arc::clone(&self.lease))
+    }
+
     /// Whether the application may start a write now.
     #[must_use]
     pub fn may_write(&self) -> bool {
@@ -290,26 +307,42 @@ impl Keeper {
         &self.events
     }
 
-    /// Stop renewing, release the lease and join the thread.
+    /// Stop renewing, release the lease and join the thread. `Ok` only
+    /// when the lease was held to the end: the release's outcome.
     ///
     /// # Errors
     ///
-    /// The release's error, when its request failed (the record then expires
-    /// after its TTL); [`LeaseError::Lost`] when the renewal thread died
-    /// without releasing.
+    /// [`LeaseError::Fenced`] or [`LeaseError::Lost`] when the lease was
+    /// fenced or lost before the stop (its record was still freed if it was
+    /// ours); otherwise the release's error, when its request failed (the
+    /// record then expires after its TTL); [`LeaseError::Lost`] when the
+    /// renewal thread died without releasing.
     pub fn stop(mut self) -> Result<Released, LeaseError> {
-        self.shut_down()
+        let (loss, released) = self.shut_down();
+        match loss {
+            Some(loss) => Err(loss),
+            None => released,
+        }
     }
 
-    fn shut_down(&mut self) -> Result<Released, LeaseError> {
+    /// Stop as [`stop`](Self::stop) does, and return the release's own
+    /// outcome whatever happened before it.
+    pub(crate) fn stop_and_release(mut self) -> Result<Released, LeaseError> {
+        self.shut_down().1
+    }
+
+    fn shut_down(&mut self) -> Ended {
         drop(self.stop.take());
         match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(released)) => released,
+            Some(Ok(ended)) => ended,
             // The thread died outside the guarded renewal: nothing released.
-            _ => Err(LeaseError::Lost {
-                key: self.lease.key().to_string(),
-                holder: self.lease.lost_to(),
-            }),
+            _ => {
+                let lost = LeaseError::Lost {
+                    key: self.lease.key().to_string(),
+                    holder: self.lease.lost_to(),
+                };
+                (Some(lost.clone()), Err(lost))
+            }
         }
     }
 }
@@ -476,13 +509,28 @@ impl RenewalSchedule {
 }
 
 impl Renewer {
-    fn run(mut self) -> Result<Released, LeaseError> {
-        if let Some(end) = self.renew_until_stopped() {
+    fn run(mut self) -> Ended {
+        let mut ended = None;
+        let end = self
+            .renew_until_stopped()
+            // Released by hand: the program gave it up, no loss.
+            .filter(|_| self.lease.status() != LeaseStatus::Released);
+        if let Some(end) = end {
             // Lost or fenced, and already reported: the callback cannot
             // delay either. Then nothing more to do until the owner stops us.
+            let key = self.lease.key().to_string();
             let loss = match end {
-                Event::Lost { holder, reason } => Loss::Lost { holder, reason },
-                _ => Loss::Fenced,
+                Event::Lost { holder, reason } => {
+                    ended = Some(LeaseError::Lost {
+                        key,
+                        holder: holder.clone(),
+                    });
+                    Loss::Lost { holder, reason }
+                }
+                _ => {
+                    ended = Some(LeaseError::Fenced { key });
+                    Loss::Fenced
+                }
             };
             self.tell_loss(&loss);
             self.wait_for(None);
@@ -499,7 +547,7 @@ impl Renewer {
             }),
             Ok(_) => {}
         }
-        released
+        (ended, released)
     }
 
     /// Call the loss callback, if it has not been called yet; a panic in
@@ -668,7 +716,7 @@ pub(crate) fn note_end(lease: &Lease, event: &Event) {
 }
 
 /// The message a panic carried, as far as it can be read.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

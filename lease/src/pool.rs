@@ -31,7 +31,22 @@
 //! - **Leases come and go while it runs.** [`KeeperPool::add`] starts
 //!   keeping a lease at once; [`KeeperPool::remove`] stops keeping one and
 //!   releases it (after a renewal in flight, which its deadline bounds),
-//!   within the release timeout.
+//!   within the release timeout. Ids ([`LeaseId`]) are never reused over a
+//!   pool's life.
+//! - **A lost lease leaves by itself, with one event.** A lease fenced or
+//!   lost is reported once ([`Event::Fenced`], [`Event::Lost`]), renewed no
+//!   more, and released (its record freed if it still names this holder,
+//!   left alone otherwise), then it is gone from the pool: no `remove` is
+//!   needed, and no `Released` event follows. `remove` of its id, before or
+//!   after it left, returns the loss ([`LeaseError::Fenced`] or
+//!   [`LeaseError::Lost`]), and so does [`KeeperPool::stop`] for one still
+//!   leaving: a result that cannot be taken for a clean release. To keep the
+//!   prefix, acquire it again and `add` the new lease (a new id); or let a
+//!   [`crate::keep`] set do it.
+//! - **`may_write()` turns false before the event.** The lease's state
+//!   says fenced or lost (so [`PooledLease::may_write`] is false on every
+//!   thread) before its event is on the channel, and before the loss
+//!   callback ([`PoolOptions::on_loss`]) runs, on a thread of its own.
 //! - **Stopping releases every lease.** [`KeeperPool::stop`] and dropping
 //!   the pool release each lease, each within the release timeout, several
 //!   at a time, then join every thread.
@@ -55,19 +70,22 @@
 
 use crate::clock::{system_clock, Clock};
 use crate::error::LeaseError;
+use crate::fence::FencedWriter;
 use crate::keeper::{
-    note_end, release_guarded, renew_guarded, warm_up_guarded, warm_up_lead, Attempt, Event,
+    note_end, release_guarded, renew_guarded, warm_up_guarded, warm_up_lead, Attempt, Event, Loss,
     RenewalSchedule, Step, DEFAULT_RELEASE_TIMEOUT,
 };
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
 use crate::stats::{merge_by_key, LeaseStats};
+use scheduler::{loss_notices, OnDemand, Registry, Scheduler};
 use warm_ups::WarmUps;
 
+mod scheduler;
 mod warm_ups;
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -78,12 +96,42 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_RENEWAL_THREADS: usize = 3;
 
 /// How a [`KeeperPool`] runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PoolOptions {
     renewal_threads: usize,
     release_timeout: Duration,
     clock: Arc<dyn Clock>,
     thread_name: String,
+    on_loss: Option<OnPoolLoss>,
+}
+
+/// A pool's loss callback, shared by clones of one [`PoolOptions`].
+type OnPoolLoss = Arc<dyn Fn(&PoolLoss) + Send + Sync>;
+
+impl fmt::Debug for PoolOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolOptions")
+            .field("renewal_threads", &self.renewal_threads)
+            .field("release_timeout", &self.release_timeout)
+            .field("thread_name", &self.thread_name)
+            .field("on_loss", &self.on_loss.as_ref().map(|_| "Fn(&PoolLoss)"))
+            .finish()
+    }
+}
+
+/// A lease of a pool that ended without a clean release, as
+/// [`PoolOptions::on_loss`] is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolLoss {
+    /// The lease's number in the pool.
+    pub id: LeaseId,
+    /// The prefix it was on.
+    pub prefix: String,
+    /// The lease object's key.
+    pub key: String,
+    /// How it ended, as a keeper's callback is told.
+    pub loss: Loss,
 }
 
 impl PoolOptions {
@@ -96,6 +144,7 @@ impl PoolOptions {
             release_timeout: DEFAULT_RELEASE_TIMEOUT,
             clock: system_clock(),
             thread_name: "bucket-lease-pool".to_string(),
+            on_loss: None,
         }
     }
 
@@ -133,6 +182,21 @@ impl PoolOptions {
         self.thread_name = name.into();
         self
     }
+
+    /// Call `callback` once for each lease that ends without a clean
+    /// release, as [`KeeperOptions::on_loss`](crate::KeeperOptions::on_loss)
+    /// does for a keeper: fenced or lost while kept ([`Loss::Fenced`],
+    /// [`Loss::Lost`]), or removed or stopped with a release that failed
+    /// ([`Loss::NotReleased`]) or found the record another's. It runs on a
+    /// thread of its own, one call at a time, after the lease's state
+    /// forbids writing and after the event is sent, so it delays no
+    /// renewal and no fence; a panic in it is logged. Keep it short all the
+    /// same: the calls queue behind a slow one. A second call of `on_loss`
+    /// replaces the first callback.
+    pub fn on_loss(mut self, callback: impl Fn(&PoolLoss) + Send + Sync + 'static) -> Self {
+        self.on_loss = Some(Arc::new(callback));
+        self
+    }
 }
 
 impl Default for PoolOptions {
@@ -154,6 +218,24 @@ impl LeaseId {
     }
 }
 
+impl PoolEvent {
+    /// `event` of lease `id`, whose object is `key`.
+    fn new(id: LeaseId, key: &str, event: Event) -> Self {
+        PoolEvent {
+            id,
+            prefix: prefix_of(key).to_string(),
+            key: key.to_string(),
+            event,
+        }
+    }
+}
+
+/// The prefix of the lease object `key` ([`lease_key`](crate::lease_key)'s
+/// inverse): `shards/7` for `shards/7/LEASE`, empty for `LEASE`.
+fn prefix_of(key: &str) -> &str {
+    key.strip_suffix("/LEASE").unwrap_or("")
+}
+
 impl fmt::Display for LeaseId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "#{}", self.0)
@@ -162,10 +244,13 @@ impl fmt::Display for LeaseId {
 
 /// What happened to one lease of a pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PoolEvent {
     /// The lease's number in the pool.
     pub id: LeaseId,
-    /// The lease object's key.
+    /// The prefix the lease is on (`shards/7`), as it was acquired.
+    pub prefix: String,
+    /// The lease object's key (`shards/7/LEASE`).
     pub key: String,
     /// What happened, as a [`Keeper`](crate::Keeper) reports it.
     pub event: Event,
@@ -206,23 +291,10 @@ impl PooledLease {
     pub fn stats(&self) -> LeaseStats {
         self.lease.stats()
     }
-}
 
-/// The leases a pool keeps, as its handle sees them, for
-/// [`KeeperPool::stats`]: those added and not yet removed, and the totals
-/// of those removed, one per key.
-#[derive(Debug, Default)]
-struct Registry {
-    live: BTreeMap<LeaseId, Arc<Lease>>,
-    retired: Vec<LeaseStats>,
-}
-
-impl Registry {
-    fn retire(&mut self, id: LeaseId) {
-        if let Some(lease) = self.live.remove(&id) {
-            let gone = lease.stats();
-            self.retired = merge_by_key(self.retired.iter().chain([&gone]));
-        }
+    /// Fenced writes under this lease ([`FencedWriter`]).
+    pub fn writer(&self) -> FencedWriter {
+        FencedWriter::new(Arc::clone(&self.lease))
     }
 }
 
@@ -230,7 +302,7 @@ impl Registry {
 /// [module docs](self).
 pub struct KeeperPool {
     commands: Sender<Command>,
-    registry: Mutex<Registry>,
+    registry: Arc<Mutex<Registry>>,
     events: Receiver<PoolEvent>,
     next_id: AtomicU64,
     len: Arc<AtomicUsize>,
@@ -283,6 +355,15 @@ impl KeeperPool {
             name: options.thread_name.clone(),
             threads: Vec::new(),
         });
+        let registry = Arc::new(Mutex::new(Registry::default()));
+        let losses = match options.on_loss.clone() {
+            Some(callback) => {
+                let (notices, thread) = loss_notices(&options.thread_name, callback)?;
+                threads.push(thread);
+                Some(notices)
+            }
+            None => None,
+        };
         let scheduler = Scheduler {
             clock: Arc::clone(&options.clock),
             release_timeout: options.release_timeout,
@@ -297,6 +378,10 @@ impl KeeperPool {
             stopping: None,
             len: Arc::clone(&len),
             warm_ups: WarmUps::new(&options.thread_name),
+            registry: Arc::clone(&registry),
+            ended: HashSet::new(),
+            departed: BTreeMap::new(),
+            losses,
         };
         let thread = std::thread::Builder::new()
             .name(options.thread_name.clone())
@@ -304,7 +389,7 @@ impl KeeperPool {
         threads.push(thread);
         Ok(KeeperPool {
             commands,
-            registry: Mutex::new(Registry::default()),
+            registry,
             events,
             next_id: AtomicU64::new(0),
             len,
@@ -337,9 +422,7 @@ impl KeeperPool {
     pub fn remove(&self, id: LeaseId) -> Option<Result<Released, LeaseError>> {
         let (reply, answer) = crossbeam_channel::bounded(1);
         self.commands.send(Command::Remove(id, reply)).ok()?;
-        let removed = answer.recv().ok().flatten();
-        self.registry().retire(id);
-        removed
+        answer.recv().ok().flatten()
     }
 
     /// A snapshot per key of every lease the pool keeps or kept
@@ -386,10 +469,7 @@ impl KeeperPool {
             Ok(()) => answer.recv().unwrap_or_default(),
             Err(_) => Vec::new(),
         };
-        let ids: Vec<LeaseId> = self.registry().live.keys().copied().collect();
-        for id in ids {
-            self.registry().retire(id);
-        }
+
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -491,6 +571,9 @@ struct Kept {
     busy: bool,
     /// The lease ended (fenced or lost): nothing to renew.
     ended: bool,
+    /// What it ended with, which a remove or stop returns: it leaves the
+    /// pool by itself once released.
+    loss: Option<LeaseError>,
     /// Release it once nothing of it is out.
     removing: bool,
     /// Bumped at each scheduling, so stale wake-ups are skipped.
@@ -537,6 +620,7 @@ impl PoolSchedule {
                 schedule,
                 busy: false,
                 ended: false,
+                loss: None,
                 removing: false,
                 generation: 0,
                 warm_wake_for: None,
@@ -616,8 +700,7 @@ impl PoolSchedule {
                         kept.lease.mark_lost(None);
                     }
                 } else if let Some(event) = kept.schedule.record(&kept.lease, attempt) {
-                    let key = kept.lease.key().to_string();
-                    events.push(PoolEvent { id, key, event });
+                    events.push(PoolEvent::new(id, kept.lease.key(), event));
                 }
                 if kept.removing {
                     self.release_if_free(id, jobs);
@@ -629,12 +712,20 @@ impl PoolSchedule {
             Done::Warmed => None,
             Done::Released(id, released) => {
                 let kept = self.leases.remove(&id)?;
-                let key = kept.lease.key().to_string();
-                events.push(PoolEvent {
+                if let Some(loss) = kept.loss {
+                    // It left by itself after its loss, which was its one
+                    // event; whoever asks is told of the loss.
+                    log::debug!(
+                        "{}: released after its loss: {released:?}",
+                        kept.lease.key()
+                    );
+                    return Some((id, Err(loss)));
+                }
+                events.push(PoolEvent::new(
                     id,
-                    key,
-                    event: Event::Released(released.clone()),
-                });
+                    kept.lease.key(),
+                    Event::Released(released.clone()),
+                ));
                 Some((id, released))
             }
         }
@@ -690,7 +781,10 @@ impl PoolSchedule {
                 }
                 jobs.push(Job::Renew(id, Arc::clone(&kept.lease), deadline));
             }
-            Step::End(event) => end(kept, id, event, events),
+            Step::End(event) => {
+                end(kept, id, event, events);
+                self.release_if_free(id, jobs);
+            }
         }
     }
 
@@ -699,6 +793,7 @@ impl PoolSchedule {
     /// when a renewal thread gets round to the job. A lease being removed
     /// is left to its release.
     fn fence_if_overdue(&mut self, id: LeaseId, events: &mut Vec<PoolEvent>) {
+        // The renewal is still out: the release waits for it (`finish`).
         let Some(kept) = self.leases.get_mut(&id) else {
             return;
         };
@@ -725,9 +820,20 @@ impl PoolSchedule {
 }
 
 /// End the keeping of lease `id` with `event` (fenced or lost): reported
-/// once, renewed no more.
+/// once, renewed no more, and released (its record freed if still ours)
+/// as soon as nothing of it is out, leaving the pool.
 fn end(kept: &mut Kept, id: LeaseId, event: Event, events: &mut Vec<PoolEvent>) {
     kept.ended = true;
+    kept.removing = true;
+    let key = kept.lease.key().to_string();
+    kept.loss = match (&event, kept.lease.status()) {
+        (_, LeaseStatus::Released) => None,
+        (Event::Lost { holder, .. }, _) => Some(LeaseError::Lost {
+            key: key.clone(),
+            holder: holder.clone(),
+        }),
+        _ => Some(LeaseError::Fenced { key: key.clone() }),
+    };
     note_end(&kept.lease, &event);
     if event == Event::Fenced {
         // Renewed no more: a renewal still out, landing late, must not let
@@ -735,177 +841,7 @@ fn end(kept: &mut Kept, id: LeaseId, event: Event, events: &mut Vec<PoolEvent>) 
         kept.lease.fence_for_good();
         log::warn!("{}: fenced: no renewal landed in time", kept.lease.key());
     }
-    let key = kept.lease.key().to_string();
-    events.push(PoolEvent { id, key, event });
-}
-
-/// An inline pool's renewal threads, for the leases of stores that can
-/// wait: none until one is needed.
-struct OnDemand {
-    jobs: Receiver<Job>,
-    name: String,
-    threads: Vec<JoinHandle<()>>,
-}
-
-/// The scheduler thread: drives a [`PoolSchedule`] with channels and the
-/// pool's clock.
-struct Scheduler {
-    clock: Arc<dyn Clock>,
-    release_timeout: Duration,
-    /// Renewing inline (`renewal_threads(0)`): the threads for the jobs
-    /// that may not run here.
-    inline: Option<OnDemand>,
-    commands: Receiver<Command>,
-    jobs: Sender<Job>,
-    done: Receiver<Done>,
-    done_tx: Sender<Done>,
-    events: Sender<PoolEvent>,
-    machine: PoolSchedule,
-    /// Who waits for each lease being removed.
-    removers: HashMap<LeaseId, RemoveReply>,
-    /// The stop in progress, and the releases it collected.
-    stopping: Option<(Option<StopReply>, Releases)>,
-    /// The pool's count of its leases.
-    len: Arc<AtomicUsize>,
-    /// The warm-ups, off the renewal threads.
-    warm_ups: WarmUps,
-}
-
-impl Scheduler {
-    fn run(mut self) {
-        loop {
-            if self.stopping.is_some() && self.machine.is_empty() {
-                if let Some((Some(reply), released)) = self.stopping.take() {
-                    let _ = reply.send(released);
-                }
-                self.end_on_demand_threads();
-                return; // dropping `jobs` ends the renewal threads
-            }
-            let timer = match self.machine.next_wake() {
-                Some(at) => self.clock.timer(at),
-                None => crossbeam_channel::never(),
-            };
-            let (mut jobs, mut events) = (Vec::new(), Vec::new());
-            select! {
-                recv(self.commands) -> command => match command {
-                    Ok(Command::Add(id, lease)) => self.machine.add(id, lease, &mut jobs, &mut events),
-                    Ok(Command::Remove(id, reply)) => {
-                        if self.machine.remove(id, &mut jobs) {
-                            self.removers.insert(id, reply);
-                        } else {
-                            let _ = reply.send(None);
-                        }
-                    }
-                    Ok(Command::Stop(reply)) => self.stop(Some(reply), &mut jobs),
-                    // The handle is gone without a stop: release everything.
-                    Err(_) => {
-                        self.commands = crossbeam_channel::never();
-                        self.stop(None, &mut jobs);
-                    }
-                },
-                recv(self.done) -> done => {
-                    if let Ok(done) = done {
-                        if let Some((id, released)) = self.machine.finish(done, &mut jobs, &mut events) {
-                            self.len.fetch_sub(1, Ordering::SeqCst);
-                            match self.removers.remove(&id) {
-                                Some(reply) => {
-                                    let _ = reply.send(Some(released));
-                                }
-                                None => {
-                                    if let Some((_, all)) = self.stopping.as_mut() {
-                                        all.push((id, released));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                },
-                recv(timer) -> _ => self.machine.run_due(self.clock.now(), &mut jobs, &mut events),
-            }
-            for event in events {
-                let _ = self.events.send(event);
-            }
-            for job in jobs {
-                self.dispatch(job);
-            }
-        }
-    }
-
-    /// Remove every lease; answer `reply` once all are released.
-    fn stop(&mut self, reply: Option<StopReply>, jobs: &mut Vec<Job>) {
-        self.stopping.get_or_insert((None, Vec::new())).0 = reply;
-        for id in self.machine.ids() {
-            self.machine.remove(id, jobs);
-        }
-    }
-
-    /// Hand `job` to a renewal thread, or do it here when renewing inline
-    /// and its store answers at once; a job that cannot go to a thread
-    /// (none could be started) is done here all the same.
-    fn dispatch(&mut self, job: Job) {
-        // A warm-up never takes a renewal thread (see `pool/warm_ups.rs`);
-        // one of a store that answers at once (it cannot wait) is done here.
-        if let Job::WarmUp(lease, due) = &job {
-            if !runs_on_scheduler(true, &job) {
-                self.warm_ups.send(Arc::clone(lease), *due);
-                return;
-            }
-            let _ = self.done_tx.send(work(job, self.release_timeout));
-            return;
-        }
-        let here = match &mut self.inline {
-            None => false,
-            Some(_) if runs_on_scheduler(true, &job) => true,
-            Some(on_demand) => !on_demand.start(self.release_timeout, &self.done_tx),
-        };
-        let job = if here {
-            job
-        } else {
-            match self.jobs.send(job) {
-                Ok(()) => return,
-                Err(e) => e.into_inner(),
-            }
-        };
-        let _ = self.done_tx.send(work(job, self.release_timeout));
-    }
-
-    /// Close the job queue, and join the threads an inline pool started.
-    fn end_on_demand_threads(&mut self) {
-        let Some(on_demand) = self.inline.take() else {
-            return;
-        };
-        let (closed, _) = crossbeam_channel::bounded(0);
-        drop(std::mem::replace(&mut self.jobs, closed));
-        for thread in on_demand.threads {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl OnDemand {
-    /// Start the renewal threads, once; whether there are any.
-    fn start(&mut self, release_timeout: Duration, done: &Sender<Done>) -> bool {
-        if self.threads.is_empty() {
-            for i in 0..DEFAULT_RENEWAL_THREADS {
-                let (jobs, done) = (self.jobs.clone(), done.clone());
-                let started = std::thread::Builder::new()
-                    .name(format!("{}-{i}", self.name))
-                    .spawn(move || {
-                        for job in jobs {
-                            let _ = done.send(work(job, release_timeout));
-                        }
-                    });
-                match started {
-                    Ok(thread) => self.threads.push(thread),
-                    Err(e) => {
-                        log::warn!("a pool's renewal thread could not start: {e}");
-                        break;
-                    }
-                }
-            }
-        }
-        !self.threads.is_empty()
-    }
+    events.push(PoolEvent::new(id, &key, event));
 }
 
 #[cfg(test)]
@@ -958,24 +894,22 @@ mod tests {
         assert!(jobs.is_empty());
         events.clear();
         // The job comes back late, as a timeout: nothing more is reported,
-        // and nothing is renewed any more.
+        // nothing is renewed any more, and the lease is released to leave.
         let failed = LeaseError::Fenced {
             key: "m/LEASE".into(),
         };
-        let done = Done::Renewed(id, Attempt::Failed(failed));
+        let done = Done::Renewed(id, Attempt::Failed(failed.clone()));
         assert!(machine.finish(done, &mut jobs, &mut events).is_none());
-        assert!(jobs.is_empty() && events.is_empty(), "{events:?}");
+        assert!(events.is_empty(), "{events:?}");
+        assert!(matches!(jobs.as_slice(), [Job::Release(..)]), "{jobs:?}");
         assert_eq!(machine.next_wake(), None);
-        clock.advance(Duration::from_secs(60));
-        machine.run_due(clock.now(), &mut jobs, &mut events);
-        assert!(jobs.is_empty() && events.is_empty(), "{events:?}");
-        // Removing it still releases it.
-        assert!(machine.remove(id, &mut jobs));
-        assert!(matches!(jobs.as_slice(), [Job::Release(..)]));
         let done = work(jobs.remove(0), Duration::from_secs(5));
+        // It leaves with its loss, and no second event.
         let released = machine.finish(done, &mut jobs, &mut events);
-        assert_eq!(released, Some((id, Ok(Released::Freed))));
+        assert_eq!(released, Some((id, Err(failed))));
+        assert!(events.is_empty(), "{events:?}");
         assert!(machine.is_empty());
+        assert!(!machine.remove(id, &mut jobs), "gone");
     }
 
     #[test]

@@ -6,7 +6,7 @@ mod common;
 
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::{
-    Clock, Event, Keeper, KeeperOptions, Lease, LeaseOptions, Loss, Released, TestClock,
+    Clock, Event, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions, Loss, Released, TestClock,
 };
 use common::Recording;
 use crossbeam_channel::Receiver;
@@ -198,12 +198,11 @@ fn a_takeover_is_reported_as_lost_naming_the_new_holder() {
         other => panic!("expected Lost, got {other:?}"),
     }
     assert!(!keeper.may_write());
-    assert_eq!(
-        keeper.stop().unwrap(),
-        Released::LeftAlone {
-            holder: Some("usurper".into())
-        }
-    );
+    // A lost lease never stops as released.
+    match keeper.stop() {
+        Err(LeaseError::Lost { holder, .. }) => assert_eq!(holder.as_deref(), Some("usurper")),
+        other => panic!("expected Lost, got {other:?}"),
+    }
     assert!(
         store.inner.peek(KEY).is_some(),
         "the new holder's record stays"
@@ -251,7 +250,8 @@ fn a_panic_in_the_renewal_is_a_loss_not_silence() {
     assert!(matches!(next(keeper2.events()), Event::Lost { .. }));
     assert!(keeper2.stop().is_err());
     store.panic_on_put.store(false, Ordering::SeqCst);
-    assert_eq!(keeper.stop().unwrap(), Released::Freed);
+    // The stop says it was lost, and frees our record all the same.
+    assert!(matches!(keeper.stop(), Err(LeaseError::Lost { .. })));
     assert!(is_released(&store));
 }
 
@@ -375,7 +375,7 @@ fn the_loss_callback_hears_of_a_takeover_once_on_the_renewal_thread() {
     }
     assert_eq!(thread, "bucket-lease");
     assert!(!keeper.may_write());
-    keeper.stop().unwrap();
+    assert!(keeper.stop().is_err(), "lost");
     assert!(losses.recv_timeout(QUIET).is_err(), "called exactly once");
 }
 
@@ -412,11 +412,11 @@ fn the_loss_callback_hears_of_the_fence_and_cannot_delay_it() {
     assert!(!keeper.may_write() && keeper.write_deadline().is_none());
     go_on_tx.send(()).unwrap();
     store.inner.fail_next_requests(0);
-    assert_eq!(
-        keeper.stop().unwrap(),
-        Released::Freed,
-        "our record is freed"
+    assert!(
+        matches!(keeper.stop(), Err(LeaseError::Fenced { .. })),
+        "a fenced lease never stops as released"
     );
+    assert!(is_released(&store), "our record is freed");
 }
 
 #[test]
@@ -460,6 +460,6 @@ fn a_panicking_loss_callback_does_not_stop_the_release() {
     keeper.lease().mark_lost(None);
     clock.advance(secs(10));
     assert!(matches!(next(&events), Event::Lost { .. }));
-    assert_eq!(keeper.stop().unwrap(), Released::Freed);
-    assert!(is_released(&store));
+    assert!(matches!(keeper.stop(), Err(LeaseError::Lost { .. })));
+    assert!(is_released(&store), "our record is freed all the same");
 }

@@ -191,7 +191,7 @@ fn a_takeover_is_one_refused_renewal_and_one_loss_and_held_goes_to_0() {
     );
     // The release finds the record another's: still one loss.
     let lease = Arc::clone(keeper.lease());
-    keeper.stop().unwrap();
+    assert!(keeper.stop().is_err(), "lost");
     assert_eq!(lease.stats().losses.total(), 1);
 }
 
@@ -218,7 +218,7 @@ fn the_fence_is_one_loss_and_a_clean_release_is_none() {
     assert_eq!(fenced.retries, fenced.renewals.total() - 1);
     store.fail_puts(Vec::new());
     let lease = Arc::clone(keeper.lease());
-    keeper.stop().unwrap();
+    assert!(keeper.stop().is_err(), "fenced");
     assert_eq!(
         lease.stats().losses.total(),
         1,

@@ -743,6 +743,11 @@ fn release(keeper: Keeper) {
             log::warn!("not releasing: the lease record is not ours any more")
         }
         Ok(other) => log::info!("released: {other:?}"),
+        // Said already, when it was lost or fenced; its record, if still
+        // ours, was freed.
+        Err(e @ (LeaseError::Lost { .. } | LeaseError::Fenced { .. })) => {
+            log::debug!("stopped after the lease ended: {e}")
+        }
         Err(e) => log::warn!("releasing the lease failed (it expires after its TTL): {e}"),
     }
 }
