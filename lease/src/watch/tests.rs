@@ -547,3 +547,79 @@ fn a_read_cut_short_by_the_deadline_is_no_failure() {
         other => panic!("expected the timed-out read, got {other:?}"),
     }
 }
+
+/// Review (issue 33): a memory store that answers its first `budget`
+/// conditional reads and refuses the rest with a permanent error, so that
+/// a watcher that polls without pause ends rather than spins.
+#[derive(Debug)]
+struct Budgeted {
+    inner: MemoryStore,
+    reads: AtomicU64,
+    budget: u64,
+}
+
+impl Store for Budgeted {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.get(key, deadline)
+    }
+
+    fn get_if_changed(
+        &self,
+        key: &str,
+        known: &Version,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Object>, StoreError> {
+        if self.reads.fetch_add(1, Ordering::SeqCst) >= self.budget {
+            return Err(StoreError::new(
+                StoreErrorKind::PermissionDenied,
+                "GET",
+                key,
+            ));
+        }
+        self.inner.get_if_changed(key, known, deadline)
+    }
+
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        self.inner.put(key, body, options)
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &DeleteMode,
+        deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        self.inner.delete(key, mode, deadline)
+    }
+}
+
+/// Review (issue 33): "It polls ... every `Wait::max_reread` from the start
+/// of one read to the start of the next". A poll interval so long that
+/// `last_read + interval` does not fit in an `Instant` (`Duration::MAX`:
+/// "as rarely as you can") makes `read_due` answer `None`, which
+/// `next_change` takes for "due now": it reads back to back without
+/// pause, forever, instead of sleeping to the deadline (or the record's
+/// expiry, an hour away here).
+#[test]
+fn review_a_poll_interval_that_overflows_an_instant_does_not_poll_without_pause() {
+    let clock = TestClock::new();
+    let store = Arc::new(Budgeted {
+        inner: MemoryStore::new(),
+        reads: AtomicU64::new(0),
+        budget: 1000,
+    });
+    write(&*store, &clock, "a", 1, 3600);
+    let mut watcher = Watcher::new(store.clone(), PREFIX, Arc::new(clock.clone()));
+    let wait = Wait::until(clock.now() + Duration::from_secs(5)).max_reread(Duration::MAX);
+    assert_eq!(next(&mut watcher, &wait).state, LeaseState::Held);
+    let t0 = clock.now();
+    let ended = watcher.next_change(&wait);
+    let reads = store.reads.load(Ordering::SeqCst);
+    assert!(
+        matches!(ended, Ok(None)) && reads == 0,
+        "expected Ok(None) at the deadline and no conditional read (the next poll is \
+         Duration::MAX away); got {ended:?} after {reads} conditional reads in {:?} of the \
+         test clock",
+        clock.now() - t0
+    );
+}
