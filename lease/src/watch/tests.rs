@@ -623,3 +623,34 @@ fn review_a_poll_interval_that_overflows_an_instant_does_not_poll_without_pause(
         clock.now() - t0
     );
 }
+
+/// Review (issue 33): "a record that expires while the store does not
+/// answer is reported expired", and the watcher "wakes at the instant it
+/// expires". On a store that does not answer (a partition: each read hangs
+/// to its deadline, as on a black-holed network), a read begun before the
+/// expiry is bounded by `attempt_timeout` alone, not by the known record's
+/// expiry, so the expiry is reported only when that read gives up: here a
+/// minute late (the CLI's default bound is 30 s).
+#[test]
+fn review_an_expiry_during_a_hanging_read_is_reported_at_the_expiry() {
+    let clock = TestClock::new();
+    let store = Arc::new(HangsToDeadline {
+        inner: MemoryStore::new(),
+        clock: clock.clone(),
+    });
+    write(&*store, &clock, "a", 1, 10);
+    let mut watcher = Watcher::new(store.clone(), PREFIX, Arc::new(clock.clone()));
+    let wait = Wait::until(clock.now() + Duration::from_secs(300))
+        .max_reread(INTERVAL)
+        .attempt_timeout(Duration::from_secs(60));
+    let t0 = clock.now();
+    assert_eq!(next(&mut watcher, &wait).state, LeaseState::Held);
+    let expired = next(&mut watcher, &wait);
+    assert_eq!(expired.kind, ChangeKind::Expired);
+    let late = expired.seen - t0;
+    assert!(
+        late <= Duration::from_secs(11),
+        "expired at +10 s by the reader's clock, reported at +{late:?} (the hanging read's \
+         attempt_timeout)"
+    );
+}
