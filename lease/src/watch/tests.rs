@@ -654,3 +654,48 @@ fn review_an_expiry_during_a_hanging_read_is_reported_at_the_expiry() {
          attempt_timeout)"
     );
 }
+
+/// Review (issue 33, low severity): "a holder that stopped renewing is
+/// reported `expired` at the instant its record expires by this machine's
+/// clock, without waiting for a poll" (README). The watcher sleeps on the
+/// monotonic clock until the expiry it computed before the wall clock
+/// stepped: a wall clock stepped forward past the expiry (NTP correcting a
+/// slow clock) is noticed only at the old instant or the next poll,
+/// whichever is first, here 9 s late (up to one `--interval` in general).
+#[test]
+fn review_a_wall_clock_stepped_past_the_expiry_is_reported_at_the_step() {
+    let (store, clock, mut watcher) = setup();
+    write(&*store, &clock, "a", 1, 10);
+    // A cancel that never fires: the watcher's sleeps wait on real timers
+    // of the test clock, which only `advance` fires.
+    let wait = Wait::until(clock.now() + Duration::from_secs(300))
+        .max_reread(Duration::from_secs(30))
+        .cancel(Cancel::new());
+    let t0 = clock.now();
+    assert_eq!(next(&mut watcher, &wait).state, LeaseState::Held);
+    let waiting = std::thread::spawn(move || watcher.next_change(&wait));
+    let spin = Instant::now();
+    while clock.pending_timers() == 0 {
+        assert!(spin.elapsed() < Duration::from_secs(60), "never slept");
+        std::thread::yield_now();
+    }
+    // One second in, the wall clock steps 20 s forward: the record expired
+    // 11 s ago by this machine's clock.
+    clock.advance(Duration::from_secs(1));
+    clock.step_wall(Duration::from_secs(20), true);
+    // Then time passes a second at a time until the watcher reports.
+    for _ in 0..60 {
+        if waiting.is_finished() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        clock.advance(Duration::from_secs(1));
+    }
+    let expired = waiting.join().unwrap().unwrap().unwrap();
+    assert_eq!(expired.kind, ChangeKind::Expired);
+    let at = expired.seen - t0;
+    assert!(
+        at <= Duration::from_secs(2),
+        "expired by the wall clock at +1 s (the step), reported at +{at:?}"
+    );
+}
