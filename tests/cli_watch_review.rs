@@ -89,3 +89,30 @@ fn a_signal_during_a_later_hanging_read_ends_the_watch_at_once() {
         done.code
     );
 }
+
+/// The same while opening the store: a `credential_process` that hangs.
+/// The signal is taken (the handler is installed first: the process is
+/// not killed by it) but not acted on until the `--timeout` watchdog ends
+/// the process with exit 69.
+#[test]
+fn a_signal_while_the_credentials_source_hangs_ends_the_watch_at_once() {
+    let t = Target::http("watch-hanging-credentials", &black_hole(), "bucket");
+    let config = t.path("config");
+    std::fs::write(&config, "[default]\ncredential_process = sleep 60\n").unwrap();
+    let t = t
+        .with_env("AWS_ACCESS_KEY_ID", None)
+        .with_env("AWS_SECRET_ACCESS_KEY", None)
+        .with_env("AWS_CONFIG_FILE", Some(&config.display().to_string()));
+    let url = t.url("lease");
+    let (child, _lines) = watch(&t, &["--timeout", "20s", url.as_str()]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = Instant::now();
+    signal(&child, Signal::INT);
+    let done = finish(child, Duration::from_secs(60));
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(5) && done.code == Some(0),
+        "SIGINT while opening the store: exit {:?} after {took:?} (expected 0 at once): {done:?}",
+        done.code
+    );
+}
