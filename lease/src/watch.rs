@@ -21,7 +21,10 @@
 //!   ([`Inspection::fresh`], [`Inspection::expires_in`]); the watcher wakes
 //!   at the instant it expires, reads once more (an unchanged record costs
 //!   a `304`), and reports [`ChangeKind::Expired`] once, without waiting
-//!   for the record to change.
+//!   for the record to change. A read in flight is abandoned at that
+//!   instant (a store that does not answer never holds the report back),
+//!   and a waiting watcher looks at the wall clock at least every second,
+//!   so a clock stepped past the expiry is reported within a second.
 //! - **It is bounded and cancellable** as [`Contender::acquire_with`] is:
 //!   every read is bounded by the wait's deadline (and
 //!   [`Wait::attempt_timeout`]), no sleep ends after it, and a cancel
@@ -337,9 +340,16 @@ impl Watcher {
             }
             let now = clock.now();
             let passed = wait.deadline().is_some_and(|d| now >= d);
-            if !passed && self.read_due(interval, expiry).is_none_or(|due| now >= due) {
+            if !passed && self.read_due(interval, expiry).is_due(now) {
                 self.last_read = Some(now);
-                match self.read(wait.attempt_deadline(now, Duration::ZERO)) {
+                // A held record's expiry bounds the read too: a store that
+                // does not answer never holds the report back.
+                let expiring = expiry.filter(|at| *at > now);
+                let read_deadline = match (wait.attempt_deadline(now, Duration::ZERO), expiring) {
+                    (Some(d), Some(x)) => Some(d.min(x)),
+                    (d, x) => d.or(x),
+                };
+                match self.read(read_deadline) {
                     Ok(()) => {
                         self.retry_at = None;
                         if failing.take().is_some() {
@@ -352,7 +362,9 @@ impl Watcher {
                     // the store's (and no retry: the wait is over).
                     Err(e)
                         if (e.is_timeout() || e.delivery() == Delivery::NotSent)
-                            && wait.deadline().is_some_and(|d| clock.now() >= d) => {}
+                            && read_deadline.is_some_and(|d| clock.now() >= d)
+                            && (wait.deadline().is_some_and(|d| clock.now() >= d)
+                                || expiring.is_some_and(|x| clock.now() >= x)) => {}
                     Err(e) => {
                         failures += 1;
                         if failures == 1 {
@@ -383,7 +395,17 @@ impl Watcher {
                 return Ok(change);
             }
             let now = clock.now();
-            let mut until = self.read_due(interval, expiry).unwrap_or(now);
+            // The wall clock is looked at again at least every
+            // `WALL_CHECK`: a step past the expiry is reported then, not
+            // at the instant computed before it.
+            let check = now.checked_add(WALL_CHECK);
+            let mut until = match (self.read_due(interval, expiry), check) {
+                (Due::Now, _) => now,
+                (Due::At(at), Some(check)) => at.min(check),
+                (Due::At(at), None) => at,
+                (Due::Never, Some(check)) => check,
+                (Due::Never, None) => now,
+            };
             if let Some(deadline) = wait.deadline() {
                 if now >= deadline {
                     return match failing {
@@ -399,16 +421,21 @@ impl Watcher {
         }
     }
 
-    /// When the next read is due (`None`: now): a retry's pause after a
-    /// failure, else `interval` after the last read began, or the known
-    /// record's `expiry` if that comes first.
-    fn read_due(&self, interval: Duration, expiry: Option<Instant>) -> Option<Instant> {
+    /// When the next read is due: a retry's pause after a failure, else
+    /// `interval` after the last read began (never, when that does not fit
+    /// in an `Instant`), or the known record's `expiry` if that comes
+    /// first.
+    fn read_due(&self, interval: Duration, expiry: Option<Instant>) -> Due {
         let due = match (self.retry_at, self.last_read) {
-            (Some(retry), _) => retry,
-            (None, Some(last)) => last.checked_add(interval)?,
-            (None, None) => return None,
+            (Some(retry), _) => Some(retry),
+            (None, Some(last)) => last.checked_add(interval),
+            (None, None) => return Due::Now,
         };
-        Some(expiry.map_or(due, |expiry| due.min(expiry)))
+        match (due, expiry) {
+            (Some(due), Some(expiry)) => Due::At(due.min(expiry)),
+            (Some(at), None) | (None, Some(at)) => Due::At(at),
+            (None, None) => Due::Never,
+        }
     }
 
     /// Read the record unless it is unchanged, and keep what was found.
@@ -473,6 +500,28 @@ impl Watcher {
             seen,
         };
         (Some(change), expiry)
+    }
+}
+
+/// How often a waiting watcher looks at the wall clock at the least.
+const WALL_CHECK: Duration = Duration::from_secs(1);
+
+/// When [`Watcher::read_due`] says the next read is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    Now,
+    At(Instant),
+    /// Not before the wait's deadline: the interval does not fit.
+    Never,
+}
+
+impl Due {
+    fn is_due(self, now: Instant) -> bool {
+        match self {
+            Due::Now => true,
+            Due::At(at) => now >= at,
+            Due::Never => false,
+        }
     }
 }
 
