@@ -103,6 +103,10 @@ pub fn store_error_summary(error: &StoreError) -> &'static str {
         // The store's error says it, and what to do, itself.
         exit::CONFIG if error.code() == Some("NoSuchBucket") => "",
         exit::CONFIG => "no retry can succeed until a setting changes (the message names it): ",
+        _ if error.is_throttled() && matches!(error.method(), "GET" | "HEAD") => {
+            "the service throttled a read of this key (it asks for fewer requests: read less \
+             often, such as a longer --interval, or try again later): "
+        }
         _ if error.is_throttled() => {
             "the service throttled a write of this key (R2 and Google Cloud Storage take one \
              write of a key a second: for an endpoint other than r2://, set \
@@ -466,7 +470,7 @@ impl Timeout {
 /// Kill the `credential_process` runs in flight (each in a process group
 /// of its own), which would outlive a process that exits at once and
 /// keep its output open.
-fn kill_credential_helpers() {
+pub fn kill_credential_helpers() {
     use rustix::process::{kill_process_group, Pid, Signal};
     bucket_lease_backends::credentials::with_running_groups(|groups| {
         for group in groups {
@@ -521,6 +525,16 @@ mod tests {
         assert_eq!(human_secs(-3.15576e10), "-1000 years");
         assert_eq!(human_secs(f64::NAN), "an unknown time");
         assert_eq!(human_secs(f64::INFINITY), "an unknown time");
+    }
+
+    /// A throttled read is told to read less often, never to space writes.
+    #[test]
+    fn a_throttled_read_is_not_called_a_write() {
+        let read = StoreError::new(StoreErrorKind::Transport, "GET", "k").throttled(None);
+        assert!(store_error_summary(&read).contains("throttled a read"));
+        assert!(!store_error_summary(&read).contains("WRITE_INTERVAL"));
+        let write = StoreError::new(StoreErrorKind::Transport, "PUT", "k").throttled(None);
+        assert!(store_error_summary(&write).contains("throttled a write"));
     }
 
     /// A failure no retry can cure (an untrusted certificate, a refusing

@@ -70,7 +70,7 @@ use serde_json::{json, Value};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What `inspect` does, for its help and the man page.
@@ -242,6 +242,7 @@ fn watch_lease(p: &Args, url: &str, limit: Duration, interval: Duration) -> Resu
             if let Some(sig) = signals.forever().next() {
                 log::debug!("signal {sig}: ending the watch");
                 on_signal.cancel();
+                end_at_once();
             }
         })
         .map_err(|e| Failure::new(exit::STORE, format!("inspect: cannot handle signals: {e}")))?;
@@ -302,8 +303,38 @@ fn watch_lease(p: &Args, url: &str, limit: Duration, interval: Duration) -> Resu
     }
 }
 
+/// Held while a change is written, so that a signal never cuts a line.
+static PRINTING: Mutex<()> = Mutex::new(());
+
+/// How long a signal lets the line being written finish.
+const LINE_BOUND: Duration = Duration::from_millis(200);
+
+/// After SIGINT or SIGTERM: exit 0 now, whatever the main thread waits on
+/// (a read that hangs, a credentials source), once the line being written,
+/// if any, is whole (within [`LINE_BOUND`]; stdout that nobody reads does
+/// not hold the exit), and a `credential_process` in flight killed.
+fn end_at_once() {
+    // A credentials source in flight would outlive the exit, holding
+    // stdout and stderr open.
+    crate::cli::kill_credential_helpers();
+    let give_up = std::time::Instant::now() + LINE_BOUND;
+    loop {
+        match PRINTING.try_lock() {
+            Ok(_guard) => std::process::exit(i32::from(exit::OK)),
+            Err(std::sync::TryLockError::Poisoned(_)) => std::process::exit(i32::from(exit::OK)),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() >= give_up => {
+                std::process::exit(i32::from(exit::OK))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
 /// One change as a JSON line on stdout, flushed.
 fn print_change(url: &str, key: &str, change: &Change) -> std::io::Result<()> {
+    let _printing = PRINTING.lock().unwrap_or_else(|e| e.into_inner());
     let mut line = to_json(url, key, change.inspection.as_ref());
     if let Value::Object(fields) = &mut line {
         fields.insert("change".to_string(), json!(change.kind.name()));

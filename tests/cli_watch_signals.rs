@@ -1,6 +1,6 @@
-//! Review of `bucket-lease inspect --watch` (issue 33): what its module
-//! docs promise, held against endpoints on 127.0.0.1 that misbehave (no
-//! server needed).
+//! `bucket-lease inspect --watch` ended by a signal whatever it waits on:
+//! a read that hangs, a credentials source that hangs (endpoints on
+//! 127.0.0.1 that misbehave; no server needed).
 #![cfg(all(feature = "cli", feature = "s3"))]
 
 mod cli_common;
