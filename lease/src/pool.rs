@@ -85,7 +85,7 @@ mod scheduler;
 mod warm_ups;
 use crossbeam_channel::{Receiver, Sender};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -379,7 +379,6 @@ impl KeeperPool {
             len: Arc::clone(&len),
             warm_ups: WarmUps::new(&options.thread_name),
             registry: Arc::clone(&registry),
-            ended: HashSet::new(),
             departed: BTreeMap::new(),
             losses,
         };
@@ -552,6 +551,29 @@ pub enum Done {
 }
 }
 
+internal! {
+/// A lease gone from a [`PoolSchedule`], its release done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Left {
+    /// Its id.
+    pub id: LeaseId,
+    /// Its key.
+    pub key: String,
+    /// What its release did.
+    pub released: Result<Released, LeaseError>,
+    /// How it ended before that, if it was fenced or lost.
+    pub loss: Option<LeaseError>,
+}
+}
+
+impl Left {
+    /// What a `remove` or `stop` returns for it: its loss, if it had one,
+    /// else its release's outcome.
+    pub fn answer(&self) -> Result<Released, LeaseError> {
+        self.loss.clone().map_or_else(|| self.released.clone(), Err)
+    }
+}
+
 /// The answer owed to whoever removes a lease: `None` inside for a lease
 /// the pool did not hold.
 type RemoveReply = Sender<Option<Result<Released, LeaseError>>>;
@@ -687,7 +709,7 @@ impl PoolSchedule {
         done: Done,
         jobs: &mut Vec<Job>,
         events: &mut Vec<PoolEvent>,
-    ) -> Option<(LeaseId, Result<Released, LeaseError>)> {
+    ) -> Option<Left> {
         match done {
             Done::Renewed(id, attempt) => {
                 let kept = self.leases.get_mut(&id)?;
@@ -712,21 +734,26 @@ impl PoolSchedule {
             Done::Warmed => None,
             Done::Released(id, released) => {
                 let kept = self.leases.remove(&id)?;
-                if let Some(loss) = kept.loss {
+                if kept.loss.is_some() {
                     // It left by itself after its loss, which was its one
                     // event; whoever asks is told of the loss.
                     log::debug!(
                         "{}: released after its loss: {released:?}",
                         kept.lease.key()
                     );
-                    return Some((id, Err(loss)));
+                } else {
+                    events.push(PoolEvent::new(
+                        id,
+                        kept.lease.key(),
+                        Event::Released(released.clone()),
+                    ));
                 }
-                events.push(PoolEvent::new(
+                Some(Left {
                     id,
-                    kept.lease.key(),
-                    Event::Released(released.clone()),
-                ));
-                Some((id, released))
+                    key: kept.lease.key().to_string(),
+                    released,
+                    loss: kept.loss,
+                })
             }
         }
     }
@@ -826,9 +853,13 @@ fn end(kept: &mut Kept, id: LeaseId, event: Event, events: &mut Vec<PoolEvent>) 
     kept.ended = true;
     kept.removing = true;
     let key = kept.lease.key().to_string();
-    kept.loss = match (&event, kept.lease.status()) {
-        (_, LeaseStatus::Released) => None,
-        (Event::Lost { holder, .. }, _) => Some(LeaseError::Lost {
+    if kept.lease.status() == LeaseStatus::Released {
+        // Released by hand: no loss, and its one event is the release's.
+        note_end(&kept.lease, &event);
+        return;
+    }
+    kept.loss = match &event {
+        Event::Lost { holder, .. } => Some(LeaseError::Lost {
             key: key.clone(),
             holder: holder.clone(),
         }),
@@ -905,8 +936,9 @@ mod tests {
         assert_eq!(machine.next_wake(), None);
         let done = work(jobs.remove(0), Duration::from_secs(5));
         // It leaves with its loss, and no second event.
-        let released = machine.finish(done, &mut jobs, &mut events);
-        assert_eq!(released, Some((id, Err(failed))));
+        let left = machine.finish(done, &mut jobs, &mut events).unwrap();
+        assert_eq!((left.id, left.answer()), (id, Err(failed)));
+        assert_eq!(left.released, Ok(Released::Freed), "its record freed");
         assert!(events.is_empty(), "{events:?}");
         assert!(machine.is_empty());
         assert!(!machine.remove(id, &mut jobs), "gone");

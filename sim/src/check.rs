@@ -275,10 +275,11 @@ fn pool_fences_alone(w: &mut World) {
         }
     }
     if let Some((key, at)) = &run.removed {
-        let released = run
-            .events
-            .iter()
-            .any(|(_, k, event)| k == key && event.starts_with("Released(Ok(Freed))"));
+        let released = run.events.iter().any(|(_, k, event)| {
+            k == key
+                && (event.starts_with("Released(Ok(Freed))")
+                    || event.starts_with("left after its loss, released Ok(Freed)"))
+        });
         // In a jammed run the release may wait for the one renewal thread,
         // which the black-holed renewal holds for up to a third of its TTL.
         let queued = if run.jammed { run.ttls[0] * SEC / 3 } else { 0 };

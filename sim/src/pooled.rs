@@ -235,17 +235,30 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
                 sh.lock().log(|| format!("c{c} pool: removing lease {i}"));
             }
         }
+        // Leases gone from the machine, their releases done.
+        let mut left = Vec::new();
         loop {
             let done = lock(&queues).done.pop_front();
             let Some(done) = done else { break };
-            machine.finish(done, &mut jobs, &mut events);
+            left.extend(machine.finish(done, &mut jobs, &mut events));
         }
         machine.run_due(clock.now(), &mut jobs, &mut events);
         // An inline pool does here, on the scheduler's own thread, what the
         // real pool would (finishing one may hand out another).
         while let Some(at) = jobs.iter().position(|job| runs_on_scheduler(inline, job)) {
             let done = work(jobs.remove(at), Duration::from_secs(5));
-            machine.finish(done, &mut jobs, &mut events);
+            left.extend(machine.finish(done, &mut jobs, &mut events));
+        }
+        // A lease that ended (fenced, lost) leaves with no event of its
+        // own: its release is noted as the run's, for the check that a
+        // removed lease's record is freed.
+        for gone in left.into_iter().filter(|gone| gone.loss.is_some()) {
+            let mut w = sh.lock();
+            let t = w.sched.now;
+            if let Some(run) = w.pool.as_mut() {
+                let text = format!("left after its loss, released {:?}", gone.released);
+                run.events.push((t, gone.key, text));
+            }
         }
         {
             let mut w = sh.lock();

@@ -15,7 +15,7 @@ use crate::keeper::{panic_message, Event, Loss};
 use crate::lease::{Lease, Released};
 use crate::stats::{merge_by_key, LeaseStats};
 use crossbeam_channel::{select, Receiver, Sender};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -73,8 +73,6 @@ pub(super) struct Scheduler {
     pub(super) warm_ups: WarmUps,
     /// What the handle asks for stats, kept as leases come and go.
     pub(super) registry: Arc<Mutex<Registry>>,
-    /// Leases whose loss was reported and whose release is not done yet.
-    pub(super) ended: HashSet<LeaseId>,
     /// The losses of the leases that left by themselves, for a later
     /// `remove` (the newest [`DEPARTED_KEPT`]).
     pub(super) departed: BTreeMap<LeaseId, LeaseError>,
@@ -120,9 +118,10 @@ impl Scheduler {
                 },
                 recv(self.done) -> done => {
                     if let Ok(done) = done {
-                        if let Some((id, released)) = self.machine.finish(done, &mut jobs, &mut events) {
+                        if let Some(left) = self.machine.finish(done, &mut jobs, &mut events) {
+                            let (id, released) = (left.id, left.answer());
                             self.len.fetch_sub(1, Ordering::SeqCst);
-                            self.left(id, &released);
+                            self.left(id, &left.released, left.loss.is_some());
                             match self.removers.remove(&id) {
                                 Some(reply) => {
                                     let _ = reply.send(Some(released));
@@ -159,7 +158,6 @@ impl Scheduler {
                 let _ = self.events.send(event);
                 if let Some(notice) = notice {
                     // After the event, as a keeper calls its callback.
-                    self.ended.insert(notice.id);
                     self.tell(notice);
                 }
             }
@@ -172,14 +170,14 @@ impl Scheduler {
     /// Lease `id`'s release is done: its totals are folded into its key's,
     /// and a release that failed, or found the record another's, is a loss
     /// (unless the lease had ended already, which was told then).
-    fn left(&mut self, id: LeaseId, released: &Result<Released, LeaseError>) {
+    fn left(&mut self, id: LeaseId, released: &Result<Released, LeaseError>, had_loss: bool) {
         let lease = {
             let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
             let lease = registry.live.get(&id).cloned();
             registry.retire(id);
             lease
         };
-        if self.ended.remove(&id) {
+        if had_loss {
             return;
         }
         let loss = match released {

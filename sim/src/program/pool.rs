@@ -173,8 +173,8 @@ fn schedule(sh: &Shared, c: usize, q: &Mutex<Queues>, clock: &dyn Clock, inline:
             }
         }
         for done in finished {
-            if let Some((id, released)) = machine.finish(done, &mut jobs, &mut events) {
-                answer(sh, q, id, Some(released));
+            if let Some(left) = machine.finish(done, &mut jobs, &mut events) {
+                answer(sh, q, left.id, Some(left.answer()));
             }
         }
         machine.run_due(clock.now(), &mut jobs, &mut events);
