@@ -57,6 +57,12 @@
     doc = "\n[`HttpStore`]: self#features\n[`Profile`]: self#features"
 )]
 #![forbid(unsafe_code)]
+// Where other crates' pages link to this one's items when its docs are not
+// built beside theirs (`cargo doc --no-deps -p` of a crate that depends on
+// this one): without it rustdoc leaves those links as raw text, with no
+// warning. `0.1` is the latest 0.1.x on docs.rs; scripts/check-doc-links.sh
+// checks it against the version in Cargo.toml.
+#![doc(html_root_url = "https://docs.rs/bucket-lease-backends/0.1")]
 // docs.rs (nightly, `--cfg docsrs`) marks each item with the features it
 // needs; `http` is build.rs's name for "any of s3, r2, minio".
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -46,6 +46,12 @@
 //! # Ok::<(), LeaseError>(())
 //! ```
 #![forbid(unsafe_code)]
+// Where other crates' pages link to this one's items when its docs are not
+// built beside theirs (`cargo doc --no-deps -p` of a crate that depends on
+// this one): without it rustdoc leaves those links as raw text, with no
+// warning. `0.1` is the latest 0.1.x on docs.rs; scripts/check-doc-links.sh
+// checks it against the version in Cargo.toml.
+#![doc(html_root_url = "https://docs.rs/bucket-lease-core/0.1")]
 // docs.rs (nightly, `--cfg docsrs`) marks `conformance` with its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

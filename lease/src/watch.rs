@@ -22,8 +22,9 @@
 //!   at the instant it expires, reads once more (an unchanged record costs
 //!   a `304`), and reports [`ChangeKind::Expired`] once, without waiting
 //!   for the record to change.
-//! - **It is bounded and cancellable** as [`Contender::acquire_with`] is:
-//!   every read is bounded by the wait's deadline (and
+//! - **It is bounded and cancellable** as
+//!   [`Contender::acquire_with`](crate::Contender::acquire_with) is: every
+//!   read is bounded by the wait's deadline (and
 //!   [`Wait::attempt_timeout`]), no sleep ends after it, and a cancel
 //!   ([`Cancel`](crate::Cancel)) is seen at once, also mid-sleep (a read in
 //!   flight finishes first, bounded by its deadline). At the deadline it
@@ -61,8 +62,6 @@
 use crate::clock::{transient_backoff, Clock};
 use crate::error::LeaseError;
 use crate::inspect::{Expiry, Inspection};
-#[cfg(doc)]
-use crate::lease::Contender;
 use crate::lease::Wait;
 use crate::record::{lease_key, LeaseRecord};
 use crate::store::{Delivery, Store, StoreError, StoreErrorKind, Version};
@@ -268,7 +267,8 @@ impl Summary {
 }
 
 /// Reports each change of one lease's holder, epoch or state. See the
-/// [module docs](self). Made by [`Watcher::new`] or [`Contender::watch`].
+/// [module docs](self). Made by [`Watcher::new`] or
+/// [`Contender::watch`](crate::Contender::watch).
 #[derive(Debug)]
 pub struct Watcher {
     store: Arc<dyn Store>,
