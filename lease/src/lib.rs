@@ -27,8 +27,24 @@
 //! mutant switches). The simulation that drives them is the crate
 //! `bucket-lease-sim`, which is not published.
 //!
+//! # Paths in the examples
+//!
+//! Most programs depend on the crate `bucket-lease`, which re-exports all
+//! of this crate at its root and shows these same pages as its own. So the
+//! examples name this crate as those programs write it, `bucket_lease`
+//! (`bucket_lease::Lease` is this crate's [`Lease`]). A program that
+//! depends on this crate alone gives it that name in its `Cargo.toml`:
+//!
+//! ```toml
+//! [dependencies]
+//! bucket_lease = { package = "bucket-lease-core", version = "0.1" }
 //! ```
-//! use bucket_lease_core::{memory::MemoryStore, Lease, LeaseError, LeaseOptions};
+//!
+//! or writes `bucket_lease_core` where the examples write `bucket_lease`.
+//!
+//! ```
+//! # extern crate bucket_lease_core as bucket_lease;
+//! use bucket_lease::{memory::MemoryStore, Lease, LeaseError, LeaseOptions};
 //! use std::sync::Arc;
 //!
 //! let store = Arc::new(MemoryStore::new());

@@ -39,9 +39,10 @@
 //!   reported expired.
 //!
 //! ```
-//! use bucket_lease_core::memory::MemoryStore;
-//! use bucket_lease_core::watch::{ChangeKind, LeaseState, Watcher};
-//! use bucket_lease_core::{Lease, LeaseOptions, SystemClock, Wait};
+//! # extern crate bucket_lease_core as bucket_lease;
+//! use bucket_lease::memory::MemoryStore;
+//! use bucket_lease::watch::{ChangeKind, LeaseState, Watcher};
+//! use bucket_lease::{Lease, LeaseError, LeaseOptions, SystemClock, Wait};
 //! use std::sync::Arc;
 //! use std::time::{Duration, Instant};
 //!
@@ -56,7 +57,7 @@
 //! let taken = watcher.next_change(&wait)?.expect("seen within one poll");
 //! assert_eq!(taken.state, LeaseState::Held);
 //! assert_eq!(taken.holder(), Some(lease.instance_id()));
-//! # Ok::<(), bucket_lease_core::LeaseError>(())
+//! # Ok::<(), LeaseError>(())
 //! ```
 
 use crate::clock::{transient_backoff, Clock};
