@@ -183,8 +183,9 @@ pub type EndpointForRegion = fn(&str, EndpointVariant) -> Result<String, String>
 /// Settings for an [`HttpStore`], starting from a [`Profile`]'s defaults.
 ///
 /// ```
+/// # mod bucket_lease { pub mod backends { pub use bucket_lease_backends::*; } }
 /// # #[cfg(feature = "minio")] {
-/// use bucket_lease_backends::{minio, Credentials};
+/// use bucket_lease::backends::{minio, Credentials};
 /// let store = minio::builder()
 ///     .endpoint("http://127.0.0.1:9000")
 ///     .bucket("leases")

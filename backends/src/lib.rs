@@ -1,12 +1,16 @@
 //! Stores for bucket-lease: a local directory used as a bucket, and (under
 //! the `s3`, `r2` and `minio` features) one signed-HTTP client for
-//! S3-compatible services. Most programs depend on the crate
-//! `bucket-lease`, which re-exports this one as `bucket_lease::backends`.
+//! S3-compatible services.
 //!
-//! Every store implements [`bucket_lease_core::store::Store`]. The HTTP
-//! stores share one client, [`HttpStore`]: SigV4-signed requests over one
-//! keep-alive `ureq` agent, no async runtime. The profiles differ only in
-//! their defaults ([`Profile`]): addressing, region, endpoint, whether
+//! Most programs depend on the crate `bucket-lease`, which re-exports this
+//! one as `bucket_lease::backends` and shows these same pages as its own,
+//! so the examples name it `bucket_lease::backends`. A program that
+//! depends on this crate alone writes `bucket_lease_backends` there.
+//!
+//! Every store implements [`Store`](bucket_lease_core::store::Store). The
+//! HTTP stores share one client, [`HttpStore`]: SigV4-signed requests over
+//! one keep-alive `ureq` agent, no async runtime. The profiles differ only
+//! in their defaults ([`Profile`]): addressing, region, endpoint, whether
 //! DELETE honours `If-Match`.
 //!
 //! # Features
@@ -27,10 +31,13 @@
 //! Name a store with a URL and let the environment fill in the rest:
 //!
 //! ```no_run
-//! # fn main() -> Result<(), bucket_lease_backends::config::ConfigError> {
+//! # mod bucket_lease { pub mod backends { pub use bucket_lease_backends::*; } }
+//! use bucket_lease::backends::config;
+//!
+//! # fn main() -> Result<(), config::ConfigError> {
 //! // Credentials from the chain: the environment, a profile of ~/.aws,
 //! // web identity, container credentials or EC2 instance metadata.
-//! let (store, prefix) = bucket_lease_backends::config::open("s3://my-bucket/jobs/nightly")?;
+//! let (store, prefix) = config::open("s3://my-bucket/jobs/nightly")?;
 //! # Ok(()) }
 //! ```
 //!
@@ -41,8 +48,9 @@
 //! or configure in code:
 //!
 //! ```
+//! # mod bucket_lease { pub mod backends { pub use bucket_lease_backends::*; } }
 //! # #[cfg(feature = "r2")] {
-//! use bucket_lease_backends::{r2, Credentials};
+//! use bucket_lease::backends::{r2, Credentials};
 //! let store = r2::builder()
 //!     .endpoint(r2::endpoint("0123abcd", Some("eu")))
 //!     .bucket("leases")
@@ -57,6 +65,12 @@
     doc = "\n[`HttpStore`]: self#features\n[`Profile`]: self#features"
 )]
 #![forbid(unsafe_code)]
+// Where other crates' pages link to this one's items when its docs are not
+// built beside theirs (`cargo doc --no-deps -p` of a crate that depends on
+// this one): without it rustdoc leaves those links as raw text, with no
+// warning. `0.1` is the latest 0.1.x on docs.rs; scripts/check-doc-links.sh
+// checks it against the version in Cargo.toml.
+#![doc(html_root_url = "https://docs.rs/bucket-lease-backends/0.1")]
 // docs.rs (nightly, `--cfg docsrs`) marks each item with the features it
 // needs; `http` is build.rs's name for "any of s3, r2, minio".
 #![cfg_attr(docsrs, feature(doc_cfg))]

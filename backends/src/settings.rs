@@ -196,8 +196,9 @@ pub(crate) struct Trust {
 /// `Debug` shows each proxy with its user information as `***`.
 ///
 /// ```
+/// # mod bucket_lease { pub mod backends { pub use bucket_lease_backends::*; } }
 /// # #[cfg(feature = "minio")] {
-/// use bucket_lease_backends::{minio, Credentials, Proxies};
+/// use bucket_lease::backends::{minio, Credentials, Proxies};
 /// let store = minio::builder()
 ///     .endpoint("http://minio.internal:9000")
 ///     .bucket("leases")

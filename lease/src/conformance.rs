@@ -11,7 +11,8 @@
 //! one): the checks expect their keys to start absent.
 //!
 //! ```
-//! use bucket_lease_core::{conformance, memory::MemoryStore};
+//! # extern crate bucket_lease_core as bucket_lease;
+//! use bucket_lease::{conformance, memory::MemoryStore};
 //!
 //! let store = MemoryStore::new();
 //! let capabilities = conformance::run_all(&store, "conformance/doc");

@@ -213,9 +213,10 @@ impl Contender {
     /// is held, then release it. See the [module docs](crate::hold).
     ///
     /// ```
-    /// use bucket_lease_core::hold::HoldOutcome;
-    /// use bucket_lease_core::memory::MemoryStore;
-    /// use bucket_lease_core::{Contender, KeeperOptions, LeaseOptions, Wait};
+    /// # extern crate bucket_lease_core as bucket_lease;
+    /// use bucket_lease::hold::HoldOutcome;
+    /// use bucket_lease::memory::MemoryStore;
+    /// use bucket_lease::{Contender, KeeperOptions, LeaseOptions, Wait, WriteError};
     /// use std::sync::Arc;
     /// use std::time::{Duration, Instant};
     ///
@@ -235,7 +236,7 @@ impl Contender {
     ///         held.writer().put_new(&key, b"...")?;
     ///         written += 1;
     ///     }
-    ///     Ok::<_, bucket_lease_core::WriteError>(written)
+    ///     Ok::<_, WriteError>(written)
     /// })?;
     /// assert_eq!(ran.value?, 3);
     /// assert!(ran.outcome.held_throughout());

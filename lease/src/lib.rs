@@ -27,8 +27,24 @@
 //! mutant switches). The simulation that drives them is the crate
 //! `bucket-lease-sim`, which is not published.
 //!
+//! # Paths in the examples
+//!
+//! Most programs depend on the crate `bucket-lease`, which re-exports all
+//! of this crate at its root and shows these same pages as its own. So the
+//! examples name this crate as those programs write it, `bucket_lease`
+//! (`bucket_lease::Lease` is this crate's [`Lease`]). A program that
+//! depends on this crate alone gives it that name in its `Cargo.toml`:
+//!
+//! ```toml
+//! [dependencies]
+//! bucket_lease = { package = "bucket-lease-core", version = "0.1" }
 //! ```
-//! use bucket_lease_core::{memory::MemoryStore, Lease, LeaseError, LeaseOptions};
+//!
+//! or writes `bucket_lease_core` where the examples write `bucket_lease`.
+//!
+//! ```
+//! # extern crate bucket_lease_core as bucket_lease;
+//! use bucket_lease::{memory::MemoryStore, Lease, LeaseError, LeaseOptions};
 //! use std::sync::Arc;
 //!
 //! let store = Arc::new(MemoryStore::new());
@@ -46,6 +62,12 @@
 //! # Ok::<(), LeaseError>(())
 //! ```
 #![forbid(unsafe_code)]
+// Where other crates' pages link to this one's items when its docs are not
+// built beside theirs (`cargo doc --no-deps -p` of a crate that depends on
+// this one): without it rustdoc leaves those links as raw text, with no
+// warning. `0.1` is the latest 0.1.x on docs.rs; scripts/check-doc-links.sh
+// checks it against the version in Cargo.toml.
+#![doc(html_root_url = "https://docs.rs/bucket-lease-core/0.1")]
 // docs.rs (nightly, `--cfg docsrs`) marks `conformance` with its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -55,7 +55,8 @@
 //! | `bucket_lease_transitions_total` | counter | `key` |
 //!
 //! ```
-//! use bucket_lease_core::{memory::MemoryStore, Keeper, KeeperOptions, Lease, LeaseOptions};
+//! # extern crate bucket_lease_core as bucket_lease;
+//! use bucket_lease::{memory::MemoryStore, Keeper, KeeperOptions, Lease, LeaseOptions};
 //! use std::sync::Arc;
 //!
 //! let store = Arc::new(MemoryStore::new());

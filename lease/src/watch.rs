@@ -25,8 +25,9 @@
 //!   instant (a store that does not answer never holds the report back),
 //!   and a waiting watcher looks at the wall clock at least every second,
 //!   so a clock stepped past the expiry is reported within a second.
-//! - **It is bounded and cancellable** as [`Contender::acquire_with`] is:
-//!   every read is bounded by the wait's deadline (and
+//! - **It is bounded and cancellable** as
+//!   [`Contender::acquire_with`](crate::Contender::acquire_with) is: every
+//!   read is bounded by the wait's deadline (and
 //!   [`Wait::attempt_timeout`]), no sleep ends after it, and a cancel
 //!   ([`Cancel`](crate::Cancel)) is seen at once, also mid-sleep (a read in
 //!   flight finishes first, bounded by its deadline). At the deadline it
@@ -41,9 +42,10 @@
 //!   reported expired.
 //!
 //! ```
-//! use bucket_lease_core::memory::MemoryStore;
-//! use bucket_lease_core::watch::{ChangeKind, LeaseState, Watcher};
-//! use bucket_lease_core::{Lease, LeaseOptions, SystemClock, Wait};
+//! # extern crate bucket_lease_core as bucket_lease;
+//! use bucket_lease::memory::MemoryStore;
+//! use bucket_lease::watch::{ChangeKind, LeaseState, Watcher};
+//! use bucket_lease::{Lease, LeaseError, LeaseOptions, SystemClock, Wait};
 //! use std::sync::Arc;
 //! use std::time::{Duration, Instant};
 //!
@@ -58,14 +60,12 @@
 //! let taken = watcher.next_change(&wait)?.expect("seen within one poll");
 //! assert_eq!(taken.state, LeaseState::Held);
 //! assert_eq!(taken.holder(), Some(lease.instance_id()));
-//! # Ok::<(), bucket_lease_core::LeaseError>(())
+//! # Ok::<(), LeaseError>(())
 //! ```
 
 use crate::clock::{transient_backoff, Clock};
 use crate::error::LeaseError;
 use crate::inspect::{Expiry, Inspection};
-#[cfg(doc)]
-use crate::lease::Contender;
 use crate::lease::Wait;
 use crate::record::{lease_key, LeaseRecord};
 use crate::store::{Delivery, Store, StoreError, StoreErrorKind, Version};
@@ -271,7 +271,8 @@ impl Summary {
 }
 
 /// Reports each change of one lease's holder, epoch or state. See the
-/// [module docs](self). Made by [`Watcher::new`] or [`Contender::watch`].
+/// [module docs](self). Made by [`Watcher::new`] or
+/// [`Contender::watch`](crate::Contender::watch).
 #[derive(Debug)]
 pub struct Watcher {
     store: Arc<dyn Store>,

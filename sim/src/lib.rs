@@ -12,12 +12,15 @@
 //! the store or paused for up to two TTLs, the holder crashing without
 //! releasing, (some runs) a dead holder's suspect record on the key at
 //! the start, and (some runs) two contenders configured with one instance
-//! id, each a process of its own with its own nonce. Each contender runs the real [`bucket_lease_core::Contender`], drives
-//! the real [`bucket_lease_core::keeper::RenewalSchedule`] as the keeper thread does,
-//! writes through the real [`bucket_lease_core::FencedWriter`] while `may_write()`
-//! (a create-only data object, then the pointer moved to it), and runs a
-//! command whose death `bucket-lease run`'s real
-//! [`bucket_lease_core::supervision::Plan`] decides. In about a third of
+//! id, each a process of its own with its own nonce. Each contender runs
+//! the real [`bucket_lease_core::Contender`], drives the real
+//! `bucket_lease_core::keeper::RenewalSchedule` as the keeper thread does,
+//! writes through the real [`bucket_lease_core::FencedWriter`] while
+//! `may_write()` (a create-only data object, then the pointer moved to
+//! it), and runs a command whose death `bucket-lease run`'s real
+//! `bucket_lease_core::supervision::Plan` decides (both hidden from the
+//! core's docs: the feature `internals` makes them public, with no page,
+//! so they are named here without a link). In about a third of
 //! the runs, one or two more processes each run a random program of public
 //! calls over one or two keys, with up to two live `Lease` values per key,
 //! taking a key again after `Fenced` while the old value lives
