@@ -67,24 +67,16 @@ EOF
 }
 
 echo "== example paths" >&2
-# Files whose examples still break the rule, each to be fixed by whoever
-# may edit it; the check fails too once a file here keeps the rule, so
-# that it leaves this list.
-# - lease/src/lease/wait.rs (`Wait`): `use bucket_lease_core::{Cancel, Wait};`
-#   becomes `# extern crate bucket_lease_core as bucket_lease;` then
-#   `use bucket_lease::{Cancel, Wait};`.
-pending=(lease/src/lease/wait.rs)
-python3 - "${pending[@]}" <<'EOF' || status=1
+python3 - <<'EOF' || status=1
 import pathlib
 import re
 import sys
 
-pending = set(sys.argv[1:])
 FENCE = re.compile(r"^\s*(?:///|//!) ?```+(.*)$")
 DOC = re.compile(r"^\s*(?:///|//!) ?(.*)$")
 # A fence's words that still mean Rust (anything else, `text`, `toml`, is not).
 RUST = re.compile(r"^(rust|no_run|should_panic|compile_fail|ignore|edition\d+|E\d+)?$")
-broken = set()
+failed = False
 for root in ("lease/src", "backends/src"):
     for path in sorted(pathlib.Path(root).rglob("*.rs")):
         in_block = in_code = False
@@ -101,13 +93,8 @@ for root in ("lease/src", "backends/src"):
             if text.startswith("# ") or text == "#":
                 continue
             if re.search(r"\bbucket_lease_(core|backends)\b", text):
-                broken.add(str(path))
-                if str(path) not in pending:
-                    print(f"{path}:{number}: an example shows a path users of bucket-lease cannot write: {text.strip()}")
-failed = bool(broken - pending)
-for path in sorted(pending - broken):
-    print(f"{path} keeps the rule now: take it out of `pending` in scripts/check-doc-links.sh")
-    failed = True
+                failed = True
+                print(f"{path}:{number}: an example shows a path users of bucket-lease cannot write: {text.strip()}")
 sys.exit(1 if failed else 0)
 EOF
 

@@ -222,8 +222,9 @@ impl LeaseOptions {
         }
     }
 
-    /// As [`new`](Self::new), best-effort when the environment variable
-    /// [`CONDITIONAL_ENV`] is `off`.
+    /// [`new`](Self::new) with one setting from the environment: best-effort
+    /// when [`CONDITIONAL_ENV`] (`BUCKET_LEASE_CONDITIONAL`) is `off`. The TTL
+    /// is `ttl_s`, never read from the environment; nothing else is read.
     pub fn from_env(ttl_s: u64) -> Self {
         let off = std::env::var(CONDITIONAL_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
         Self::new(ttl_s).best_effort(off)

@@ -41,8 +41,7 @@
 //!   after it left, returns the loss ([`LeaseError::Fenced`] or
 //!   [`LeaseError::Lost`]), and so does [`KeeperPool::stop`] for one still
 //!   leaving: a result that cannot be taken for a clean release. To keep the
-//!   prefix, acquire it again and `add` the new lease (a new id); or let a
-//!   [`crate::keep`] set do it.
+//!   prefix, acquire it again and `add` the new lease (a new id).
 //! - **`may_write()` turns false before the event.** The lease's state
 //!   says fenced or lost (so [`PooledLease::may_write`] is false on every
 //!   thread) before its event is on the channel, and before the loss

@@ -2,7 +2,7 @@
 //! needs no server.
 //!
 //! [`DirStore`] answers every request as AWS S3 does (see
-//! [`bucket_lease_core::store`]), and keeps those promises between all the
+//! [`store`](bucket_lease_core::store)), and keeps those promises between all the
 //! threads and processes of one machine that open the same directory:
 //!
 //! - a create-only write ([`PutMode::Create`]) never replaces an object, and
@@ -108,7 +108,7 @@
 //!
 //! # Deadlines
 //!
-//! The store keeps the deadline rule of [`bucket_lease_core::store`]: a
+//! The store keeps the deadline rule of [`store`](bucket_lease_core::store): a
 //! write publishes nothing (renames no file over its object) and a delete
 //! removes nothing after its deadline. A request checks its deadline
 //! before it starts, and a write or delete again before each step that can

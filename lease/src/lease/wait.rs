@@ -111,7 +111,8 @@ impl fmt::Debug for Cancel {
 /// cancel it.
 ///
 /// ```
-/// use bucket_lease_core::{Cancel, Wait};
+/// # extern crate bucket_lease_core as bucket_lease;
+/// use bucket_lease::{Cancel, Wait};
 /// use std::time::{Duration, Instant};
 ///
 /// let cancel = Cancel::new();
