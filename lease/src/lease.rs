@@ -245,6 +245,11 @@ impl LeaseOptions {
         self
     }
 
+    /// The clock leases taken with these options run on.
+    pub(crate) fn clock_ref(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// The TTL, in seconds.
     pub fn ttl_s(&self) -> u64 {
         self.ttl_s

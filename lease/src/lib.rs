@@ -9,6 +9,7 @@
 //! - [`hold`]: run a closure while holding the lease, released however it
 //!   ends ([`Contender::run_while_held`]).
 //! - [`pool`]: many leases renewed by a scheduler and a few renewal threads.
+//! - [`held_set`]: a set of prefixes kept held, taken again after a loss.
 //! - [`stats`]: running totals of a kept lease, in the Prometheus text
 //!   format too.
 //! - [`fence`]: writes bound to a held lease, stamped with its epoch.
@@ -124,6 +125,7 @@ pub mod clock;
 pub mod conformance;
 pub mod error;
 pub mod fence;
+pub mod held_set;
 pub mod hold;
 pub mod inspect;
 pub mod keeper;

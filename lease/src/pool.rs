@@ -291,6 +291,11 @@ impl PooledLease {
         self.lease.stats()
     }
 
+    /// The prefix the lease is on (`shards/7` for `shards/7/LEASE`).
+    pub fn prefix(&self) -> &str {
+        prefix_of(self.lease.key())
+    }
+
     /// Fenced writes under this lease ([`FencedWriter`]).
     pub fn writer(&self) -> FencedWriter {
         FencedWriter::new(Arc::clone(&self.lease))

@@ -1,0 +1,608 @@
+//! Keeping a set of prefixes held: the loop every sharded worker writes,
+//! written once. A [`HeldSet`] tries to take each prefix of its set, keeps
+//! what it took on a [`KeeperPool`], takes a prefix again after losing
+//! it, and says which it holds.
+//!
+//! What it promises:
+//!
+//! - **It takes what is free.** Each prefix not held is tried once at the
+//!   start (in an order of its own, so that workers started together
+//!   split the set rather than race for the same prefixes), then again
+//!   when its retry comes: a prefix another instance holds a quarter of
+//!   the TTL later (jittered), so a dead holder's prefix is taken soon
+//!   after its record expires; one whose attempt failed after a pause that
+//!   doubles with each failure, from [`HeldSetOptions::retry_pause`] up to
+//!   the TTL, jittered. A worker started alone takes every free prefix;
+//!   [`HeldSetOptions::at_most`] caps how many one worker holds, so that
+//!   two workers split a set they both start on even when one is first.
+//! - **It takes a prefix again after a loss.** A lease fenced or lost
+//!   leaves the pool by itself ([`crate::pool`]); the set reports it
+//!   ([`SetEvent::Lost`]) and tries the prefix again after the first
+//!   pause, jittered. It never holds two leases of one prefix.
+//! - **Asking never waits on I/O.** [`HeldSet::held`] and
+//!   [`HeldSet::get`] read a table under a mutex held only to copy it: a
+//!   [`PooledLease`] per prefix held, to ask before each write
+//!   ([`PooledLease::may_write`], [`PooledLease::writer`]). A lease just
+//!   lost may still be listed until the set hears of it; its `may_write`
+//!   is already false, which is what a writer must ask.
+//! - **Everything it does is an event** on [`HeldSet::events`]: a prefix
+//!   taken, lost, or whose attempt failed. The channel is unbounded.
+//! - **Stopping releases every lease** ([`HeldSet::stop`], or dropping the
+//!   set): an attempt in flight finishes first (bounded by
+//!   [`HeldSetOptions::attempt_timeout`]), then the pool is stopped.
+//!
+//! Its attempts run one at a time on a thread of its own, so a slow store
+//! delays the set's other attempts, never a renewal (the pool's threads
+//! renew).
+//!
+//! ```
+//! # extern crate bucket_lease_core as bucket_lease;
+//! use bucket_lease::held_set::{HeldSet, HeldSetOptions};
+//! use bucket_lease::memory::MemoryStore;
+//! use bucket_lease::LeaseOptions;
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! let store = Arc::new(MemoryStore::new());
+//! let shards: Vec<String> = (0..4).map(|i| format!("shards/{i}")).collect();
+//! let set = HeldSet::spawn(store, shards, HeldSetOptions::new(LeaseOptions::new(30)))?;
+//! let taken = set.events().recv_timeout(Duration::from_secs(5)).unwrap();
+//! for shard in set.held() {
+//!     if shard.may_write() {
+//!         shard.writer().put_new(&format!("{}/part-0", shard.prefix()), b"...")?;
+//!     }
+//! }
+//! set.stop();
+//! # let _ = taken;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::clock::Clock;
+use crate::error::LeaseError;
+use crate::keeper::{Event, Loss};
+use crate::lease::{Contender, LeaseOptions, Released};
+use crate::pool::{KeeperPool, LeaseId, PoolOptions, PooledLease};
+use crate::record::{check_holder_name, new_instance_id, InvalidHolderName};
+use crate::store::Store;
+use crossbeam_channel::{select, Receiver, Sender};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The first pause after a failed attempt, unless told otherwise.
+pub const DEFAULT_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long one attempt's requests may take, unless told otherwise.
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a [`HeldSet`] takes and keeps its prefixes.
+#[derive(Debug, Clone)]
+pub struct HeldSetOptions {
+    lease: LeaseOptions,
+    pool: PoolOptions,
+    retry_pause: Duration,
+    attempt_timeout: Duration,
+    at_most: Option<usize>,
+    instance_id: Option<String>,
+    holder_name: Option<String>,
+}
+
+impl HeldSetOptions {
+    /// Leases taken with `lease` (its TTL, its clock), kept by a pool with
+    /// [`PoolOptions::new`] on the same clock; pauses from
+    /// [`DEFAULT_RETRY_PAUSE`]; attempts bounded by
+    /// [`DEFAULT_ATTEMPT_TIMEOUT`]; no cap; one new random instance id for
+    /// every prefix.
+    pub fn new(lease: LeaseOptions) -> Self {
+        let pool = PoolOptions::new().clock(Arc::clone(lease.clock_ref()));
+        HeldSetOptions {
+            lease,
+            pool,
+            retry_pause: DEFAULT_RETRY_PAUSE,
+            attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
+            at_most: None,
+            instance_id: None,
+            holder_name: None,
+        }
+    }
+
+    /// Keep the leases on a pool made with `pool` (its clock is set to the
+    /// leases' clock).
+    pub fn pool(mut self, pool: PoolOptions) -> Self {
+        self.pool = pool.clock(Arc::clone(self.lease.clock_ref()));
+        self
+    }
+
+    /// Pause `pause` (jittered) after a first failed attempt, doubling
+    /// with each further failure up to the TTL.
+    pub fn retry_pause(mut self, pause: Duration) -> Self {
+        self.retry_pause = pause;
+        self
+    }
+
+    /// Bound each attempt's requests by `timeout`.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    /// Hold at most `n` prefixes at once.
+    pub fn at_most(mut self, n: usize) -> Self {
+        self.at_most = Some(n);
+        self
+    }
+
+    /// Take every prefix under the instance id `id` (see
+    /// [`Contender::with_instance_id`]).
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// Write `name` as the holder's name for people (see
+    /// [`Contender::with_holder_name`]).
+    ///
+    /// # Errors
+    ///
+    /// When `name` is not a valid holder name ([`check_holder_name`]).
+    pub fn holder_name(mut self, name: impl Into<String>) -> Result<Self, InvalidHolderName> {
+        let name = name.into();
+        check_holder_name(&name)?;
+        self.holder_name = Some(name);
+        Ok(self)
+    }
+}
+
+/// What happened to one prefix of a [`HeldSet`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SetEvent {
+    /// The prefix was taken, at this epoch.
+    Taken {
+        /// The prefix.
+        prefix: String,
+        /// The epoch taken.
+        epoch: u64,
+    },
+    /// The prefix's lease was fenced or lost; it is tried again after a
+    /// pause.
+    Lost {
+        /// The prefix.
+        prefix: String,
+        /// How it ended.
+        loss: Loss,
+    },
+    /// An attempt to take the prefix failed other than by finding it held;
+    /// it is tried again after a pause.
+    Failed {
+        /// The prefix.
+        prefix: String,
+        /// Why.
+        error: LeaseError,
+    },
+}
+
+/// A held prefix, as [`HeldSet::held`] lists it.
+#[derive(Debug, Clone)]
+pub struct HeldPrefix {
+    prefix: String,
+    lease: PooledLease,
+}
+
+impl HeldPrefix {
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Its lease, as the pool keeps it.
+    pub fn lease(&self) -> &PooledLease {
+        &self.lease
+    }
+
+    /// Whether a write may start now.
+    #[must_use]
+    pub fn may_write(&self) -> bool {
+        self.lease.may_write()
+    }
+
+    /// Fenced writes under its lease.
+    pub fn writer(&self) -> crate::FencedWriter {
+        self.lease.writer()
+    }
+}
+
+/// A set of prefixes kept held; see the [module docs](self).
+pub struct HeldSet {
+    table: Arc<Mutex<BTreeMap<String, PooledLease>>>,
+    events: Receiver<SetEvent>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<Vec<(LeaseId, Result<Released, LeaseError>)>>>,
+}
+
+impl fmt::Debug for HeldSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeldSet")
+            .field("held", &self.table().keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl HeldSet {
+    /// Start keeping `prefixes` held (duplicates count once).
+    ///
+    /// # Errors
+    ///
+    /// When a thread cannot be started.
+    pub fn spawn(
+        store: Arc<dyn Store>,
+        prefixes: impl IntoIterator<Item = String>,
+        options: HeldSetOptions,
+    ) -> std::io::Result<HeldSet> {
+        let id = options.instance_id.clone().unwrap_or_else(new_instance_id);
+        let mut wanted = BTreeMap::new();
+        for prefix in prefixes {
+            let mut contender = Contender::new(Arc::clone(&store), &prefix, options.lease.clone())
+                .with_instance_id(id.clone());
+            if let Some(name) = &options.holder_name {
+                // Checked by `HeldSetOptions::holder_name`.
+                contender = contender
+                    .with_holder_name(name.clone())
+                    .unwrap_or_else(|_| unreachable!("a holder name the options checked"));
+            }
+            wanted.insert(prefix, contender);
+        }
+        let pool = KeeperPool::spawn(options.pool.clone())?;
+        let table = Arc::new(Mutex::new(BTreeMap::new()));
+        let (events_tx, events) = crossbeam_channel::unbounded();
+        let (stop, stop_rx) = crossbeam_channel::bounded(1);
+        let clock = Arc::clone(options.lease.clock_ref());
+        // An order of this worker's own: a rotation by a random offset.
+        let offset = usize::from(random_u16()) % wanted.len().max(1);
+        let mut order: Vec<String> = wanted.keys().cloned().collect();
+        order.rotate_left(offset);
+        let now = clock.now();
+        let keeper = SetKeeper {
+            pool,
+            clock,
+            options,
+            table: Arc::clone(&table),
+            events: events_tx,
+            stop: stop_rx,
+            prefixes: order
+                .into_iter()
+                .map(|prefix| {
+                    let contender = wanted.remove(&prefix).unwrap_or_else(|| unreachable!());
+                    Prefix {
+                        prefix,
+                        contender,
+                        held: None,
+                        next_try: now,
+                        failures: 0,
+                    }
+                })
+                .collect(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("bucket-lease-set".to_string())
+            .spawn(move || keeper.run())?;
+        Ok(HeldSet {
+            table,
+            events,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The prefixes held now, each with its lease; ask it before each
+    /// write. Answered without I/O.
+    pub fn held(&self) -> Vec<HeldPrefix> {
+        self.table()
+            .iter()
+            .map(|(prefix, lease)| HeldPrefix {
+                prefix: prefix.clone(),
+                lease: lease.clone(),
+            })
+            .collect()
+    }
+
+    /// `prefix`'s lease, if it is held now.
+    pub fn get(&self, prefix: &str) -> Option<HeldPrefix> {
+        self.table().get(prefix).map(|lease| HeldPrefix {
+            prefix: prefix.to_string(),
+            lease: lease.clone(),
+        })
+    }
+
+    /// What the set did, one event per prefix taken, lost or failed.
+    pub fn events(&self) -> &Receiver<SetEvent> {
+        &self.events
+    }
+
+    /// Stop taking prefixes, release every lease held, and join the
+    /// threads; each release, as [`KeeperPool::stop`] returns them.
+    pub fn stop(mut self) -> Vec<(LeaseId, Result<Released, LeaseError>)> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Vec<(LeaseId, Result<Released, LeaseError>)> {
+        drop(self.stop.take());
+        self.thread
+            .take()
+            .and_then(|thread| thread.join().ok())
+            .unwrap_or_default()
+    }
+
+    fn table(&self) -> MutexGuard<'_, BTreeMap<String, PooledLease>> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for HeldSet {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.shut_down();
+        }
+    }
+}
+
+/// One prefix of the set, as its thread sees it.
+struct Prefix {
+    prefix: String,
+    contender: Contender,
+    /// Its lease's id in the pool, while held.
+    held: Option<LeaseId>,
+    /// When to try to take it next, while not held.
+    next_try: Instant,
+    /// Failed attempts in a row.
+    failures: u32,
+}
+
+/// The set's thread.
+struct SetKeeper {
+    pool: KeeperPool,
+    clock: Arc<dyn Clock>,
+    options: HeldSetOptions,
+    table: Arc<Mutex<BTreeMap<String, PooledLease>>>,
+    events: Sender<SetEvent>,
+    stop: Receiver<()>,
+    prefixes: Vec<Prefix>,
+}
+
+impl SetKeeper {
+    fn run(mut self) -> Vec<(LeaseId, Result<Released, LeaseError>)> {
+        loop {
+            self.hear_pool();
+            let now = self.clock.now();
+            for i in 0..self.prefixes.len() {
+                if self.stopped() {
+                    break;
+                }
+                let p = &self.prefixes[i];
+                if p.held.is_none() && p.next_try <= now && self.room() {
+                    self.attempt(i);
+                }
+            }
+            if self.stopped() {
+                break;
+            }
+            let wake = self
+                .prefixes
+                .iter()
+                .filter(|p| p.held.is_none())
+                .map(|p| p.next_try)
+                .min();
+            // Not before a moment from now: a prefix waiting for room is
+            // looked at again when a loss makes some.
+            let timer = match wake {
+                Some(at) if self.room() => self.clock.timer(at.max(self.clock.now())),
+                _ => crossbeam_channel::never(),
+            };
+            let pool_events = self.pool.events().clone();
+            select! {
+                recv(self.stop) -> _ => break,
+                recv(pool_events) -> event => {
+                    if let Ok(event) = event {
+                        self.heard(event);
+                    }
+                }
+                recv(timer) -> _ => {}
+            }
+        }
+        self.table().clear();
+        self.pool.stop()
+    }
+
+    /// Whether the set was asked to stop (or its handle is gone).
+    fn stopped(&self) -> bool {
+        !matches!(
+            self.stop.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Empty)
+        )
+    }
+
+    /// Whether another prefix may be taken.
+    fn room(&self) -> bool {
+        let held = self.prefixes.iter().filter(|p| p.held.is_some()).count();
+        self.options.at_most.is_none_or(|n| held < n)
+    }
+
+    /// Take in every event the pool has sent.
+    fn hear_pool(&mut self) {
+        let events: Vec<_> = self.pool.events().try_iter().collect();
+        for event in events {
+            self.heard(event);
+        }
+    }
+
+    /// A pool event: a loss frees the prefix for another try.
+    fn heard(&mut self, event: crate::PoolEvent) {
+        let loss = match event.event {
+            Event::Fenced => Loss::Fenced,
+            Event::Lost { holder, reason } => Loss::Lost { holder, reason },
+            _ => return,
+        };
+        let Some(p) = self.prefixes.iter_mut().find(|p| p.held == Some(event.id)) else {
+            return;
+        };
+        p.held = None;
+        p.failures = 1;
+        p.next_try = self.clock.now() + self.clock.jitter(self.options.retry_pause);
+        let prefix = p.prefix.clone();
+        self.table().remove(&prefix);
+        log::info!("{prefix}: lost ({loss}); trying to take it again");
+        let _ = self.events.send(SetEvent::Lost { prefix, loss });
+    }
+
+    /// One attempt to take prefix `i`.
+    fn attempt(&mut self, i: usize) {
+        let now = self.clock.now();
+        let deadline = now.checked_add(self.options.attempt_timeout);
+        let ttl = Duration::from_secs(self.options.lease.ttl_s());
+        let attempt = self.prefixes[i].contender.try_acquire_before(deadline);
+        let p = &mut self.prefixes[i];
+        match attempt {
+            Ok(lease) => {
+                let epoch = lease.epoch();
+                let pooled = self.pool.add(lease);
+                p.held = Some(pooled.id());
+                p.failures = 0;
+                let prefix = p.prefix.clone();
+                self.table().insert(prefix.clone(), pooled);
+                let _ = self.events.send(SetEvent::Taken { prefix, epoch });
+            }
+            Err(LeaseError::Held { .. }) => {
+                p.failures = 0;
+                p.next_try = self.clock.now() + self.clock.jitter(ttl / 4);
+            }
+            Err(error) => {
+                p.failures = p.failures.saturating_add(1);
+                let doubled = self
+                    .options
+                    .retry_pause
+                    .saturating_mul(1 << p.failures.min(16).saturating_sub(1));
+                p.next_try = self.clock.now() + self.clock.jitter(doubled.min(ttl));
+                log::warn!("{}: could not take it, trying again: {error}", p.prefix);
+                let prefix = p.prefix.clone();
+                let _ = self.events.send(SetEvent::Failed { prefix, error });
+            }
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, BTreeMap<String, PooledLease>> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Two random bytes from the operating system (0 without randomness: the
+/// order is then the set's own).
+fn random_u16() -> u16 {
+    let mut bytes = [0u8; 2];
+    let _ = getrandom::fill(&mut bytes);
+    u16::from_le_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TestClock;
+    use crate::memory::MemoryStore;
+
+    fn shards(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("shards/{i}")).collect()
+    }
+
+    fn taken(set: &HeldSet, n: usize) -> Vec<String> {
+        let mut got = Vec::new();
+        while got.len() < n {
+            match set.events().recv_timeout(Duration::from_secs(10)) {
+                Ok(SetEvent::Taken { prefix, .. }) => got.push(prefix),
+                Ok(other) => panic!("expected Taken, got {other:?}"),
+                Err(e) => panic!("only {got:?} taken: {e}"),
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn a_worker_alone_takes_every_free_prefix() {
+        let store = Arc::new(MemoryStore::new());
+        let set =
+            HeldSet::spawn(store, shards(5), HeldSetOptions::new(LeaseOptions::new(30))).unwrap();
+        let mut got = taken(&set, 5);
+        got.sort();
+        assert_eq!(got, shards(5));
+        assert_eq!(set.held().len(), 5);
+        assert!(set.held().iter().all(HeldPrefix::may_write));
+        assert!(set.get("shards/3").is_some());
+        let released = set.stop();
+        assert_eq!(released.len(), 5);
+        assert!(released.iter().all(|(_, r)| *r == Ok(Released::Freed)));
+    }
+
+    #[test]
+    fn at_most_caps_what_one_worker_holds_and_a_second_takes_the_rest() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let options = HeldSetOptions::new(LeaseOptions::new(30)).at_most(3);
+        let first = HeldSet::spawn(Arc::clone(&store), shards(6), options.clone()).unwrap();
+        taken(&first, 3);
+        let second = HeldSet::spawn(Arc::clone(&store), shards(6), options).unwrap();
+        taken(&second, 3);
+        let mut all: Vec<String> = first
+            .held()
+            .into_iter()
+            .chain(second.held())
+            .map(|h| h.prefix().to_string())
+            .collect();
+        all.sort();
+        assert_eq!(all, shards(6), "split between them, none twice");
+        first.stop();
+        second.stop();
+    }
+
+    #[test]
+    fn a_lost_prefix_is_reported_and_taken_again_after_its_pause() {
+        let clock = TestClock::new();
+        let store = Arc::new(MemoryStore::new());
+        let lease_options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+        let options =
+            HeldSetOptions::new(lease_options.clone()).pool(PoolOptions::new().renewal_threads(0));
+        let set = HeldSet::spawn(Arc::clone(&store) as Arc<dyn Store>, shards(1), options).unwrap();
+        taken(&set, 1);
+        let first = set.get("shards/0").unwrap();
+        let first_epoch = first.lease().lease().epoch();
+        // Another instance breaks in: the next renewal finds it lost.
+        let now = crate::record::format_stamp(clock.wall());
+        let usurper = crate::record::LeaseRecord::new("usurper", now.clone(), now, 30, 9);
+        store.insert("shards/0/LEASE", &usurper.to_bytes());
+        clock.advance(Duration::from_secs(10));
+        match set.events().recv_timeout(Duration::from_secs(10)).unwrap() {
+            SetEvent::Lost { prefix, loss } => {
+                assert_eq!(prefix, "shards/0");
+                assert!(matches!(loss, Loss::Lost { .. }), "{loss:?}");
+            }
+            other => panic!("expected Lost, got {other:?}"),
+        }
+        assert!(!first.may_write());
+        assert!(set.get("shards/0").is_none());
+        // The usurper's record expires; the set takes the prefix again.
+        for _ in 0..200 {
+            clock.advance(Duration::from_millis(500));
+            if let Ok(event) = set.events().recv_timeout(Duration::from_millis(20)) {
+                match event {
+                    SetEvent::Taken { prefix, epoch } => {
+                        assert_eq!(prefix, "shards/0");
+                        assert!(epoch > first_epoch.max(9), "a new epoch: {epoch}");
+                        assert!(set.get("shards/0").unwrap().may_write());
+                        set.stop();
+                        return;
+                    }
+                    other => panic!("expected Taken, got {other:?}"),
+                }
+            }
+        }
+        panic!("the prefix was never taken again");
+    }
+}
