@@ -123,6 +123,12 @@ impl Inspection {
         self.record.as_ref()?.holder_name.as_deref()
     }
 
+    /// The holder's payload, when the record carries a valid one (see
+    /// [`crate::record`]): what a follower reads of the holder's data.
+    pub fn payload(&self) -> Option<&str> {
+        self.record.as_ref()?.payload.as_deref()
+    }
+
     /// When, from `read_at`, the record stops (or stopped) being fresh;
     /// `None` when there is no parsable stamp, for a released record, and
     /// when the difference does not fit (an absurd TTL with a stamp far in
@@ -426,6 +432,7 @@ pub fn break_lease_before(
             instance_nonce: None,
             holder_name: None,
             claim: None,
+            payload: None,
         };
         let mode = PutMode::Update(replaced_version.clone());
         let pause = match put_retrying(store, clock, &key, &record.to_bytes(), mode, deadline) {
@@ -594,6 +601,7 @@ mod tests {
             instance_nonce: None,
             holder_name: None,
             claim: None,
+            payload: None,
         };
         w.store.insert("jobs/a/LEASE", &record.to_bytes());
         let seen = w.inspect().unwrap();
@@ -719,6 +727,7 @@ mod tests {
                 instance_nonce: None,
                 holder_name: None,
                 claim: None,
+                payload: None,
             };
             self.inner.insert(key, &successor.to_bytes());
             Err(StoreError::new(StoreErrorKind::Transport, "PUT", key))

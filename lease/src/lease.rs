@@ -42,8 +42,10 @@
 //!   stale, at the next epoch; a renewal that finds it has lost the lease;
 //!   a release never touches it.
 //!   The record's `holder_name` (`host:pid` unless
-//!   [`Contender::with_holder_name`] chose another) is for people only and
-//!   plays no part in any of this.
+//!   [`Contender::with_holder_name`] chose another) is for people only, and
+//!   its `payload` ([`Contender::with_payload`]: written at acquire, kept by
+//!   every renewal and the release) for followers only; neither plays any
+//!   part in this.
 //! - **A lease is one acquire, not one process.** Each acquire call draws
 //!   a claim its record carries for the life of the [`Lease`] it returns,
 //!   and a lease's renewals, reconciling reads and release touch only a
@@ -133,8 +135,8 @@ use crate::clock::{system_clock, Clock};
 use crate::error::{LeaseError, CONDITIONAL_ENV};
 use crate::mutant::{self, Mutant};
 use crate::record::{
-    check_holder_name, default_holder_name, lease_key, new_instance_id, process_nonce,
-    InvalidHolderName,
+    check_holder_name, check_payload, default_holder_name, lease_key, new_instance_id,
+    process_nonce, InvalidHolderName, InvalidPayload,
 };
 use crate::stats::Recorder;
 use crate::store::{Store, Version};
@@ -292,6 +294,8 @@ pub struct Contender {
     nonce: String,
     /// Who holds the lease, for people; never part of identity.
     holder_name: Option<String>,
+    /// The data every record of the lease carries for followers.
+    payload: Option<String>,
     /// A suspect record's identity and when, on our monotonic clock, we
     /// first saw it so.
     suspect_seen: Option<(String, Instant)>,
@@ -311,6 +315,7 @@ impl Contender {
             instance_id: new_instance_id(),
             nonce: process_nonce().to_string(),
             holder_name: default_holder_name().map(str::to_string),
+            payload: None,
             suspect_seen: None,
             free_at: None,
         }
@@ -364,6 +369,33 @@ impl Contender {
     pub fn without_holder_name(mut self) -> Self {
         self.holder_name = None;
         self
+    }
+
+    /// The same contender writing `payload` in the record: data for
+    /// followers (the leader's address, a generation, a short JSON
+    /// object), written by the acquire and kept by every renewal and the
+    /// release of the lease it takes. Anyone who reads the record sees it
+    /// ([`LeaseRecord::payload`](crate::record::LeaseRecord::payload),
+    /// [`Inspection::payload`](crate::inspect::Inspection::payload),
+    /// `bucket-lease inspect`); it decides nothing. Printable text on one
+    /// line, at most
+    /// [`MAX_PAYLOAD_BYTES`](crate::record::MAX_PAYLOAD_BYTES) (1 KiB):
+    /// give bytes, or text with line breaks, as base64.
+    ///
+    /// # Errors
+    ///
+    /// When `payload` is over the limit or holds a control or invisible
+    /// character ([`check_payload`]).
+    pub fn with_payload(mut self, payload: impl Into<String>) -> Result<Self, InvalidPayload> {
+        let payload = payload.into();
+        check_payload(&payload)?;
+        self.payload = Some(payload);
+        Ok(self)
+    }
+
+    /// The payload every attempt writes, if any.
+    pub fn payload(&self) -> Option<&str> {
+        self.payload.as_deref()
     }
 
     /// The holder name every attempt writes, if any.
@@ -456,6 +488,7 @@ pub struct Lease {
     instance_id: String,
     nonce: String,
     holder_name: Option<String>,
+    payload: Option<String>,
     ttl_s: u64,
     acquired_at: String,
     epoch: u64,
@@ -503,6 +536,12 @@ impl Lease {
     /// [`Contender::with_holder_name`]).
     pub fn holder_name(&self) -> Option<&str> {
         self.holder_name.as_deref()
+    }
+
+    /// The payload written in the record, kept by every renewal and the
+    /// release (see [`Contender::with_payload`]).
+    pub fn payload(&self) -> Option<&str> {
+        self.payload.as_deref()
     }
 
     /// The lease object's key.

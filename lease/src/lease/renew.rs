@@ -161,6 +161,7 @@ impl Lease {
             instance_nonce: Some(self.nonce.clone()),
             holder_name: self.holder_name.clone(),
             claim: Some(self.claim.id().to_string()),
+            payload: self.payload.clone(),
         }
     }
 
