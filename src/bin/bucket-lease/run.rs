@@ -64,7 +64,8 @@
 //! - COMMAND sees `BUCKET_LEASE_URL`, `BUCKET_LEASE_KEY`,
 //!   `BUCKET_LEASE_INSTANCE_ID`, `BUCKET_LEASE_EPOCH`, `BUCKET_LEASE_TTL_S`,
 //!   `BUCKET_LEASE_ACQUIRED_AT` and `BUCKET_LEASE_EXCLUSION`
-//!   (`conditional` or `best-effort`) in its environment.
+//!   (`conditional` or `best-effort`) in its environment, and
+//!   `BUCKET_LEASE_PAYLOAD` given `--payload`.
 //! - `--metrics-file PATH` and `--status-file PATH` keep the lease's
 //!   totals in PATH (the Prometheus text; one JSON object), replaced whole
 //!   after every renewal and change of state, not held before the acquire
@@ -75,6 +76,13 @@
 //!   it never changes who holds the lease (the instance id and this
 //!   process's nonce do). A name that is empty, over 128 bytes or holds a
 //!   control or invisible character is a usage error (64).
+//! - `--payload VALUE` writes VALUE in the record's `payload`, for
+//!   followers (`inspect` shows it, and any reader of the record finds
+//!   it); it is kept by every renewal and the release, and COMMAND sees
+//!   it as `BUCKET_LEASE_PAYLOAD` (unset without `--payload`). A payload
+//!   over 1024 bytes or with a control or invisible character (a line
+//!   break included: give such data as base64) is a usage error (64)
+//!   naming the limit or the character.
 //! - `--best-effort`, or `BUCKET_LEASE_CONDITIONAL=off`, takes a
 //!   best-effort lease on a service without conditional writes (logged as
 //!   a warning). A service caught ignoring conditions exits 69.
@@ -268,6 +276,11 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
         .env("BUCKET_LEASE_TTL_S", lease.ttl_s().to_string())
         .env("BUCKET_LEASE_ACQUIRED_AT", lease.acquired_at())
         .env("BUCKET_LEASE_EXCLUSION", Exclusion::name(lease.exclusion()));
+    // Never one inherited from a `run` above this one.
+    match lease.payload() {
+        Some(payload) => start.command.env("BUCKET_LEASE_PAYLOAD", payload),
+        None => start.command.env_remove("BUCKET_LEASE_PAYLOAD"),
+    };
     let keeper_options = KeeperOptions::new()
         .thread_name("lease-keeper")
         .release_timeout(release_timeout(o.ttl_s));
@@ -378,6 +391,11 @@ fn acquire(
     if let Some(name) = &o.holder_name {
         contender = contender
             .with_holder_name(name.clone())
+            .map_err(|e| Failure::usage("run", e))?;
+    }
+    if let Some(payload) = &o.payload {
+        contender = contender
+            .with_payload(payload.clone())
             .map_err(|e| Failure::usage("run", e))?;
     }
     let id = contender.instance_id().to_string();
