@@ -136,7 +136,7 @@ use crate::error::{LeaseError, CONDITIONAL_ENV};
 use crate::mutant::{self, Mutant};
 use crate::record::{
     check_holder_name, check_payload, default_holder_name, lease_key, new_instance_id,
-    process_nonce, InvalidHolderName, InvalidPayload,
+    process_nonce, InvalidHolderName, InvalidPayload, LeaseRecord,
 };
 use crate::stats::Recorder;
 use crate::store::{Store, Version};
@@ -273,9 +273,30 @@ pub enum Released {
     AlreadyFree,
     /// The record was not ours (any more), so it was left in place.
     LeftAlone {
-        /// Who holds the lease now, when the record names anyone.
+        /// Who holds the lease now (its instance id), when the record
+        /// names anyone.
         holder: Option<String>,
+        /// That holder's name for people, when its record carries one
+        /// (see [`crate::record`]); informational only.
+        holder_name: Option<String>,
     },
+}
+
+impl Released {
+    /// [`Released::LeftAlone`] naming the live holder of `rec`, when it
+    /// names anyone.
+    pub(crate) fn left_alone(rec: Option<LeaseRecord>) -> Released {
+        match rec {
+            Some(rec) => Released::LeftAlone {
+                holder: Some(rec.instance_id),
+                holder_name: rec.holder_name,
+            },
+            None => Released::LeftAlone {
+                holder: None,
+                holder_name: None,
+            },
+        }
+    }
 }
 
 /// One instance trying to take the lease on a prefix, perhaps many times.
@@ -441,7 +462,10 @@ enum State {
     /// swap needs), whatever the clocks say.
     Fenced,
     Lost {
+        /// The new holder's instance id, when known.
         holder: Option<String>,
+        /// Its name for people, when its record carries one.
+        holder_name: Option<String>,
     },
     Released,
 }
@@ -600,10 +624,21 @@ impl Lease {
         matches!(self.lock().state, State::Lost { .. })
     }
 
-    /// Who took the lease over, once it is lost and the record named anyone.
+    /// Who took the lease over (its instance id), once it is lost and the
+    /// record named anyone.
     pub fn lost_to(&self) -> Option<String> {
         match &self.lock().state {
-            State::Lost { holder } => holder.clone(),
+            State::Lost { holder, .. } => holder.clone(),
+            _ => None,
+        }
+    }
+
+    /// The name for people of whoever took the lease over, once it is lost
+    /// and that holder's record carries one (see [`crate::record`]):
+    /// informational, beside [`lost_to`](Self::lost_to).
+    pub fn lost_to_name(&self) -> Option<String> {
+        match &self.lock().state {
+            State::Lost { holder_name, .. } => holder_name.clone(),
             _ => None,
         }
     }
@@ -630,7 +665,7 @@ impl Lease {
         match &h.state {
             State::Held => {}
             State::Fenced => return LeaseStatus::Fenced,
-            State::Lost { holder } => {
+            State::Lost { holder, .. } => {
                 return LeaseStatus::Lost {
                     holder: holder.clone(),
                 }
@@ -683,11 +718,15 @@ impl Lease {
     }
 
     /// Give the lease up without a request, because a write elsewhere showed
-    /// that another writer is active. `holder` names it when known.
+    /// that another writer is active. `holder` names it (its instance id)
+    /// when known.
     pub fn mark_lost(&self, holder: Option<String>) {
         let mut h = self.lock();
         if matches!(h.state, State::Held | State::Fenced) {
-            h.state = State::Lost { holder };
+            h.state = State::Lost {
+                holder,
+                holder_name: None,
+            };
         }
     }
 

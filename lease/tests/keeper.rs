@@ -201,7 +201,8 @@ fn a_takeover_is_reported_as_lost_naming_the_new_holder() {
     assert_eq!(
         keeper.stop().unwrap(),
         Released::LeftAlone {
-            holder: Some("usurper".into())
+            holder: Some("usurper".into()),
+            holder_name: None,
         }
     );
     assert!(

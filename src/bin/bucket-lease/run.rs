@@ -532,12 +532,24 @@ fn abandon(contender: &Contender) {
 
 // ------------------------------------------------------------ supervising
 
-fn lost_to(holder: Option<String>, reason: Option<&str>) -> String {
+/// "the lease was lost to instance ID (NAME) (REASON)", with what is known.
+fn lost_to(holder: Option<String>, holder_name: Option<String>, reason: Option<&str>) -> String {
     let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
     match holder {
-        Some(h) => format!("the lease was lost to instance {h}{reason}"),
+        Some(h) => format!(
+            "the lease was lost to instance {}{}{reason}",
+            printable(&h),
+            named(holder_name.as_deref())
+        ),
         None => format!("the lease was lost{reason}"),
     }
+}
+
+/// ` (NAME)`, escaped, for a holder with a name; nothing for one without.
+fn named(holder_name: Option<&str>) -> String {
+    holder_name
+        .map(|name| format!(" ({})", printable(name)))
+        .unwrap_or_default()
 }
 
 /// Wait for the command, stopping it when a signal arrives or the lease is
@@ -671,7 +683,11 @@ fn supervise(
         }
         match keeper.events().recv_timeout(wait) {
             Ok(Event::Lost { holder, reason }) => {
-                reported = Some(Seen::Lost(lost_to(holder, Some(&reason))));
+                // The event names the new holder by id; the lease also
+                // knows its name, when its record carried one.
+                let lease = keeper.lease();
+                let name = lease.lost_to_name().filter(|_| lease.lost_to() == holder);
+                reported = Some(Seen::Lost(lost_to(holder, name, Some(&reason))));
             }
             Ok(Event::Fenced) => reported = Some(Seen::Fenced),
             Ok(Event::Renewed { latency }) => log::debug!("renewed in {latency:?}"),
@@ -754,10 +770,15 @@ fn release(keeper: Keeper) {
     match keeper.stop() {
         Ok(Released::Freed) => log::info!("released the lease"),
         Ok(Released::AlreadyFree) => log::info!("the lease was already free"),
-        Ok(Released::LeftAlone { holder: Some(h) }) => {
-            log::warn!("not releasing: the lease is held by instance {h} now")
-        }
-        Ok(Released::LeftAlone { holder: None }) => {
+        Ok(Released::LeftAlone {
+            holder: Some(h),
+            holder_name,
+        }) => log::warn!(
+            "not releasing: the lease is held by instance {}{} now",
+            printable(&h),
+            named(holder_name.as_deref())
+        ),
+        Ok(Released::LeftAlone { holder: None, .. }) => {
             log::warn!("not releasing: the lease record is not ours any more")
         }
         Ok(other) => log::info!("released: {other:?}"),
