@@ -5,9 +5,10 @@
 //! are thin wrappers around them.
 //!
 //! - [`inspect`] reads `{prefix}/LEASE` once and judges it by the reader's
-//!   wall clock, as a contender would: who holds it, its stamps, its age,
-//!   whether it is fresh or suspect, its epoch and version. It writes
-//!   nothing.
+//!   wall clock, as a contender would: who holds it (instance id and
+//!   name), the holder's payload ([`Inspection::payload`]), its stamps,
+//!   its age, whether it is fresh or suspect, its epoch and version. It
+//!   writes nothing.
 //! - [`break_lease`] takes a lease away from a holder the operator names,
 //!   with one write conditional on the version just read. It never deletes,
 //!   and never writes blind: if the record names someone else, is absent,

@@ -7,7 +7,7 @@
 use bucket_lease_core::inspect::inspect;
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::{check_payload, InvalidPayload, LeaseRecord, MAX_PAYLOAD_BYTES};
-use bucket_lease_core::{Contender, LeaseOptions, Released, TestClock};
+use bucket_lease_core::{Contender, LeaseOptions, Released, TestClock, Wait, Watcher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -191,4 +191,23 @@ fn a_hostile_payload_is_read_as_none_and_the_record_still_parses() {
             .expect("a stale record is taken");
         assert_eq!(lease.epoch(), 4);
     }
+}
+
+/// A follower that watches the lease finds the payload in each change.
+#[test]
+fn a_watcher_sees_the_payload() {
+    let w = World::new();
+    let _lease = w
+        .contender()
+        .with_payload("leader at 10.0.0.7:5432")
+        .unwrap()
+        .try_acquire()
+        .unwrap();
+    let mut watcher = Watcher::new(w.store.clone(), "db", Arc::new(w.clock.clone()));
+    let change = watcher
+        .next_change(&Wait::forever())
+        .unwrap()
+        .expect("the first change is the state as it is");
+    let seen = change.inspection.as_ref().expect("a record");
+    assert_eq!(seen.payload(), Some("leader at 10.0.0.7:5432"));
 }
