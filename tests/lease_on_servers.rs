@@ -134,7 +134,8 @@ fn life_cycle(profile: &str, store: Arc<dyn Store>) {
     assert_eq!(
         old.release().unwrap(),
         Released::LeftAlone {
-            holder: Some(new.instance_id().into())
+            holder: Some(new.instance_id().into()),
+            holder_name: new.holder_name().map(Into::into),
         }
     );
     assert_eq!(new.release().unwrap(), Released::Freed, "{profile}");
@@ -349,7 +350,8 @@ fn paused_release(store: Arc<dyn Store>) {
     assert_eq!(
         a.release().unwrap(),
         Released::LeftAlone {
-            holder: Some(b.instance_id().into())
+            holder: Some(b.instance_id().into()),
+            holder_name: b.holder_name().map(Into::into),
         }
     );
     b.renew().unwrap();

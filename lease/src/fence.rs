@@ -26,8 +26,11 @@
 //! - **Every object carries the epoch.** Each write stores the lease's epoch,
 //!   holder and the holder's process nonce as user metadata
 //!   ([`EPOCH_METADATA`], [`HOLDER_METADATA`], [`NONCE_METADATA`];
-//!   `x-amz-meta-…` on S3), and `put_new` a digest of the bytes
-//!   ([`DIGEST_METADATA`]).
+//!   `x-amz-meta-…` on S3), the holder's name for people when it has one
+//!   ([`HOLDER_NAME_METADATA`], escaped to visible ASCII: see there), and
+//!   `put_new` a digest of the bytes ([`DIGEST_METADATA`]). The name is
+//!   informational: who wrote an object is decided by the epoch, the
+//!   instance id and the nonce alone.
 //! - **A refusal marks the lease lost only when it proves another writer.**
 //!   A refused write reads the object's metadata (one more request, within
 //!   the write deadline) and decides by who wrote it:
@@ -55,7 +58,7 @@
 //! refusal adds one read and, when the write is retried, one write.
 //!
 //! A [`FencedReader`] is the other half: it returns an object with the
-//! epoch, holder and process nonce that wrote it, and rejects objects
+//! epoch, holder, holder name and process nonce that wrote it, and rejects objects
 //! older than the epoch it trusts ([`ReadError::Stale`]) or written
 //! without fencing ([`ReadError::Unfenced`]).
 //!
@@ -84,6 +87,20 @@ pub const HOLDER_METADATA: &str = "bucket-lease-holder";
 /// The metadata name under which each fenced write stores the nonce of the
 /// holder's process ([`Lease::instance_nonce`]).
 pub const NONCE_METADATA: &str = "bucket-lease-nonce";
+
+/// The metadata name under which each fenced write stores the holder's
+/// name for people ([`Lease::holder_name`]), when it has one.
+///
+/// S3 user metadata travels in HTTP headers, which carry visible ASCII in
+/// practice (the HTTP store refuses anything else), while a name is any
+/// printable UTF-8 ([`crate::record::check_holder_name`]). So the value is
+/// the name's UTF-8 bytes percent-encoded: every byte outside `!` to `~`,
+/// and `%` itself, is written `%XX` (upper-case hex), the rest as it is
+/// (`équipe nuit:42` → `%C3%A9quipe%20nuit:42`), at most three times the
+/// name's 128 bytes. A reader gets the name back only when the value
+/// decodes to one that passes the same check, and none otherwise: a
+/// stamped name never makes an object unreadable.
+pub const HOLDER_NAME_METADATA: &str = "bucket-lease-holder-name";
 
 /// The metadata name under which `put_new` stores a digest of the bytes.
 pub const DIGEST_METADATA: &str = "bucket-lease-digest";
@@ -238,13 +255,15 @@ pub(crate) enum Author {
     Older,
 }
 
-/// What a fenced write stamped on an object: the epoch, holder and
-/// holder's process nonce its metadata names, each when present.
+/// What a fenced write stamped on an object: the epoch, holder,
+/// holder's process nonce and holder's name its metadata names, each when
+/// present (the name only when valid).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Stamp {
     pub(crate) epoch: Option<u64>,
     pub(crate) holder: Option<String>,
     pub(crate) nonce: Option<String>,
+    pub(crate) holder_name: Option<String>,
 }
 
 /// The stamp an object's metadata carries.
@@ -260,7 +279,42 @@ pub(crate) fn stamp_of(object: &Object) -> Stamp {
         epoch: value(EPOCH_METADATA).and_then(|v| v.trim().parse::<u64>().ok()),
         holder: value(HOLDER_METADATA),
         nonce: value(NONCE_METADATA),
+        holder_name: value(HOLDER_NAME_METADATA).and_then(|v| decode_name(&v)),
     }
+}
+
+/// A holder name as [`HOLDER_NAME_METADATA`] stores it: percent-encoded
+/// to visible ASCII.
+fn encode_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for byte in name.bytes() {
+        if byte.is_ascii_graphic() && byte != b'%' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The holder name [`HOLDER_NAME_METADATA`]'s `value` encodes, when it
+/// decodes (either case of hex) to UTF-8 that is a valid holder name.
+fn decode_name(value: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(value.len());
+    let mut rest = value.bytes();
+    while let Some(byte) = rest.next() {
+        if byte != b'%' {
+            bytes.push(byte);
+            continue;
+        }
+        let hex = [rest.next()?, rest.next()?];
+        let hex = std::str::from_utf8(&hex).ok()?;
+        bytes.push(u8::from_str_radix(hex, 16).ok()?);
+    }
+    let name = String::from_utf8(bytes).ok()?;
+    crate::record::check_holder_name(&name)
+        .is_ok()
+        .then_some(name)
 }
 
 /// A digest of `bytes` for recognising our own landed write: 64-bit
@@ -286,14 +340,18 @@ fn digest(bytes: &[u8]) -> String {
 /// The metadata every fenced write stamps on its object: the lease's
 /// epoch, holder and the holder's process nonce.
 pub(crate) fn stamp_metadata(lease: &Lease) -> Vec<(String, String)> {
-    vec![
+    let mut metadata = vec![
         (EPOCH_METADATA.to_string(), lease.epoch().to_string()),
         (HOLDER_METADATA.to_string(), lease.instance_id().to_string()),
         (
             NONCE_METADATA.to_string(),
             lease.instance_nonce().to_string(),
         ),
-    ]
+    ];
+    if let Some(name) = lease.holder_name() {
+        metadata.push((HOLDER_NAME_METADATA.to_string(), encode_name(name)));
+    }
+    metadata
 }
 
 /// Who wrote `object`, relative to `lease`: us only for its epoch, its
@@ -304,6 +362,7 @@ pub(crate) fn author_of(lease: &Lease, object: &Object) -> Author {
         epoch,
         holder,
         nonce,
+        ..
     } = stamp_of(object);
     let ours = lease.epoch();
     let our_process =
@@ -617,11 +676,14 @@ pub struct FencedObject {
     pub object: Object,
     /// The epoch of the lease it was written under.
     pub epoch: u64,
-    /// The holder that wrote it, when named.
+    /// The holder that wrote it (its instance id), when named.
     pub holder: Option<String>,
     /// The nonce of the holder's process, when stamped (objects written by
     /// older versions carry none).
     pub nonce: Option<String>,
+    /// The holder's name for people, when stamped and valid
+    /// ([`HOLDER_NAME_METADATA`]); informational only.
+    pub holder_name: Option<String>,
 }
 
 /// Why a [`FencedReader`] returned no object.
@@ -723,12 +785,13 @@ impl FencedReader {
         deadline: Option<Instant>,
     ) -> Result<FencedObject, ReadError> {
         let object = self.store.get(key, deadline).map_err(ReadError::Store)?;
-        let (epoch, holder, nonce) = self.checked(key, &object)?;
+        let (epoch, stamp) = self.checked(key, &object)?;
         Ok(FencedObject {
             object,
             epoch,
-            holder,
-            nonce,
+            holder: stamp.holder,
+            nonce: stamp.nonce,
+            holder_name: stamp.holder_name,
         })
     }
 
@@ -759,29 +822,22 @@ impl FencedReader {
         deadline: Option<Instant>,
     ) -> Result<FencedStream, ReadError> {
         let reader = self.store.open(key, deadline).map_err(ReadError::Store)?;
-        let (epoch, holder, nonce) = self.checked(key, &reader.object)?;
+        let (epoch, stamp) = self.checked(key, &reader.object)?;
         Ok(FencedStream {
             object: reader.object,
             epoch,
-            holder,
-            nonce,
+            holder: stamp.holder,
+            nonce: stamp.nonce,
+            holder_name: stamp.holder_name,
             body: reader.body,
         })
     }
 
-    /// The epoch, holder and nonce `object` carries, once its epoch is
-    /// known to be one this reader trusts.
-    fn checked(
-        &self,
-        key: &str,
-        object: &Object,
-    ) -> Result<(u64, Option<String>, Option<String>), ReadError> {
-        let Stamp {
-            epoch,
-            holder,
-            nonce,
-        } = stamp_of(object);
-        let Some(epoch) = epoch else {
+    /// The epoch `object` carries and the rest of its stamp, once it has
+    /// an epoch and that epoch is one this reader trusts.
+    fn checked(&self, key: &str, object: &Object) -> Result<(u64, Stamp), ReadError> {
+        let stamp = stamp_of(object);
+        let Some(epoch) = stamp.epoch else {
             return Err(ReadError::Unfenced {
                 key: key.to_string(),
             });
@@ -793,7 +849,7 @@ impl FencedReader {
                 trusted: self.trusted,
             });
         }
-        Ok((epoch, holder, nonce))
+        Ok((epoch, stamp))
     }
 }
 
@@ -805,10 +861,13 @@ pub struct FencedStream {
     pub object: Object,
     /// The epoch of the lease it was written under.
     pub epoch: u64,
-    /// The holder that wrote it, when named.
+    /// The holder that wrote it (its instance id), when named.
     pub holder: Option<String>,
     /// The nonce of the holder's process, when stamped.
     pub nonce: Option<String>,
+    /// The holder's name for people, when stamped and valid
+    /// ([`HOLDER_NAME_METADATA`]); informational only.
+    pub holder_name: Option<String>,
     body: Box<dyn std::io::Read + Send>,
 }
 
@@ -819,6 +878,7 @@ impl fmt::Debug for FencedStream {
             .field("epoch", &self.epoch)
             .field("holder", &self.holder)
             .field("nonce", &self.nonce)
+            .field("holder_name", &self.holder_name)
             .finish_non_exhaustive()
     }
 }
@@ -870,6 +930,19 @@ mod tests {
             })
         );
         assert_eq!(store.requests(), requests, "a request was sent");
+    }
+
+    #[test]
+    fn holder_names_are_stamped_as_visible_ascii_and_read_back() {
+        assert_eq!(encode_name("équipe nuit:42"), "%C3%A9quipe%20nuit:42");
+        assert_eq!(encode_name("100%"), "100%25");
+        for name in ["équipe nuit:42", "100%", "日本:7", "a b\\c"] {
+            assert_eq!(decode_name(&encode_name(name)).as_deref(), Some(name));
+        }
+        assert_eq!(decode_name("%c3%a9t%C3%A9").as_deref(), Some("été"));
+        for odd in ["%", "%4", "%zz", "%ff", "%1b", "%e2%80%ae", ""] {
+            assert_eq!(decode_name(odd), None, "{odd:?}");
+        }
     }
 
     #[test]

@@ -314,7 +314,7 @@ impl Contender {
                 HoldOutcome::Fenced { release: released }
             }
             (_, _) => match released {
-                Ok(Released::LeftAlone { holder }) => HoldOutcome::Lost {
+                Ok(Released::LeftAlone { holder, .. }) => HoldOutcome::Lost {
                     holder,
                     reason: "the release found the record another holder's".to_string(),
                 },

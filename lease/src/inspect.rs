@@ -5,9 +5,10 @@
 //! are thin wrappers around them.
 //!
 //! - [`inspect`] reads `{prefix}/LEASE` once and judges it by the reader's
-//!   wall clock, as a contender would: who holds it, its stamps, its age,
-//!   whether it is fresh or suspect, its epoch and version. It writes
-//!   nothing.
+//!   wall clock, as a contender would: who holds it (instance id and
+//!   name), the holder's payload ([`Inspection::payload`]), its stamps,
+//!   its age, whether it is fresh or suspect, its epoch and version. It
+//!   writes nothing.
 //! - [`break_lease`] takes a lease away from a holder the operator names,
 //!   with one write conditional on the version just read. It never deletes,
 //!   and never writes blind: if the record names someone else, is absent,
@@ -121,6 +122,12 @@ impl Inspection {
     /// (see [`crate::record`]): informational, never who the holder is.
     pub fn holder_name(&self) -> Option<&str> {
         self.record.as_ref()?.holder_name.as_deref()
+    }
+
+    /// The holder's payload, when the record carries a valid one (see
+    /// [`crate::record`]): what a follower reads of the holder's data.
+    pub fn payload(&self) -> Option<&str> {
+        self.record.as_ref()?.payload.as_deref()
     }
 
     /// When, from `read_at`, the record stops (or stopped) being fresh;
@@ -426,6 +433,7 @@ pub fn break_lease_before(
             instance_nonce: None,
             holder_name: None,
             claim: None,
+            payload: None,
         };
         let mode = PutMode::Update(replaced_version.clone());
         let pause = match put_retrying(store, clock, &key, &record.to_bytes(), mode, deadline) {
@@ -594,6 +602,7 @@ mod tests {
             instance_nonce: None,
             holder_name: None,
             claim: None,
+            payload: None,
         };
         w.store.insert("jobs/a/LEASE", &record.to_bytes());
         let seen = w.inspect().unwrap();
@@ -719,6 +728,7 @@ mod tests {
                 instance_nonce: None,
                 holder_name: None,
                 claim: None,
+                payload: None,
             };
             self.inner.insert(key, &successor.to_bytes());
             Err(StoreError::new(StoreErrorKind::Transport, "PUT", key))

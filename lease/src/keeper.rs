@@ -541,6 +541,7 @@ impl Renewer {
             Err(e) => self.tell_loss(&Loss::NotReleased(e.clone())),
             Ok(Released::LeftAlone {
                 holder: holder @ Some(_),
+                ..
             }) => self.tell_loss(&Loss::Lost {
                 holder: holder.clone(),
                 reason: "the release found the record another holder's".to_string(),

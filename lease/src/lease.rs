@@ -42,8 +42,10 @@
 //!   stale, at the next epoch; a renewal that finds it has lost the lease;
 //!   a release never touches it.
 //!   The record's `holder_name` (`host:pid` unless
-//!   [`Contender::with_holder_name`] chose another) is for people only and
-//!   plays no part in any of this.
+//!   [`Contender::with_holder_name`] chose another) is for people only, and
+//!   its `payload` ([`Contender::with_payload`]: written at acquire, kept by
+//!   every renewal and the release) for followers only; neither plays any
+//!   part in this.
 //! - **A lease is one acquire, not one process.** Each acquire call draws
 //!   a claim its record carries for the life of the [`Lease`] it returns,
 //!   and a lease's renewals, reconciling reads and release touch only a
@@ -133,8 +135,8 @@ use crate::clock::{system_clock, Clock};
 use crate::error::{LeaseError, CONDITIONAL_ENV};
 use crate::mutant::{self, Mutant};
 use crate::record::{
-    check_holder_name, default_holder_name, lease_key, new_instance_id, process_nonce,
-    InvalidHolderName,
+    check_holder_name, check_payload, default_holder_name, lease_key, new_instance_id,
+    process_nonce, InvalidHolderName, InvalidPayload, LeaseRecord,
 };
 use crate::stats::Recorder;
 use crate::store::{Store, Version};
@@ -277,9 +279,30 @@ pub enum Released {
     AlreadyFree,
     /// The record was not ours (any more), so it was left in place.
     LeftAlone {
-        /// Who holds the lease now, when the record names anyone.
+        /// Who holds the lease now (its instance id), when the record
+        /// names anyone.
         holder: Option<String>,
+        /// That holder's name for people, when its record carries one
+        /// (see [`crate::record`]); informational only.
+        holder_name: Option<String>,
     },
+}
+
+impl Released {
+    /// [`Released::LeftAlone`] naming the live holder of `rec`, when it
+    /// names anyone.
+    pub(crate) fn left_alone(rec: Option<LeaseRecord>) -> Released {
+        match rec {
+            Some(rec) => Released::LeftAlone {
+                holder: Some(rec.instance_id),
+                holder_name: rec.holder_name,
+            },
+            None => Released::LeftAlone {
+                holder: None,
+                holder_name: None,
+            },
+        }
+    }
 }
 
 /// One instance trying to take the lease on a prefix, perhaps many times.
@@ -298,6 +321,8 @@ pub struct Contender {
     nonce: String,
     /// Who holds the lease, for people; never part of identity.
     holder_name: Option<String>,
+    /// The data every record of the lease carries for followers.
+    payload: Option<String>,
     /// A suspect record's identity and when, on our monotonic clock, we
     /// first saw it so.
     suspect_seen: Option<(String, Instant)>,
@@ -317,6 +342,7 @@ impl Contender {
             instance_id: new_instance_id(),
             nonce: process_nonce().to_string(),
             holder_name: default_holder_name().map(str::to_string),
+            payload: None,
             suspect_seen: None,
             free_at: None,
         }
@@ -372,6 +398,33 @@ impl Contender {
         self
     }
 
+    /// The same contender writing `payload` in the record: data for
+    /// followers (the leader's address, a generation, a short JSON
+    /// object), written by the acquire and kept by every renewal and the
+    /// release of the lease it takes. Anyone who reads the record sees it
+    /// ([`LeaseRecord::payload`](crate::record::LeaseRecord::payload),
+    /// [`Inspection::payload`](crate::inspect::Inspection::payload),
+    /// `bucket-lease inspect`); it decides nothing. Printable text on one
+    /// line, at most
+    /// [`MAX_PAYLOAD_BYTES`](crate::record::MAX_PAYLOAD_BYTES) (1 KiB):
+    /// give bytes, or text with line breaks, as base64.
+    ///
+    /// # Errors
+    ///
+    /// When `payload` is over the limit or holds a control or invisible
+    /// character ([`check_payload`]).
+    pub fn with_payload(mut self, payload: impl Into<String>) -> Result<Self, InvalidPayload> {
+        let payload = payload.into();
+        check_payload(&payload)?;
+        self.payload = Some(payload);
+        Ok(self)
+    }
+
+    /// The payload every attempt writes, if any.
+    pub fn payload(&self) -> Option<&str> {
+        self.payload.as_deref()
+    }
+
     /// The holder name every attempt writes, if any.
     pub fn holder_name(&self) -> Option<&str> {
         self.holder_name.as_deref()
@@ -415,7 +468,10 @@ enum State {
     /// swap needs), whatever the clocks say.
     Fenced,
     Lost {
+        /// The new holder's instance id, when known.
         holder: Option<String>,
+        /// Its name for people, when its record carries one.
+        holder_name: Option<String>,
     },
     Released,
 }
@@ -462,6 +518,7 @@ pub struct Lease {
     instance_id: String,
     nonce: String,
     holder_name: Option<String>,
+    payload: Option<String>,
     ttl_s: u64,
     acquired_at: String,
     epoch: u64,
@@ -509,6 +566,12 @@ impl Lease {
     /// [`Contender::with_holder_name`]).
     pub fn holder_name(&self) -> Option<&str> {
         self.holder_name.as_deref()
+    }
+
+    /// The payload written in the record, kept by every renewal and the
+    /// release (see [`Contender::with_payload`]).
+    pub fn payload(&self) -> Option<&str> {
+        self.payload.as_deref()
     }
 
     /// The lease object's key.
@@ -567,10 +630,21 @@ impl Lease {
         matches!(self.lock().state, State::Lost { .. })
     }
 
-    /// Who took the lease over, once it is lost and the record named anyone.
+    /// Who took the lease over (its instance id), once it is lost and the
+    /// record named anyone.
     pub fn lost_to(&self) -> Option<String> {
         match &self.lock().state {
-            State::Lost { holder } => holder.clone(),
+            State::Lost { holder, .. } => holder.clone(),
+            _ => None,
+        }
+    }
+
+    /// The name for people of whoever took the lease over, once it is lost
+    /// and that holder's record carries one (see [`crate::record`]):
+    /// informational, beside [`lost_to`](Self::lost_to).
+    pub fn lost_to_name(&self) -> Option<String> {
+        match &self.lock().state {
+            State::Lost { holder_name, .. } => holder_name.clone(),
             _ => None,
         }
     }
@@ -597,7 +671,7 @@ impl Lease {
         match &h.state {
             State::Held => {}
             State::Fenced => return LeaseStatus::Fenced,
-            State::Lost { holder } => {
+            State::Lost { holder, .. } => {
                 return LeaseStatus::Lost {
                     holder: holder.clone(),
                 }
@@ -650,11 +724,15 @@ impl Lease {
     }
 
     /// Give the lease up without a request, because a write elsewhere showed
-    /// that another writer is active. `holder` names it when known.
+    /// that another writer is active. `holder` names it (its instance id)
+    /// when known.
     pub fn mark_lost(&self, holder: Option<String>) {
         let mut h = self.lock();
         if matches!(h.state, State::Held | State::Fenced) {
-            h.state = State::Lost { holder };
+            h.state = State::Lost {
+                holder,
+                holder_name: None,
+            };
         }
     }
 

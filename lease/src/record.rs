@@ -56,6 +56,18 @@
 //!   none, and is otherwise read as it is, so the field can never make a
 //!   record unreadable. Older readers (the async reference among them,
 //!   which does not deny unknown fields) ignore it.
+//! - `payload` is the holder's data for followers (the DynamoDB lock
+//!   client's "data in the lock"): the leader's address, a generation, a
+//!   short JSON object. It is chosen at acquire
+//!   (`Contender::with_payload`), written in the acquire's record and kept
+//!   by every renewal and the release, and absent when none was given. It
+//!   is at most [`MAX_PAYLOAD_BYTES`] bytes of printable text on one line
+//!   ([`check_payload`]: no control or invisible characters); bytes, or
+//!   text with line breaks, go in as base64. Like `holder_name` it never
+//!   decides anything, and a record whose `payload` is anything else (too
+//!   long, escapes, not a string) is read as having none, and is otherwise
+//!   read as it is. The async reference, which does not deny unknown
+//!   fields, ignores it.
 //! - Unknown fields are ignored, so a newer writer's record stays readable.
 //!
 //! A record is **fresh** while the reader's wall clock is strictly less than
@@ -215,6 +227,77 @@ fn unprintable(c: char) -> bool {
         )
 }
 
+/// The longest `payload`, in bytes, a record carries: 1 KiB.
+///
+/// Why this bound: every renewal rewrites the whole record (three times a
+/// TTL) and every contender, `inspect` and watcher reads it, so each byte
+/// of the payload is paid on every one of those requests, for the life of
+/// the lease; 1 KiB keeps a record under 2 KiB, one small request, far
+/// below the 64 KiB a store client reads of a record. What a payload is
+/// for (the leader's address, a generation, a short JSON object) fits in
+/// tens of bytes; data larger than that belongs in an object under the
+/// lease's prefix ([`crate::fence`]), which the payload can name.
+pub const MAX_PAYLOAD_BYTES: usize = 1024;
+
+/// Why a payload was refused ([`check_payload`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidPayload {
+    /// The payload is longer than [`MAX_PAYLOAD_BYTES`].
+    TooLong {
+        /// Its length in bytes.
+        bytes: usize,
+    },
+    /// The payload holds a control character (a line break or a tab
+    /// included) or one that reorders or hides text.
+    Unprintable {
+        /// The first such character.
+        character: char,
+    },
+}
+
+impl std::fmt::Display for InvalidPayload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InvalidPayload::TooLong { bytes } => write!(
+                f,
+                "invalid payload: {bytes} bytes, over the maximum of {MAX_PAYLOAD_BYTES}; put \
+                 larger data in an object under the lease's prefix and the object's key in the \
+                 payload"
+            ),
+            InvalidPayload::Unprintable { character } => write!(
+                f,
+                "invalid payload: it holds the character {character:?}, which a terminal could \
+                 act on or which hides text; use printable text on one line (encode bytes, or \
+                 text with line breaks, as base64)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InvalidPayload {}
+
+/// Whether `payload` may stand in a record's `payload`: at most
+/// [`MAX_PAYLOAD_BYTES`] bytes of printable text on one line (the empty
+/// string included), none of them a control character or one that
+/// reorders or hides text. Bytes, or text with line breaks, go in as
+/// base64 (which is printable).
+///
+/// # Errors
+///
+/// What is wrong with the payload.
+pub fn check_payload(payload: &str) -> Result<(), InvalidPayload> {
+    if payload.len() > MAX_PAYLOAD_BYTES {
+        return Err(InvalidPayload::TooLong {
+            bytes: payload.len(),
+        });
+    }
+    match payload.chars().find(|c| unprintable(*c)) {
+        Some(character) => Err(InvalidPayload::Unprintable { character }),
+        None => Ok(()),
+    }
+}
+
 /// This process's holder name unless the caller gives one: `host:pid`,
 /// the host name read from `/proc/sys/kernel/hostname`, else from the
 /// `HOSTNAME` environment variable; `None` when neither gives a name
@@ -248,6 +331,19 @@ where
     let value = serde_json::Value::deserialize(deserializer)?;
     Ok(match value {
         serde_json::Value::String(name) if check_holder_name(&name).is_ok() => Some(name),
+        _ => None,
+    })
+}
+
+/// `payload` as read: a string that passes [`check_payload`], or nothing,
+/// whatever the JSON held (so the field never makes a record unreadable).
+fn lenient_payload<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(match value {
+        serde_json::Value::String(payload) if check_payload(&payload).is_ok() => Some(payload),
         _ => None,
     })
 }
@@ -309,6 +405,16 @@ pub struct LeaseRecord {
         skip_serializing_if = "Option::is_none"
     )]
     pub claim: Option<String>,
+    /// The holder's payload ([`MAX_PAYLOAD_BYTES`] of printable text at
+    /// most), written at acquire and kept by every renewal and the
+    /// release, for followers to read; `None` when absent or not a valid
+    /// payload (see the [module docs](self)).
+    #[serde(
+        default,
+        deserialize_with = "lenient_payload",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub payload: Option<String>,
 }
 
 impl LeaseRecord {
@@ -333,7 +439,16 @@ impl LeaseRecord {
             instance_nonce: None,
             holder_name: None,
             claim: None,
+            payload: None,
         }
+    }
+
+    /// This record with the payload `payload`, unchecked (see
+    /// [`check_payload`]).
+    #[must_use]
+    pub fn with_payload(mut self, payload: impl Into<String>) -> Self {
+        self.payload = Some(payload.into());
+        self
     }
 
     /// This record with the holder name `name` (for people only; see the
@@ -487,6 +602,7 @@ mod tests {
             instance_nonce: None,
             holder_name: None,
             claim: None,
+            payload: None,
         }
     }
 

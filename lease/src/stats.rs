@@ -442,7 +442,9 @@ impl Recorder {
         self.observe(false);
         match released {
             Err(_) => self.ended(LossReason::NotReleased),
-            Ok(Released::LeftAlone { holder: Some(_) }) => self.ended(LossReason::Lost),
+            Ok(Released::LeftAlone {
+                holder: Some(_), ..
+            }) => self.ended(LossReason::Lost),
             Ok(_) => {}
         }
     }

@@ -206,7 +206,8 @@ fn a_record_naming_us_without_a_nonce_is_foreign() {
     assert_eq!(
         w.ours().release_abandoned().unwrap(),
         Released::LeftAlone {
-            holder: Some(NAME.into())
+            holder: Some(NAME.into()),
+            holder_name: None,
         },
         "an abandoned acquire's clean-up does not free it"
     );

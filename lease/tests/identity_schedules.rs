@@ -49,7 +49,8 @@ fn release_abandoned_leaves_an_acquire_in_progress_alone() {
             assert_eq!(
                 w.ours().release_abandoned().unwrap(),
                 Released::LeftAlone {
-                    holder: Some(NAME.into())
+                    holder: Some(NAME.into()),
+                    holder_name: w.ours().holder_name().map(Into::into),
                 },
                 "put {nth} {when:?}: a live acquire call's record is not abandoned"
             );

@@ -287,7 +287,8 @@ fn an_abandoned_acquire_can_be_released_by_its_id() {
     assert_eq!(
         me.release_abandoned().unwrap(),
         Released::LeftAlone {
-            holder: Some(other.instance_id().into())
+            holder: Some(other.instance_id().into()),
+            holder_name: other.holder_name().map(Into::into),
         }
     );
 }
@@ -351,7 +352,8 @@ fn a_stale_lease_is_taken_over_and_its_old_holder_learns_who_took_it() {
     assert_eq!(
         a.release().unwrap(),
         Released::LeftAlone {
-            holder: Some(b.instance_id().into())
+            holder: Some(b.instance_id().into()),
+            holder_name: b.holder_name().map(Into::into),
         }
     );
     assert_eq!(
@@ -375,7 +377,8 @@ fn release_of_a_taken_over_lease_that_does_not_know_it_leaves_the_new_holder_alo
         assert_eq!(
             a.release().unwrap(),
             Released::LeftAlone {
-                holder: Some(b.instance_id().into())
+                holder: Some(b.instance_id().into()),
+                holder_name: b.holder_name().map(Into::into),
             },
             "{switch:?}"
         );

@@ -44,7 +44,7 @@ fn a_release_whose_look_fails_after_our_renewal_moved_the_record_says_left_alone
         "setup: our record is still live: {rec:?}"
     );
     assert!(
-        !matches!(released, Ok(Released::LeftAlone { holder: None })),
+        !matches!(released, Ok(Released::LeftAlone { holder: None, .. })),
         "the release said LeftAlone (not ours any more) while our own record is live; \
          the other process sees: {:?}",
         w.other_process().try_acquire().map(|l| l.epoch())

@@ -152,7 +152,8 @@ fn a_second_contender_of_the_process_is_kept_out_of_a_live_value() {
     assert_eq!(
         w.ours().release_abandoned().unwrap(),
         Released::LeftAlone {
-            holder: Some(NAME.into())
+            holder: Some(NAME.into()),
+            holder_name: first.holder_name().map(Into::into),
         },
         "a live value's record is no abandoned acquire's"
     );

@@ -100,6 +100,7 @@ impl Contender {
                 instance_nonce: Some(self.nonce.clone()),
                 holder_name: self.holder_name.clone(),
                 claim: Some(claim.id().to_string()),
+                payload: self.payload.clone(),
             };
             let (mode, exclusion) = match &current {
                 _ if best_effort => (PutMode::Overwrite, Exclusion::BestEffort),
@@ -155,6 +156,7 @@ impl Contender {
                 instance_id: self.instance_id.clone(),
                 nonce: self.nonce.clone(),
                 holder_name: self.holder_name.clone(),
+                payload: self.payload.clone(),
                 ttl_s: self.options.ttl_s,
                 acquired_at: record.acquired_at.clone(),
                 epoch,

@@ -70,12 +70,14 @@ impl Lease {
             let lost = match &h.state {
                 State::Lost {
                     holder: Some(holder),
+                    holder_name,
                 } => {
                     return Ok(Released::LeftAlone {
                         holder: Some(holder.clone()),
+                        holder_name: holder_name.clone(),
                     })
                 }
-                State::Lost { holder: None } => {
+                State::Lost { holder: None, .. } => {
                     h.state = State::Released;
                     true
                 }
@@ -100,7 +102,7 @@ impl Lease {
             let mode = DeleteMode::IfVersion(version);
             return match self.store.delete(&self.key, &mode, deadline) {
                 Ok(()) => Ok(Released::Freed),
-                Err(e) if e.is_refusal() => Ok(Released::LeftAlone { holder: None }),
+                Err(e) if e.is_refusal() => Ok(Released::left_alone(None)),
                 Err(e) => Err(e.into()),
             };
         }
@@ -262,11 +264,7 @@ impl ReleaseTarget<'_> {
             let (rec, version) = match read {
                 None => return Ok(Released::AlreadyFree),
                 Some((Some(rec), version)) if self.is_target(&rec) => (rec, version),
-                other => {
-                    return Ok(Released::LeftAlone {
-                        holder: live_holder(other),
-                    })
-                }
+                other => return Ok(Released::left_alone(live_holder(other))),
             };
             if rec.is_released() {
                 return Ok(Released::AlreadyFree);
@@ -312,7 +310,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         let pending = matches!(
             self.lock().state,
-            State::Held | State::Fenced | State::Lost { holder: None }
+            State::Held | State::Fenced | State::Lost { holder: None, .. }
         );
         if !pending {
             // Lost or released: only the probe's objects may be left.

@@ -161,6 +161,7 @@ impl Lease {
             instance_nonce: Some(self.nonce.clone()),
             holder_name: self.holder_name.clone(),
             claim: Some(self.claim.id().to_string()),
+            payload: self.payload.clone(),
         }
     }
 
@@ -245,15 +246,14 @@ impl Lease {
     }
 
     /// Who holds the lease whose record was read as `read`, other than us:
-    /// the name of a live record another process wrote (under our own
-    /// name too), `None` for an absent, unreadable, released or own one.
+    /// a live record another process wrote (under our own name too),
+    /// `None` for an absent, unreadable, released or own one.
     pub(super) fn other_holder(
         &self,
         read: Option<(Option<LeaseRecord>, Version)>,
-    ) -> Option<String> {
+    ) -> Option<LeaseRecord> {
         read.and_then(|(rec, _)| rec)
             .filter(|rec| !rec.is_released() && !self.is_ours(rec))
-            .map(|rec| rec.instance_id)
     }
 
     /// Best-effort renewal: read, and rewrite only a record naming us.
@@ -279,11 +279,19 @@ impl Lease {
         }
     }
 
-    /// Mark the lease lost to `holder` and describe it.
-    pub(super) fn lose(&self, holder: Option<String>) -> LeaseError {
+    /// Mark the lease lost to the holder `holder` names (its instance id
+    /// and name), or to nobody known, and describe it.
+    pub(super) fn lose(&self, holder: Option<LeaseRecord>) -> LeaseError {
         let mut h = self.lock();
         if matches!(h.state, State::Held | State::Fenced) {
-            h.state = State::Lost { holder };
+            let (holder, holder_name) = match holder {
+                Some(rec) => (Some(rec.instance_id), rec.holder_name),
+                None => (None, None),
+            };
+            h.state = State::Lost {
+                holder,
+                holder_name,
+            };
         }
         self.state_error(&h.state)
     }
@@ -293,7 +301,7 @@ impl Lease {
         let key = self.key.clone();
         match state {
             State::Fenced => LeaseError::Fenced { key },
-            State::Lost { holder } => LeaseError::Lost {
+            State::Lost { holder, .. } => LeaseError::Lost {
                 key,
                 holder: holder.clone(),
             },

@@ -36,12 +36,11 @@ pub(crate) fn read_record(
     }
 }
 
-/// Who holds a lease whose record was read as `read`: nobody when it is
-/// absent, unreadable or released.
-pub(super) fn live_holder(read: Option<(Option<LeaseRecord>, Version)>) -> Option<String> {
+/// The record of whoever holds a lease whose record was read as `read`:
+/// nobody when it is absent, unreadable or released.
+pub(super) fn live_holder(read: Option<(Option<LeaseRecord>, Version)>) -> Option<LeaseRecord> {
     read.and_then(|(rec, _)| rec)
         .filter(|rec| !rec.is_released())
-        .map(|rec| rec.instance_id)
 }
 
 /// `version` if it carries an ETag, the condition of the next

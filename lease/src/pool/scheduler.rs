@@ -184,6 +184,7 @@ impl Scheduler {
             Err(e) => Loss::NotReleased(e.clone()),
             Ok(Released::LeftAlone {
                 holder: holder @ Some(_),
+                ..
             }) => Loss::Lost {
                 holder: holder.clone(),
                 reason: "the release found the record another holder's".to_string(),

@@ -21,7 +21,10 @@
 //!   says its holder released it), and for a record `holder` (for a
 //!   released one: the last holder), `holder_name` (the holder's name for
 //!   people, `host:pid` by default; `null` when the record carries no
-//!   valid one), `instance_nonce` (the nonce of the
+//!   valid one), `payload` (the holder's data for followers, as
+//!   `run --payload` or `Contender::with_payload` set it; `null` when the
+//!   record carries none, or none that is valid: over 1024 bytes, with
+//!   control characters, not a string), `instance_nonce` (the nonce of the
 //!   holder's process; `null` in records of the async reference, of older
 //!   versions and of a break), `acquired_at`, `renewed_at`,
 //!   `released_at` (`null` unless released), `ttl_s`, `epoch`, `age_s`
@@ -77,7 +80,8 @@ use std::time::Duration;
 const ABOUT: &str = "\
 Prints the holder's instance id (and the nonce of its process, which tells
 two processes under one id apart), its name for people (host:pid unless
-run --holder-name set another; informational only), when it took and last renewed the lease,
+run --holder-name set another; informational only), its payload (the data
+run --payload set for followers), when it took and last renewed the lease,
 its age and freshness by this machine's clock, whether the record is
 suspect (stamped far in the future or with an absurd TTL), its epoch and
 ETag; on a bucket that keeps versions, the version id, how many versions a
@@ -367,6 +371,7 @@ pub fn to_json(url: &str, key: &str, seen: Option<&Inspection>) -> Value {
     let fields = json!({
         "holder": s.holder(),
         "holder_name": s.holder_name(),
+        "payload": s.payload(),
         "instance_nonce": s.record.as_ref().and_then(|r| r.instance_nonce.clone()),
         "acquired_at": s.record.as_ref().map(|r| r.acquired_at.clone()),
         "renewed_at": s.record.as_ref().map(|r| r.renewed_at.clone()),
@@ -412,6 +417,7 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
         );
         println!("  last holder  {holder}");
         print_name(record);
+        print_payload(record);
         print_nonce(record);
         println!("  acquired_at  {}", printable(&record.acquired_at));
         println!("  released_at  {}", printable(released_at));
@@ -431,6 +437,7 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
     println!("lease {url} ({key}) is {verdict}");
     println!("  holder       {holder}");
     print_name(record);
+    print_payload(record);
     print_nonce(record);
     println!("  acquired_at  {}", printable(&record.acquired_at));
     let age = match s.age_s() {
@@ -466,6 +473,14 @@ fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {
 fn print_name(record: &LeaseRecord) {
     if let Some(name) = &record.holder_name {
         println!("  holder_name  {}", printable(name));
+    }
+}
+
+/// The holder's payload, when the record carries a valid one (escaped all
+/// the same: the terminal never gets what a record chose).
+fn print_payload(record: &LeaseRecord) {
+    if let Some(payload) = &record.payload {
+        println!("  payload      {}", printable(payload));
     }
 }
 

@@ -64,7 +64,8 @@
 //! - COMMAND sees `BUCKET_LEASE_URL`, `BUCKET_LEASE_KEY`,
 //!   `BUCKET_LEASE_INSTANCE_ID`, `BUCKET_LEASE_EPOCH`, `BUCKET_LEASE_TTL_S`,
 //!   `BUCKET_LEASE_ACQUIRED_AT` and `BUCKET_LEASE_EXCLUSION`
-//!   (`conditional` or `best-effort`) in its environment.
+//!   (`conditional` or `best-effort`) in its environment, and
+//!   `BUCKET_LEASE_PAYLOAD` given `--payload`.
 //! - `--metrics-file PATH` and `--status-file PATH` keep the lease's
 //!   totals in PATH (the Prometheus text; one JSON object), replaced whole
 //!   after every renewal and change of state, not held before the acquire
@@ -75,6 +76,13 @@
 //!   it never changes who holds the lease (the instance id and this
 //!   process's nonce do). A name that is empty, over 128 bytes or holds a
 //!   control or invisible character is a usage error (64).
+//! - `--payload VALUE` writes VALUE in the record's `payload`, for
+//!   followers (`inspect` shows it, and any reader of the record finds
+//!   it); it is kept by every renewal and the release, and COMMAND sees
+//!   it as `BUCKET_LEASE_PAYLOAD` (unset without `--payload`). A payload
+//!   over 1024 bytes or with a control or invisible character (a line
+//!   break included: give such data as base64) is a usage error (64)
+//!   naming the limit or the character.
 //! - `--best-effort`, or `BUCKET_LEASE_CONDITIONAL=off`, takes a
 //!   best-effort lease on a service without conditional writes (logged as
 //!   a warning). A service caught ignoring conditions exits 69.
@@ -268,6 +276,11 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
         .env("BUCKET_LEASE_TTL_S", lease.ttl_s().to_string())
         .env("BUCKET_LEASE_ACQUIRED_AT", lease.acquired_at())
         .env("BUCKET_LEASE_EXCLUSION", Exclusion::name(lease.exclusion()));
+    // Never one inherited from a `run` above this one.
+    match lease.payload() {
+        Some(payload) => start.command.env("BUCKET_LEASE_PAYLOAD", payload),
+        None => start.command.env_remove("BUCKET_LEASE_PAYLOAD"),
+    };
     let keeper_options = KeeperOptions::new()
         .thread_name("lease-keeper")
         .release_timeout(release_timeout(o.ttl_s));
@@ -378,6 +391,11 @@ fn acquire(
     if let Some(name) = &o.holder_name {
         contender = contender
             .with_holder_name(name.clone())
+            .map_err(|e| Failure::usage("run", e))?;
+    }
+    if let Some(payload) = &o.payload {
+        contender = contender
+            .with_payload(payload.clone())
             .map_err(|e| Failure::usage("run", e))?;
     }
     let id = contender.instance_id().to_string();
@@ -514,12 +532,24 @@ fn abandon(contender: &Contender) {
 
 // ------------------------------------------------------------ supervising
 
-fn lost_to(holder: Option<String>, reason: Option<&str>) -> String {
+/// "the lease was lost to instance ID (NAME) (REASON)", with what is known.
+fn lost_to(holder: Option<String>, holder_name: Option<String>, reason: Option<&str>) -> String {
     let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
     match holder {
-        Some(h) => format!("the lease was lost to instance {h}{reason}"),
+        Some(h) => format!(
+            "the lease was lost to instance {}{}{reason}",
+            printable(&h),
+            named(holder_name.as_deref())
+        ),
         None => format!("the lease was lost{reason}"),
     }
+}
+
+/// ` (NAME)`, escaped, for a holder with a name; nothing for one without.
+fn named(holder_name: Option<&str>) -> String {
+    holder_name
+        .map(|name| format!(" ({})", printable(name)))
+        .unwrap_or_default()
 }
 
 /// Wait for the command, stopping it when a signal arrives or the lease is
@@ -653,7 +683,11 @@ fn supervise(
         }
         match keeper.events().recv_timeout(wait) {
             Ok(Event::Lost { holder, reason }) => {
-                reported = Some(Seen::Lost(lost_to(holder, Some(&reason))));
+                // The event names the new holder by id; the lease also
+                // knows its name, when its record carried one.
+                let lease = keeper.lease();
+                let name = lease.lost_to_name().filter(|_| lease.lost_to() == holder);
+                reported = Some(Seen::Lost(lost_to(holder, name, Some(&reason))));
             }
             Ok(Event::Fenced) => reported = Some(Seen::Fenced),
             Ok(Event::Renewed { latency }) => log::debug!("renewed in {latency:?}"),
@@ -736,10 +770,15 @@ fn release(keeper: Keeper) {
     match keeper.stop() {
         Ok(Released::Freed) => log::info!("released the lease"),
         Ok(Released::AlreadyFree) => log::info!("the lease was already free"),
-        Ok(Released::LeftAlone { holder: Some(h) }) => {
-            log::warn!("not releasing: the lease is held by instance {h} now")
-        }
-        Ok(Released::LeftAlone { holder: None }) => {
+        Ok(Released::LeftAlone {
+            holder: Some(h),
+            holder_name,
+        }) => log::warn!(
+            "not releasing: the lease is held by instance {}{} now",
+            printable(&h),
+            named(holder_name.as_deref())
+        ),
+        Ok(Released::LeftAlone { holder: None, .. }) => {
             log::warn!("not releasing: the lease record is not ours any more")
         }
         Ok(other) => log::info!("released: {other:?}"),

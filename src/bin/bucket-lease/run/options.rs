@@ -7,7 +7,7 @@ use crate::cli::{exit, parse_duration, parse_exit_code, parse_ttl, Failure};
 use crate::status_files::Paths;
 use crate::text::printable;
 use bucket_lease::lease::DEFAULT_TTL_S;
-use bucket_lease::record::check_holder_name;
+use bucket_lease::record::{check_holder_name, check_payload};
 use std::ffi::OsString;
 use std::time::Duration;
 
@@ -55,7 +55,8 @@ signalled.
 
 COMMAND's environment gains BUCKET_LEASE_URL, BUCKET_LEASE_KEY,
 BUCKET_LEASE_INSTANCE_ID, BUCKET_LEASE_EPOCH, BUCKET_LEASE_TTL_S,
-BUCKET_LEASE_ACQUIRED_AT and BUCKET_LEASE_EXCLUSION.
+BUCKET_LEASE_ACQUIRED_AT and BUCKET_LEASE_EXCLUSION, and BUCKET_LEASE_PAYLOAD
+given --payload.
 ";
 
 /// The options of `run`.
@@ -67,6 +68,7 @@ enum Key {
     ConflictExitCode,
     BestEffort,
     HolderName,
+    Payload,
     MetricsFile,
     StatusFile,
 }
@@ -124,6 +126,16 @@ const OPTIONS: &[Opt<Key>] = &[
         help: "a readable name for the holder, shown by inspect; default host:pid",
     },
     Opt {
+        key: Key::Payload,
+        long: "payload",
+        short: None,
+        value: Some("VALUE"),
+        help: "data for followers in the record (an address, a generation), kept by every \
+               renewal and the release, shown by inspect and given to COMMAND as \
+               BUCKET_LEASE_PAYLOAD: printable text on one line, at most 1024 bytes (give bytes \
+               as base64)",
+    },
+    Opt {
         key: Key::MetricsFile,
         long: "metrics-file",
         short: None,
@@ -171,6 +183,8 @@ pub(super) struct Options {
     pub(super) conflict_exit_code: u8,
     /// A readable name for the holder (`--holder-name`).
     pub(super) holder_name: Option<String>,
+    /// Data for followers in the record (`--payload`).
+    pub(super) payload: Option<String>,
     /// `--metrics-file` and `--status-file`.
     pub(super) files: Paths,
     pub(super) command: Vec<OsString>,
@@ -188,6 +202,7 @@ pub(super) fn parse(p: &mut Args) -> Result<Option<Options>, Failure> {
         best_effort: false,
         conflict_exit_code: exit::HELD,
         holder_name: None,
+        payload: None,
         files: Paths {
             metrics: None,
             status: None,
@@ -231,6 +246,15 @@ pub(super) fn parse(p: &mut Args) -> Result<Option<Options>, Failure> {
                             ));
                         }
                         o.holder_name = Some(value);
+                    }
+                    Key::Payload => {
+                        if let Err(e) = check_payload(&value) {
+                            return Err(Failure::usage(
+                                cmd,
+                                format!("--payload {:?}: {e}", printable(&shortened(&value))),
+                            ));
+                        }
+                        o.payload = Some(value);
                     }
                 }
             }
@@ -277,6 +301,15 @@ pub(super) fn parse(p: &mut Args) -> Result<Option<Options>, Failure> {
     }
     o.url = url;
     Ok(Some(o))
+}
+
+/// `text` cut to its first 40 characters and `…` when longer: a payload
+/// over the limit is named, not echoed whole.
+fn shortened(text: &str) -> String {
+    match text.char_indices().nth(40) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
 }
 
 /// Whether `a` and `b` name one file: the same path once made absolute
