@@ -60,8 +60,8 @@
 use crate::clock::Clock;
 use crate::error::LeaseError;
 use crate::keeper::{Event, Loss};
-use crate::lease::{Contender, LeaseOptions, Released};
-use crate::pool::{KeeperPool, LeaseId, PoolOptions, PooledLease};
+use crate::lease::{Contender, LeaseOptions};
+use crate::pool::{KeeperPool, LeaseId, PoolOptions, PooledLease, Releases};
 use crate::record::{check_holder_name, new_instance_id, InvalidHolderName};
 use crate::store::Store;
 use crossbeam_channel::{select, Receiver, Sender};
@@ -219,7 +219,7 @@ pub struct HeldSet {
     table: Arc<Mutex<BTreeMap<String, PooledLease>>>,
     events: Receiver<SetEvent>,
     stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<Vec<(LeaseId, Result<Released, LeaseError>)>>>,
+    thread: Option<JoinHandle<Releases>>,
 }
 
 impl fmt::Debug for HeldSet {
@@ -323,11 +323,11 @@ impl HeldSet {
 
     /// Stop taking prefixes, release every lease held, and join the
     /// threads; each release, as [`KeeperPool::stop`] returns them.
-    pub fn stop(mut self) -> Vec<(LeaseId, Result<Released, LeaseError>)> {
+    pub fn stop(mut self) -> Releases {
         self.shut_down()
     }
 
-    fn shut_down(&mut self) -> Vec<(LeaseId, Result<Released, LeaseError>)> {
+    fn shut_down(&mut self) -> Releases {
         drop(self.stop.take());
         self.thread
             .take()
@@ -372,7 +372,7 @@ struct SetKeeper {
 }
 
 impl SetKeeper {
-    fn run(mut self) -> Vec<(LeaseId, Result<Released, LeaseError>)> {
+    fn run(mut self) -> Releases {
         loop {
             self.hear_pool();
             let now = self.clock.now();
@@ -508,6 +508,7 @@ fn random_u16() -> u16 {
 mod tests {
     use super::*;
     use crate::clock::TestClock;
+    use crate::lease::Released;
     use crate::memory::MemoryStore;
 
     fn shards(n: usize) -> Vec<String> {

@@ -582,8 +582,8 @@ impl Left {
 /// the pool did not hold.
 type RemoveReply = Sender<Option<Result<Released, LeaseError>>>;
 
-/// Each lease's release, as a stop returns them.
-type Releases = Vec<(LeaseId, Result<Released, LeaseError>)>;
+/// Each lease's release, as [`KeeperPool::stop`] returns them.
+pub type Releases = Vec<(LeaseId, Result<Released, LeaseError>)>;
 
 /// The answer owed to whoever stops the pool.
 type StopReply = Sender<Releases>;
