@@ -23,7 +23,7 @@ const TTL_S: u64 = 2;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (store, prefix, scratch) = common::open_store("demo", "demo")?;
-    let options = LeaseOptions::from_env(TTL_S);
+    let options = LeaseOptions::new(TTL_S).best_effort_from_env();
 
     // Instance A takes the lease and renews it once by hand.
     let mut a = Contender::new(Arc::clone(&store), &prefix, options.clone());

@@ -32,7 +32,11 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     // The library use the README shows, line for line.
     let (store, prefix) = config::open(&url)?;
-    let mut contender = Contender::new(store.clone(), &prefix, LeaseOptions::from_env(30));
+    let mut contender = Contender::new(
+        store.clone(),
+        &prefix,
+        LeaseOptions::new(30).best_effort_from_env(),
+    );
     let keeper = Keeper::spawn(contender.try_acquire()?, KeeperOptions::new())?;
     let epoch = keeper.lease().epoch();
 

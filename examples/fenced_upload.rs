@@ -63,7 +63,11 @@ fn run() -> Result<(), Box<dyn Error>> {
         let streamed = stream::unfenced(&*store, &key, size)?;
         (key, streamed, started.elapsed().as_secs_f64())
     } else {
-        let mut contender = Contender::new(store.clone(), &prefix, LeaseOptions::from_env(30));
+        let mut contender = Contender::new(
+            store.clone(),
+            &prefix,
+            LeaseOptions::new(30).best_effort_from_env(),
+        );
         let keeper = Keeper::spawn(contender.try_acquire()?, KeeperOptions::new())?;
         let epoch = keeper.lease().epoch();
         let key = format!("{prefix}/uploads/{epoch}");

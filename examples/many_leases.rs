@@ -1,81 +1,72 @@
-//! One process keeps many leases from a few threads with a `KeeperPool`:
-//! a worker that claims shards takes each free shard's lease, writes under
-//! each with a `FencedWriter`, gives one shard back, and stops, which
-//! releases every lease.
+//! A sharded worker: it keeps a set of shard prefixes held with a
+//! `HeldSet` (a `KeeperPool` underneath: a scheduler and a few renewal
+//! threads, whatever the number of shards), writes one fenced object per
+//! held shard per second, takes a shard again after losing it, and stops,
+//! which releases every lease. Run two at once on one bucket and they
+//! split the shards (`--at-most` caps each); pause one past its fence
+//! (Ctrl-Z for more than the TTL) and the other takes its shards over.
 //!
 //! ```text
-//! cargo run --example many_leases                  # a fresh local directory
-//! cargo run --example many_leases -- /some/dir     # a directory of yours
+//! cargo run --example many_leases                          # a fresh local directory
+//! cargo run --example many_leases -- /some/dir             # a directory of yours
+//! cargo run --example many_leases -- /some/dir 60 25       # 60 s, at most 25 shards
 //! cargo run --example many_leases --features s3 -- s3://bucket/prefix
 //! ```
 
 mod common;
 
-use bucket_lease::{
-    Contender, Event, FencedWriter, KeeperPool, LeaseError, LeaseOptions, PoolOptions,
-};
+use bucket_lease::held_set::{HeldSet, HeldSetOptions, SetEvent};
+use bucket_lease::LeaseOptions;
 use std::error::Error;
-use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const SHARDS: usize = 100;
 const TTL_S: u64 = 3;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (store, prefix, scratch) = common::open_store("shards", "shards")?;
-    let options = LeaseOptions::from_env(TTL_S);
-    // A scheduler and 3 renewal threads, whatever the number of leases.
-    let pool = KeeperPool::spawn(PoolOptions::new())?;
+    let seconds: u64 = std::env::args().nth(2).map_or(Ok(3), |s| s.parse())?;
+    let mut options = HeldSetOptions::new(LeaseOptions::new(TTL_S).best_effort_from_env());
+    if let Some(n) = std::env::args().nth(3) {
+        options = options.at_most(n.parse()?);
+    }
+    let shards = (0..SHARDS).map(|i| format!("{prefix}/shard-{i:03}"));
+    let set = HeldSet::spawn(store, shards, options)?;
 
-    let mut held = Vec::new();
-    for shard in 0..SHARDS {
-        let shard_prefix = format!("{prefix}/shard-{shard:03}");
-        match Contender::new(Arc::clone(&store), &shard_prefix, options.clone()).try_acquire() {
-            Ok(lease) => held.push(pool.add(lease)),
-            Err(LeaseError::Held { holder, .. }) => println!("shard {shard} is {holder}'s"),
-            Err(e) => return Err(e.into()),
+    // Work under whatever is held, once a second: each write asks its
+    // lease and carries its epoch, so a shard lost meanwhile is never
+    // written under.
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut written = 0;
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_secs(1));
+        for event in set.events().try_iter() {
+            match event {
+                SetEvent::Lost { prefix, loss } => println!("lost {prefix}: {loss}"),
+                SetEvent::Failed { prefix, error } => println!("{prefix}: {error}"),
+                _ => {}
+            }
         }
-    }
-    println!(
-        "claimed {} shards; the pool keeps {}",
-        held.len(),
-        pool.len()
-    );
-
-    // Work under each lease: every write asks the lease and carries its epoch.
-    for lease in &held {
-        let writer = FencedWriter::new(Arc::clone(lease.lease()));
-        let shard = lease.lease().key().trim_end_matches("/LEASE");
-        let part = format!("{shard}/part-{}", lease.lease().epoch());
-        writer.put_new(&part, b"work")?;
-        writer.put_pointer(&format!("{shard}/LATEST"), part.as_bytes())?;
-    }
-
-    // Two TTLs later every lease is still ours: the pool renewed them all.
-    std::thread::sleep(Duration::from_secs(2 * TTL_S));
-    let writable = held.iter().filter(|l| l.may_write()).count();
-    let renewals = pool
-        .events()
-        .try_iter()
-        .filter(|e| matches!(e.event, Event::Renewed { .. }))
-        .count();
-    println!(
-        "after {} s: {writable} of {} writable, {renewals} renewals",
-        2 * TTL_S,
-        held.len()
-    );
-
-    // Give one shard back while the pool runs.
-    if let Some(first) = held.first() {
+        let held = set.held();
+        for shard in &held {
+            if !shard.may_write() {
+                continue;
+            }
+            let epoch = shard.lease().lease().epoch();
+            let part = format!("{}/part-{epoch}-{written}", shard.prefix());
+            match shard.writer().put_new(&part, b"work") {
+                Ok(_) => written += 1,
+                Err(e) => println!("{}: not written: {e}", shard.prefix()),
+            }
+        }
         println!(
-            "gave back {}: {:?}",
-            first.lease().key(),
-            pool.remove(first.id())
+            "holding {} of {SHARDS} shards; {written} parts written",
+            held.len()
         );
     }
 
-    // Stopping releases every lease left.
-    let released = pool.stop();
+    // Stopping releases every lease held.
+    let released = set.stop();
     let freed = released.iter().filter(|(_, r)| r.is_ok()).count();
     println!("stopped: {freed} of {} released", released.len());
     if let Some(dir) = scratch {

@@ -19,7 +19,7 @@ const TTL_S: u64 = 2;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (store, prefix, scratch) = common::open_store("wait", "wait-demo")?;
-    let options = LeaseOptions::from_env(TTL_S);
+    let options = LeaseOptions::new(TTL_S).best_effort_from_env();
     let contender = || Contender::new(Arc::clone(&store), &prefix, options.clone());
 
     // 1. A holder crashes: it stops renewing and never releases.

@@ -32,7 +32,7 @@ use std::fmt;
 /// The environment variable that, set to `off`, asks for a best-effort lease
 /// (read, then unconditional write) on a service without usable conditional
 /// writes. Programs read it through
-/// [`LeaseOptions::from_env`](crate::LeaseOptions::from_env).
+/// [`LeaseOptions::best_effort_from_env`](crate::LeaseOptions::best_effort_from_env).
 pub const CONDITIONAL_ENV: &str = "BUCKET_LEASE_CONDITIONAL";
 
 /// The environment variable through which the HTTP stores are told the ETag

@@ -224,12 +224,22 @@ impl LeaseOptions {
         }
     }
 
-    /// [`new`](Self::new) with one setting from the environment: best-effort
-    /// when [`CONDITIONAL_ENV`] (`BUCKET_LEASE_CONDITIONAL`) is `off`. The TTL
-    /// is `ttl_s`, never read from the environment; nothing else is read.
-    pub fn from_env(ttl_s: u64) -> Self {
+    /// The same options, best-effort when the environment variable
+    /// [`CONDITIONAL_ENV`] (`BUCKET_LEASE_CONDITIONAL`) is `off`, as the
+    /// command's users set it for a service without conditional writes.
+    /// That is all it reads: the TTL stays the one given to
+    /// [`new`](Self::new).
+    #[must_use]
+    pub fn best_effort_from_env(self) -> Self {
         let off = std::env::var(CONDITIONAL_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off"));
-        Self::new(ttl_s).best_effort(off)
+        self.best_effort(off)
+    }
+
+    /// `LeaseOptions::new(ttl_s).best_effort_from_env()`: the name said
+    /// "from the environment" of a TTL it never read.
+    #[deprecated(note = "use LeaseOptions::new(ttl_s).best_effort_from_env()")]
+    pub fn from_env(ttl_s: u64) -> Self {
+        Self::new(ttl_s).best_effort_from_env()
     }
 
     /// Read, then write unconditionally, instead of compare-and-swap. For

@@ -244,10 +244,12 @@ fn best_effort_on_request_works_on_a_store_that_ignores_every_condition() {
 fn best_effort_can_be_asked_for_through_the_environment() {
     // The only test that touches this variable.
     std::env::set_var("BUCKET_LEASE_CONDITIONAL", "off");
-    let asked = LeaseOptions::from_env(30);
+    let asked = LeaseOptions::new(30).best_effort_from_env();
     std::env::remove_var("BUCKET_LEASE_CONDITIONAL");
     assert!(asked.is_best_effort());
-    assert!(!LeaseOptions::from_env(30).is_best_effort());
+    assert!(!LeaseOptions::new(30)
+        .best_effort_from_env()
+        .is_best_effort());
 }
 
 #[test]

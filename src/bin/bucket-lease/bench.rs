@@ -268,7 +268,7 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
         "" => format!("bench-{}", &new_instance_id()[..8]),
         p => format!("{p}/bench-{}", &new_instance_id()[..8]),
     };
-    let mut options = LeaseOptions::from_env(ttl_s);
+    let mut options = LeaseOptions::new(ttl_s).best_effort_from_env();
     if best_effort {
         options = options.best_effort(true);
     }

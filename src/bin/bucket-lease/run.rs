@@ -239,7 +239,7 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     // and `acquire` for what Ctrl-Z does).
     let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP, SIGTSTP])
         .map_err(|e| Failure::new(exit::STORE, format!("run: cannot handle signals: {e}")))?;
-    let mut options = LeaseOptions::from_env(o.ttl_s);
+    let mut options = LeaseOptions::new(o.ttl_s).best_effort_from_env();
     if o.best_effort {
         options = options.best_effort(true);
     }
