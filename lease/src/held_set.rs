@@ -441,7 +441,15 @@ impl SetKeeper {
     fn heard(&mut self, event: crate::PoolEvent) {
         let loss = match event.event {
             Event::Fenced => Loss::Fenced,
-            Event::Lost { holder, reason } => Loss::Lost { holder, reason },
+            Event::Lost {
+                holder,
+                holder_name,
+                reason,
+            } => Loss::Lost {
+                holder,
+                holder_name,
+                reason,
+            },
             _ => return,
         };
         let Some(p) = self.prefixes.iter_mut().find(|p| p.held == Some(event.id)) else {

@@ -305,7 +305,7 @@ impl Contender {
         };
         let reported = ended.get().take();
         let outcome = match (reported, at_return) {
-            (Some(Loss::Lost { holder, reason }), _) => HoldOutcome::Lost { holder, reason },
+            (Some(Loss::Lost { holder, reason, .. }), _) => HoldOutcome::Lost { holder, reason },
             (_, LeaseStatus::Lost { holder }) => HoldOutcome::Lost {
                 holder,
                 reason: "a refused write marked it lost".to_string(),

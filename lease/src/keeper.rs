@@ -99,8 +99,10 @@ pub enum Event {
     Fenced,
     /// The lease is lost for good.
     Lost {
-        /// Who holds it now, when known.
+        /// Who holds it now (its instance id), when known.
         holder: Option<String>,
+        /// The new holder's name for people, when its record carries one.
+        holder_name: Option<String>,
         /// Why: the renewal's error, or the message of a panic in it.
         reason: String,
     },
@@ -119,8 +121,10 @@ pub enum Loss {
     /// or the renewal panicked ([`Event::Lost`]); or, at stop, the release
     /// found the record another holder's.
     Lost {
-        /// Who holds it now, when known.
+        /// Who holds it now (its instance id), when known.
         holder: Option<String>,
+        /// The new holder's name for people, when its record carries one.
+        holder_name: Option<String>,
         /// Why.
         reason: String,
     },
@@ -136,11 +140,18 @@ impl fmt::Display for Loss {
             Loss::Fenced => f.write_str("fenced: no renewal landed before the write deadline"),
             Loss::Lost {
                 holder: Some(holder),
+                holder_name: Some(name),
                 reason,
+            } => write!(f, "lost to instance {holder} ({name}): {reason}"),
+            Loss::Lost {
+                holder: Some(holder),
+                reason,
+                ..
             } => write!(f, "lost to instance {holder}: {reason}"),
             Loss::Lost {
                 holder: None,
                 reason,
+                ..
             } => write!(f, "lost: {reason}"),
             Loss::NotReleased(e) => write!(f, "stopped without releasing: {e}"),
         }
@@ -445,7 +456,12 @@ impl RenewalSchedule {
                     .lost_reason
                     .take()
                     .unwrap_or_else(|| "a refused write marked it lost".to_string());
-                return Step::End(Event::Lost { holder, reason });
+                let holder_name = lease.lost_to_name();
+                return Step::End(Event::Lost {
+                    holder,
+                    holder_name,
+                    reason,
+                });
             }
             LeaseStatus::Fenced if mutant::on(Mutant::KeeperNeverFences) => {
                 return Step::Wait {
@@ -520,12 +536,20 @@ impl Renewer {
             // delay either. Then nothing more to do until the owner stops us.
             let key = self.lease.key().to_string();
             let loss = match end {
-                Event::Lost { holder, reason } => {
+                Event::Lost {
+                    holder,
+                    holder_name,
+                    reason,
+                } => {
                     ended = Some(LeaseError::Lost {
                         key,
                         holder: holder.clone(),
                     });
-                    Loss::Lost { holder, reason }
+                    Loss::Lost {
+                        holder,
+                        holder_name,
+                        reason,
+                    }
                 }
                 _ => {
                     ended = Some(LeaseError::Fenced { key });
@@ -541,9 +565,10 @@ impl Renewer {
             Err(e) => self.tell_loss(&Loss::NotReleased(e.clone())),
             Ok(Released::LeftAlone {
                 holder: holder @ Some(_),
-                ..
+                holder_name,
             }) => self.tell_loss(&Loss::Lost {
                 holder: holder.clone(),
+                holder_name: holder_name.clone(),
                 reason: "the release found the record another holder's".to_string(),
             }),
             Ok(_) => {}

@@ -190,11 +190,19 @@ fn a_takeover_is_reported_as_lost_naming_the_new_holder() {
     let (store, clock, keeper) = start(30);
     let events = keeper.events().clone();
     let now = format_stamp(clock.wall());
-    let usurper = LeaseRecord::new("usurper", now.clone(), now, 30, 2);
+    let mut usurper = LeaseRecord::new("usurper", now.clone(), now, 30, 2);
+    usurper.holder_name = Some("night-shift".into());
     store.inner.insert(KEY, &usurper.to_bytes());
     clock.advance(secs(10));
     match next(&events) {
-        Event::Lost { holder, .. } => assert_eq!(holder.as_deref(), Some("usurper")),
+        Event::Lost {
+            holder,
+            holder_name,
+            ..
+        } => {
+            assert_eq!(holder.as_deref(), Some("usurper"));
+            assert_eq!(holder_name.as_deref(), Some("night-shift"), "its name too");
+        }
         other => panic!("expected Lost, got {other:?}"),
     }
     assert!(!keeper.may_write());
@@ -235,7 +243,7 @@ fn a_panic_in_the_renewal_is_a_loss_not_silence() {
     store.panic_on_put.store(true, Ordering::SeqCst);
     clock.advance(secs(10));
     match next(&events) {
-        Event::Lost { holder, reason } => {
+        Event::Lost { holder, reason, .. } => {
             assert_eq!(holder, None);
             assert!(reason.contains("injected panic in the store"), "{reason}");
         }
@@ -335,6 +343,7 @@ fn the_schedule_never_waits_for_nothing() {
         schedule.step(&lease),
         Step::End(Event::Lost {
             holder: None,
+            holder_name: None,
             reason
         })
     );

@@ -143,8 +143,13 @@ impl Scheduler {
             for event in events {
                 let loss = match &event.event {
                     Event::Fenced => Some(Loss::Fenced),
-                    Event::Lost { holder, reason } => Some(Loss::Lost {
+                    Event::Lost {
+                        holder,
+                        holder_name,
+                        reason,
+                    } => Some(Loss::Lost {
                         holder: holder.clone(),
+                        holder_name: holder_name.clone(),
                         reason: reason.clone(),
                     }),
                     _ => None,
@@ -184,9 +189,10 @@ impl Scheduler {
             Err(e) => Loss::NotReleased(e.clone()),
             Ok(Released::LeftAlone {
                 holder: holder @ Some(_),
-                ..
+                holder_name,
             }) => Loss::Lost {
                 holder: holder.clone(),
+                holder_name: holder_name.clone(),
                 reason: "the release found the record another holder's".to_string(),
             },
             Ok(_) => return,

@@ -682,12 +682,12 @@ fn supervise(
             continue;
         }
         match keeper.events().recv_timeout(wait) {
-            Ok(Event::Lost { holder, reason }) => {
-                // The event names the new holder by id; the lease also
-                // knows its name, when its record carried one.
-                let lease = keeper.lease();
-                let name = lease.lost_to_name().filter(|_| lease.lost_to() == holder);
-                reported = Some(Seen::Lost(lost_to(holder, name, Some(&reason))));
+            Ok(Event::Lost {
+                holder,
+                holder_name,
+                reason,
+            }) => {
+                reported = Some(Seen::Lost(lost_to(holder, holder_name, Some(&reason))));
             }
             Ok(Event::Fenced) => reported = Some(Seen::Fenced),
             Ok(Event::Renewed { latency }) => log::debug!("renewed in {latency:?}"),
