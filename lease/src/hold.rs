@@ -278,7 +278,7 @@ impl Contender {
         let keeper = Keeper::spawn(lease, options).map_err(HoldError::Thread)?;
         if !keeper.may_write() {
             let key = keeper.lease().key().to_string();
-            if let Err(e) = keeper.stop_and_release() {
+            if let Err(e) = keeper.stop_with_release() {
                 log::warn!("{key}: fenced before the work could start, and not released: {e}");
             }
             return Err(HoldError::Lease(LeaseError::Fenced { key }));
@@ -293,7 +293,7 @@ impl Contender {
         // The lease as the closure left it, before the release changes it.
         let at_return = keeper.lease().status();
         drop(holding);
-        let released = keeper.stop_and_release();
+        let released = keeper.stop_with_release();
         let value = match value {
             Ok(value) => value,
             Err(panic) => {

@@ -336,9 +336,17 @@ impl Keeper {
         }
     }
 
-    /// Stop as [`stop`](Self::stop) does, and return the release's own
-    /// outcome whatever happened before it.
-    pub(crate) fn stop_and_release(mut self) -> Result<Released, LeaseError> {
+    /// Stop as [`stop`](Self::stop) does, and return what the release
+    /// itself did, whatever happened before it: for a program that already
+    /// knows the lease ended (from an event or the loss callback) and asks
+    /// whether its record was freed.
+    ///
+    /// # Errors
+    ///
+    /// The release's error, when its request failed (the record then
+    /// expires after its TTL); [`LeaseError::Lost`] when the renewal thread
+    /// died without releasing.
+    pub fn stop_with_release(mut self) -> Result<Released, LeaseError> {
         self.shut_down().1
     }
 
@@ -529,6 +537,7 @@ impl Renewer {
         let mut ended = None;
         let end = self
             .renew_until_stopped()
+            .or_else(|| self.ended_unseen())
             // Released by hand: the program gave it up, no loss.
             .filter(|_| self.lease.status() != LeaseStatus::Released);
         if let Some(end) = end {
@@ -574,6 +583,28 @@ impl Renewer {
             Ok(_) => {}
         }
         (ended, released)
+    }
+
+    /// Stopped while the lease's status already says fenced or lost, which
+    /// the loop had not woken to see yet (a wall clock stepped, a stop and
+    /// the deadline at once): report it now, as the loop would have, so
+    /// that the stop says so.
+    fn ended_unseen(&self) -> Option<Event> {
+        let event = match self.lease.status() {
+            LeaseStatus::Fenced => {
+                self.lease.fence_for_good();
+                Event::Fenced
+            }
+            LeaseStatus::Lost { holder } => Event::Lost {
+                holder,
+                holder_name: self.lease.lost_to_name(),
+                reason: "a refused write marked it lost".to_string(),
+            },
+            LeaseStatus::Held { .. } | LeaseStatus::Released => return None,
+        };
+        note_end(&self.lease, &event);
+        let _ = self.events.send(event.clone());
+        Some(event)
     }
 
     /// Call the loss callback, if it has not been called yet; a panic in

@@ -657,13 +657,20 @@ impl PoolSchedule {
     }
 
     /// Stop keeping `id`: its release is a job now, or once its renewal in
-    /// flight is done. False when the machine does not hold it.
-    pub fn remove(&mut self, id: LeaseId, jobs: &mut Vec<Job>) -> bool {
+    /// flight is done. False when the machine does not hold it. A lease
+    /// found fenced or lost by then is reported so first (to `events`), and
+    /// leaves with that loss.
+    pub fn remove(
+        &mut self,
+        id: LeaseId,
+        jobs: &mut Vec<Job>,
+        events: &mut Vec<PoolEvent>,
+    ) -> bool {
         let Some(kept) = self.leases.get_mut(&id) else {
             return false;
         };
         kept.removing = true;
-        self.release_if_free(id, jobs);
+        self.release_if_free(id, jobs, events);
         true
     }
 
@@ -729,7 +736,7 @@ impl PoolSchedule {
                     events.push(PoolEvent::new(id, kept.lease.key(), event));
                 }
                 if kept.removing {
-                    self.release_if_free(id, jobs);
+                    self.release_if_free(id, jobs, events);
                 } else {
                     self.step(id, jobs, events);
                 }
@@ -814,7 +821,7 @@ impl PoolSchedule {
             }
             Step::End(event) => {
                 end(kept, id, event, events);
-                self.release_if_free(id, jobs);
+                self.release_if_free(id, jobs, events);
             }
         }
     }
@@ -837,13 +844,26 @@ impl PoolSchedule {
     }
 
     /// Queue lease `id`'s release if it is being removed and nothing of it
-    /// is out.
-    fn release_if_free(&mut self, id: LeaseId, jobs: &mut Vec<Job>) {
+    /// is out. A lease whose status says fenced or lost by now (a renewal
+    /// that found it taken, a deadline passed while a remove waited, a wall
+    /// clock stepped) is ended first, as its schedule says, so that it
+    /// leaves with its loss, reported once, never as a clean release.
+    fn release_if_free(&mut self, id: LeaseId, jobs: &mut Vec<Job>, events: &mut Vec<PoolEvent>) {
         let Some(kept) = self.leases.get_mut(&id) else {
             return;
         };
         if kept.busy || !kept.removing {
             return;
+        }
+        let ended_unseen = !kept.ended
+            && matches!(
+                kept.lease.status(),
+                LeaseStatus::Fenced | LeaseStatus::Lost { .. }
+            );
+        if ended_unseen {
+            if let Step::End(event) = kept.schedule.step(&kept.lease) {
+                end(kept, id, event, events);
+            }
         }
         kept.busy = true;
         jobs.push(Job::Release(id, Arc::clone(&kept.lease)));
@@ -945,7 +965,7 @@ mod tests {
         assert_eq!(left.released, Ok(Released::Freed), "its record freed");
         assert!(events.is_empty(), "{events:?}");
         assert!(machine.is_empty());
-        assert!(!machine.remove(id, &mut jobs), "gone");
+        assert!(!machine.remove(id, &mut jobs, &mut events), "gone");
     }
 
     #[test]
@@ -976,7 +996,7 @@ mod tests {
         let (clock, mut machine, id, _lease) = one_lease();
         let job = renewal_out(&clock, &mut machine);
         let (mut jobs, mut events) = (Vec::new(), Vec::new());
-        assert!(machine.remove(id, &mut jobs));
+        assert!(machine.remove(id, &mut jobs, &mut events));
         assert!(jobs.is_empty(), "the release waits for the renewal out");
         clock.advance(Duration::from_secs(1));
         machine.run_due(clock.now(), &mut jobs, &mut events);

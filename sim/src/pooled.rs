@@ -231,7 +231,7 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
         if !removed && now >= remove_at {
             removed = true;
             if let Some(i) = n.checked_sub(1).filter(|&i| i > 0) {
-                machine.remove(LeaseId::from_index(i), &mut jobs);
+                machine.remove(LeaseId::from_index(i), &mut jobs, &mut events);
                 sh.lock().log(|| format!("c{c} pool: removing lease {i}"));
             }
         }

@@ -63,8 +63,9 @@ pub(super) struct Scheduler {
     pub(super) done_tx: Sender<Done>,
     pub(super) events: Sender<PoolEvent>,
     pub(super) machine: PoolSchedule,
-    /// Who waits for each lease being removed.
-    pub(super) removers: HashMap<LeaseId, RemoveReply>,
+    /// Who waits for each lease being removed (a remove asked twice is
+    /// answered twice).
+    pub(super) removers: HashMap<LeaseId, Vec<RemoveReply>>,
     /// The stop in progress, and the releases it collected.
     pub(super) stopping: Option<(Option<StopReply>, Releases)>,
     /// The pool's count of its leases.
@@ -103,17 +104,17 @@ impl Scheduler {
                 recv(self.commands) -> command => match command {
                     Ok(Command::Add(id, lease)) => self.machine.add(id, lease, &mut jobs, &mut events),
                     Ok(Command::Remove(id, reply)) => {
-                        if self.machine.remove(id, &mut jobs) {
-                            self.removers.insert(id, reply);
+                        if self.machine.remove(id, &mut jobs, &mut events) {
+                            self.removers.entry(id).or_default().push(reply);
                         } else {
                             let _ = reply.send(self.departed.get(&id).cloned().map(Err));
                         }
                     }
-                    Ok(Command::Stop(reply)) => self.stop(Some(reply), &mut jobs),
+                    Ok(Command::Stop(reply)) => self.stop(Some(reply), &mut jobs, &mut events),
                     // The handle is gone without a stop: release everything.
                     Err(_) => {
                         self.commands = crossbeam_channel::never();
-                        self.stop(None, &mut jobs);
+                        self.stop(None, &mut jobs, &mut events);
                     }
                 },
                 recv(self.done) -> done => {
@@ -122,16 +123,19 @@ impl Scheduler {
                             let (id, released) = (left.id, left.answer());
                             self.len.fetch_sub(1, Ordering::SeqCst);
                             self.left(id, &left.released, left.loss.is_some());
+                            if let Some(loss) = &left.loss {
+                                // For any later `remove` of it too.
+                                self.depart(id, loss.clone());
+                            }
                             match self.removers.remove(&id) {
-                                Some(reply) => {
-                                    let _ = reply.send(Some(released));
+                                Some(replies) => {
+                                    for reply in replies {
+                                        let _ = reply.send(Some(released.clone()));
+                                    }
                                 }
                                 None => {
                                     if let Some((_, all)) = self.stopping.as_mut() {
                                         all.push((id, released));
-                                    } else if let Err(loss) = released {
-                                        // Left by itself after its loss.
-                                        self.depart(id, loss);
                                     }
                                 }
                             }
@@ -224,10 +228,10 @@ impl Scheduler {
     }
 
     /// Remove every lease; answer `reply` once all are released.
-    fn stop(&mut self, reply: Option<StopReply>, jobs: &mut Vec<Job>) {
+    fn stop(&mut self, reply: Option<StopReply>, jobs: &mut Vec<Job>, events: &mut Vec<PoolEvent>) {
         self.stopping.get_or_insert((None, Vec::new())).0 = reply;
         for id in self.machine.ids() {
-            self.machine.remove(id, jobs);
+            self.machine.remove(id, jobs, events);
         }
     }
 

@@ -166,7 +166,7 @@ fn schedule(sh: &Shared, c: usize, q: &Mutex<Queues>, clock: &dyn Clock, inline:
             match command {
                 Command::Add(id, lease) => machine.add(id, lease, &mut jobs, &mut events),
                 Command::Remove(id) => {
-                    if !machine.remove(id, &mut jobs) {
+                    if !machine.remove(id, &mut jobs, &mut events) {
                         answer(sh, q, id, None);
                     }
                 }

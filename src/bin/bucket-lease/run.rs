@@ -767,7 +767,8 @@ fn lost_in(keeper: &Keeper) -> bool {
 
 /// Stop renewing and release, saying what happened.
 fn release(keeper: Keeper) {
-    match keeper.stop() {
+    // What the release did, whatever ended the lease before (said already).
+    match keeper.stop_with_release() {
         Ok(Released::Freed) => log::info!("released the lease"),
         Ok(Released::AlreadyFree) => log::info!("the lease was already free"),
         Ok(Released::LeftAlone {
@@ -782,11 +783,6 @@ fn release(keeper: Keeper) {
             log::warn!("not releasing: the lease record is not ours any more")
         }
         Ok(other) => log::info!("released: {other:?}"),
-        // Said already, when it was lost or fenced; its record, if still
-        // ours, was freed.
-        Err(e @ (LeaseError::Lost { .. } | LeaseError::Fenced { .. })) => {
-            log::debug!("stopped after the lease ended: {e}")
-        }
         Err(e) => log::warn!("releasing the lease failed (it expires after its TTL): {e}"),
     }
 }

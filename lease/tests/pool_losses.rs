@@ -1,6 +1,8 @@
-//! Review of issue 34 (the pool's loss contract, results that cannot be
-//! mistaken): failing tests that pin what the change promises and does not
-//! do. Each test names the promise it checks.
+//! The pool's and the keeper's loss contract in the schedules a review
+//! found wrong: a remove or stop that waits on a renewal which ends the
+//! lease, a lease fenced by a stepped wall clock, two removes of one id.
+//! Whatever the timing, a lease that ended never stops as a clean release.
+//! Each test names the promise it checks.
 
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::pool::{KeeperPool, PoolEvent, PoolOptions};
