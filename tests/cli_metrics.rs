@@ -71,6 +71,18 @@ fn sample(families: &Value, family: &str, sample: &str, labels: &[(&str, &str)])
         .unwrap()
 }
 
+/// Another `run` holding `url` for 30 s, once it runs its command.
+fn held_by_another(t: &Target, url: &str) -> std::process::Child {
+    let ready = t.path("holder-ready");
+    let holder = t.spawn_holder(
+        url,
+        30,
+        &format!("echo ready > '{}'; sleep 30", ready.display()),
+    );
+    cli_common::wait_for_file(&ready, Duration::from_secs(20));
+    holder
+}
+
 /// The `bucket_lease_held` line of the text at `path`.
 fn held_line(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
@@ -229,13 +241,7 @@ fn the_files_say_held_while_the_command_runs_and_not_held_after() {
 fn the_metrics_file_says_not_held_while_run_waits() {
     let t = Target::fs("metrics-wait");
     let url = t.url("jobs/nightly");
-    let holder_ready = t.path("holder-ready");
-    let mut holder = t.spawn_holder(
-        &url,
-        30,
-        &format!("echo ready > '{}'; sleep 30", holder_ready.display()),
-    );
-    cli_common::wait_for_file(&holder_ready, Duration::from_secs(20));
+    let mut holder = held_by_another(&t, &url);
     let metrics = t.path("waiting.prom");
     let waiter = t.spawn([
         "run",
@@ -292,13 +298,7 @@ fn a_metrics_file_that_cannot_be_written_stops_run_before_the_acquire() {
 fn a_run_that_never_takes_the_lease_leaves_files_that_say_exited_not_held() {
     let t = Target::fs("metrics-held");
     let url = t.url("jobs/nightly");
-    let holder_ready = t.path("holder-ready");
-    let mut holder = t.spawn_holder(
-        &url,
-        30,
-        &format!("echo ready > '{}'; sleep 30", holder_ready.display()),
-    );
-    cli_common::wait_for_file(&holder_ready, Duration::from_secs(20));
+    let mut holder = held_by_another(&t, &url);
     let metrics = t.path("held.prom");
     let status = t.path("held.json");
     let done = t.run([

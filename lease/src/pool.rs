@@ -828,14 +828,17 @@ impl PoolSchedule {
 
     /// At the deadline of lease `id`'s renewal still out: if its status
     /// says fenced, report [`Event::Fenced`] now and end it, rather than
-    /// when a renewal thread gets round to the job. A lease being removed
-    /// is left to its release.
+    /// when a renewal thread gets round to the job; a lease being removed
+    /// too (its release, which waits for the renewal, then returns the
+    /// loss).
     fn fence_if_overdue(&mut self, id: LeaseId, events: &mut Vec<PoolEvent>) {
         // The renewal is still out: the release waits for it (`finish`).
         let Some(kept) = self.leases.get_mut(&id) else {
             return;
         };
-        if !kept.busy || kept.ended || kept.removing {
+        // Being removed or not: a remove waiting on this renewal must not
+        // keep the fence unsaid past the deadline.
+        if !kept.busy || kept.ended {
             return;
         }
         if kept.lease.status() == LeaseStatus::Fenced {
@@ -992,7 +995,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_being_removed_is_left_to_its_release() {
+    fn a_lease_being_removed_is_still_fenced_at_its_deadline_and_leaves_with_the_loss() {
         let (clock, mut machine, id, _lease) = one_lease();
         let job = renewal_out(&clock, &mut machine);
         let (mut jobs, mut events) = (Vec::new(), Vec::new());
@@ -1000,8 +1003,20 @@ mod tests {
         assert!(jobs.is_empty(), "the release waits for the renewal out");
         clock.advance(Duration::from_secs(1));
         machine.run_due(clock.now(), &mut jobs, &mut events);
-        assert!(events.is_empty(), "{events:?}");
+        let kinds: Vec<_> = events.drain(..).map(|e| e.event).collect();
+        assert_eq!(
+            kinds,
+            vec![Event::Fenced],
+            "at its deadline, removed or not"
+        );
         machine.finish(work(job, Duration::from_secs(5)), &mut jobs, &mut events);
         assert!(matches!(jobs.as_slice(), [Job::Release(..)]));
+        let done = work(jobs.remove(0), Duration::from_secs(5));
+        let left = machine.finish(done, &mut jobs, &mut events).unwrap();
+        assert!(
+            matches!(left.answer(), Err(LeaseError::Fenced { .. })),
+            "{left:?}"
+        );
+        assert!(events.is_empty(), "one event: {events:?}");
     }
 }
