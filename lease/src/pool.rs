@@ -269,7 +269,7 @@ impl PooledLease {
     }
 
     /// The lease, for its key, epoch and state, and for a
-    /// [`FencedWriter`](crate::FencedWriter).
+    /// [`FencedWriter`] (or use [`writer`](Self::writer)).
     pub fn lease(&self) -> &Arc<Lease> {
         &self.lease
     }
