@@ -239,6 +239,14 @@ fn stop_requested_once_true_stays_true() {
     let mut c = contender(&store, &clock, "worker");
     let ran = c
         .run_while_held(&wait(&clock), KeeperOptions::new(), |held| {
+            // The keeper waits on its timer first: a keeper thread that
+            // took its first look only after the step below (a loaded
+            // machine) would see the fence and end the lease itself.
+            let started = std::time::Instant::now();
+            while clock.pending_timers() == 0 {
+                assert!(started.elapsed() < secs(30), "the keeper never waited");
+                std::thread::yield_now();
+            }
             // Past the write deadline by the wall clock alone: fenced, and
             // no monotonic timer of the keeper fires.
             clock.step_wall(secs(21), true);
