@@ -39,7 +39,11 @@ fn main() -> Result<(), Box<dyn Error>> {
 /// The README's library example, as it is written there.
 fn fenced_job(url: &str) -> Result<(), Box<dyn Error>> {
     let (store, prefix) = config::open(url)?;
-    let mut contender = Contender::new(store.clone(), &prefix, LeaseOptions::new(30).best_effort_from_env());
+    let mut contender = Contender::new(
+        store.clone(),
+        &prefix,
+        LeaseOptions::new(30).best_effort_from_env(),
+    );
     let keeper = Keeper::spawn(contender.try_acquire()?, KeeperOptions::new())?;
     let epoch = keeper.lease().epoch();
     let writer = FencedWriter::new(keeper.lease().clone());
@@ -65,8 +69,9 @@ fn fenced_job(url: &str) -> Result<(), Box<dyn Error>> {
 /// "Run while holding the lease", with a name and a loss callback.
 fn run_while_held(url: &str) -> Result<(), Box<dyn Error>> {
     let (store, prefix) = config::open(url)?;
-    let mut contender = Contender::new(store, &prefix, LeaseOptions::new(30).best_effort_from_env())
-        .with_holder_name("new-user-export")?;
+    let mut contender =
+        Contender::new(store, &prefix, LeaseOptions::new(30).best_effort_from_env())
+            .with_holder_name("new-user-export")?;
     let wait = Wait::until(Instant::now() + Duration::from_secs(60));
     let options = KeeperOptions::new().on_loss(|loss| eprintln!("lease ended: {loss}"));
     let ran = contender.run_while_held(&wait, options, |held| {
@@ -98,11 +103,16 @@ fn wait_then_drop(url: &str) -> Result<(), Box<dyn Error>> {
     let (store, prefix) = config::open(url)?;
     let cancel = Cancel::new();
     let wait = Wait::until(Instant::now() + Duration::from_secs(60)).cancel(cancel.clone());
-    let lease =
-        Contender::new(store.clone(), &prefix, LeaseOptions::new(30).best_effort_from_env()).acquire_with(&wait)?;
+    let lease = Contender::new(
+        store.clone(),
+        &prefix,
+        LeaseOptions::new(30).best_effort_from_env(),
+    )
+    .acquire_with(&wait)?;
     let first = lease.epoch();
     drop(lease);
-    let again = Contender::new(store, &prefix, LeaseOptions::new(30).best_effort_from_env()).try_acquire()?;
+    let again = Contender::new(store, &prefix, LeaseOptions::new(30).best_effort_from_env())
+        .try_acquire()?;
     println!(
         "wait and drop: epoch {first} dropped, taken again at epoch {}",
         again.epoch()
