@@ -414,7 +414,7 @@ fn completions_and_the_man_page_are_generated_from_the_tables() {
     }
 
     // Every option each help lists is in every output.
-    for cmd in ["", "run", "inspect", "break", "bench"] {
+    for cmd in ["", "run", "inspect", "break", "bench", "migrate-dir"] {
         let help = if cmd.is_empty() {
             t.run(["--help"])
         } else {

@@ -56,7 +56,7 @@ fn a_locked_directory_holds_no_other_lease_in_an_inline_pool() {
         .create(true)
         .truncate(false)
         .write(true)
-        .open(dir_a.0.join(".bucket-lease.lock"))
+        .open(dir_a.0.join(".bucket-lease/lock"))
         .unwrap();
     lock.lock().unwrap();
 

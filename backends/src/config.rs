@@ -241,8 +241,51 @@ pub fn open_with_env(
 
 #[cfg(feature = "fs")]
 fn open_dir(dir: &std::path::Path, prefix: &str) -> Result<Arc<dyn Store>, ConfigError> {
-    let store = crate::fs::DirStore::open_for(dir, prefix).map_err(ConfigError::Open)?;
+    let store = crate::fs::DirStore::open_for(dir, prefix).map_err(|e| {
+        if prefix.is_empty() && e.code() == Some("NoSuchBucket") {
+            ConfigError::Open(both_readings(dir, e))
+        } else {
+            ConfigError::Open(e)
+        }
+    })?;
     Ok(Arc::new(store))
+}
+
+/// The answer for a single-slash URL (`file:///srv/bkt/nightly`) whose
+/// directory is missing: it names both readings, the whole path as the
+/// bucket and the deepest directory that exists as the bucket with the
+/// rest as the prefix, so the user picks one, not a `mkdir -p` they did
+/// not mean.
+#[cfg(feature = "fs")]
+fn both_readings(
+    dir: &std::path::Path,
+    error: bucket_lease_core::store::StoreError,
+) -> bucket_lease_core::store::StoreError {
+    let shown = dir.display();
+    let existing = dir.ancestors().skip(1).find(|at| at.is_dir());
+    let split = existing
+        .filter(|at| at.parent().is_some())
+        .and_then(|at| Some((at, dir.strip_prefix(at).ok()?)));
+    use crate::settings::url_text;
+    let bucket = |path: &std::path::Path| url_text(&path.display().to_string());
+    let message = match split {
+        Some((at, rest)) => format!(
+            "there is no directory {shown}, which this URL names as the bucket (a single `/` \
+             before the path makes it all the bucket's directory); for the bucket {} with the \
+             prefix {}, write file://{}//{}; for {shown} itself as the bucket, make it first \
+             (mkdir -p {shown})",
+            at.display(),
+            rest.display(),
+            bucket(at),
+            url_text(&rest.display().to_string()),
+        ),
+        None => format!(
+            "there is no directory {shown}, which this URL names as the bucket; make it first \
+             (mkdir -p {shown}), or name a directory that exists, with `//` before the prefix \
+             (file:///srv/bkt//jobs/nightly)"
+        ),
+    };
+    error.with_message(message)
 }
 
 #[cfg(not(feature = "fs"))]
@@ -826,7 +869,8 @@ pub(crate) mod tests {
         );
         // The outer one again, and a sibling of the inner, still open.
         open_with_env(&format!("file://{t}//jobs/nightly"), |_| None).unwrap();
-        std::fs::remove_file(top.join(".bucket-lease.lock")).unwrap();
+        std::fs::remove_dir_all(top.join(".bucket-lease")).unwrap();
+        std::fs::remove_dir(top.join(".bucket-lease.lock")).unwrap();
         // The inner directory first: the outer spelling is refused.
         open_with_env(&format!("file://{t}/jobs/nightly"), |_| None).unwrap();
         refused(
@@ -834,6 +878,7 @@ pub(crate) mod tests {
             &format!("file://{t}/jobs/nightly"),
         );
         // The refused claims were taken back: the inner one opens again.
+        assert!(!top.join(".bucket-lease").exists());
         assert!(!top.join(".bucket-lease.lock").exists());
         open_with_env(&format!("file://{t}/jobs/nightly"), |_| None).unwrap();
         let _ = std::fs::remove_dir_all(&top);
@@ -862,7 +907,7 @@ pub(crate) mod tests {
             let text = e.to_string();
             assert!(text.contains(&format!("mkdir -p {shown}")), "{text}");
             assert_eq!(
-                text.matches(&format!("no directory {shown} ")).count(),
+                text.matches(&format!("no directory {shown}")).count(),
                 1,
                 "{text}"
             );
@@ -1218,6 +1263,36 @@ pub(crate) mod tests {
             !scrubbed.contains("AKID") && !scrubbed.contains("secret"),
             "user information shown: {text}"
         );
+    }
+
+    /// A single-slash URL whose path is missing names both readings in
+    /// one error: the path as the bucket (made with mkdir -p), and the
+    /// deepest directory that exists as the bucket, the rest its prefix.
+    #[cfg(feature = "fs")]
+    #[test]
+    fn a_single_slash_url_to_a_missing_path_names_both_readings() {
+        let top = std::env::temp_dir().join(format!(
+            "bucket-lease-config-readings-{:016x}",
+            getrandom::u64().unwrap()
+        ));
+        std::fs::create_dir_all(&top).unwrap();
+        let t = top.display().to_string();
+        let e = open_with_env(&format!("file://{t}/nightly/parts"), |_| None)
+            .err()
+            .unwrap();
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("write file://{t}//nightly/parts;")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("mkdir -p {t}/nightly/parts")),
+            "{text}"
+        );
+        assert!(!top.join("nightly").exists(), "made");
+        // The `//` reading it names opens.
+        open_with_env(&format!("file://{t}//nightly/parts"), |_| None).unwrap();
+        let _ = std::fs::remove_dir_all(&top);
     }
 
     #[cfg(http)]

@@ -47,7 +47,7 @@ fn the_directory_store_keeps_its_deadlines_while_another_process_holds_the_lock(
     use std::time::{Duration, Instant};
     let dir = TempDir::new();
     let store = DirStore::open(&dir.0).unwrap();
-    let lock = dir.0.join(".bucket-lease.lock");
+    let lock = dir.0.join(".bucket-lease/lock");
     // --no-fork: the lock's holder is the process killed at the end.
     let mut holder = std::process::Command::new("flock")
         .args(["--exclusive", "--no-fork"])
@@ -93,5 +93,5 @@ fn the_directory_store_keeps_its_deadlines_while_another_process_holds_the_lock(
             );
         }
     }
-    assert!(!dir.0.join("conformance/deadline.obj").exists());
+    assert!(!dir.0.join("conformance/deadline").exists());
 }

@@ -204,7 +204,7 @@ fn a_lock_held_by_another_process_times_out_at_the_deadline() {
         let lock = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .open(Path::new(&root).join(".bucket-lease.lock"))
+            .open(Path::new(&root).join(".bucket-lease/lock"))
             .unwrap();
         lock.lock().unwrap();
         std::fs::write(&held, b"").unwrap();
@@ -283,10 +283,11 @@ fn a_large_write_started_just_before_its_deadline_publishes_nothing() {
         .head("big", None)
         .expect_err("the object was published");
     assert_eq!(read.kind(), StoreErrorKind::NotFound, "{read}");
-    let mut left: Vec<_> = std::fs::read_dir(&dir.0)
+    let mut left: Vec<_> = std::fs::read_dir(dir.0.join(".bucket-lease/tmp"))
         .unwrap()
         .map(|entry| entry.unwrap().file_name())
         .collect();
     left.sort();
-    assert_eq!(left, [".bucket-lease.lock"], "a temporary file was left");
+    assert!(left.is_empty(), "a temporary file was left: {left:?}");
+    assert!(!dir.0.join("big").exists());
 }

@@ -47,6 +47,18 @@ fn names(dir: &Path) -> Vec<String> {
     names
 }
 
+/// The names in the bucket's root at `root` but the store's own, sorted.
+fn listing(root: &Path) -> Vec<String> {
+    let mut names = names(root);
+    names.retain(|name| name != ".bucket-lease" && name != ".bucket-lease.lock");
+    names
+}
+
+/// The upload files of the bucket at `root`.
+fn uploads(root: &Path) -> Vec<String> {
+    names(&root.join(".bucket-lease/uploads"))
+}
+
 fn metadata(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
@@ -111,10 +123,16 @@ fn a_create_only_upload_on_an_absent_key_becomes_the_object_with_its_metadata() 
     assert!(opened.object.body.is_empty());
     assert_eq!(read_all(&mut opened.body), b"first,third");
     assert_eq!(
-        names(&dir.0.join("jobs.dir/a.dir")),
-        ["OUT.obj"],
+        names(&dir.0.join("jobs/a")),
+        ["OUT"],
         "the upload's file became the object"
     );
+    assert_eq!(
+        std::fs::read(dir.0.join("jobs/a/OUT")).unwrap(),
+        b"first,third",
+        "a plain file of the object's bytes"
+    );
+    assert!(uploads(&dir.0).is_empty());
 
     // Done: the upload is no more.
     let again = store
@@ -164,13 +182,16 @@ fn a_create_only_completion_on_a_taken_key_changes_nothing_and_the_upload_stays(
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Precondition, "{e}");
     assert_eq!(
-        names(&dir.0).len(),
-        3,
-        "the lock, the object and the upload"
+        (listing(&dir.0), uploads(&dir.0).len()),
+        (vec!["k".to_string()], 1),
+        "the object and the upload"
     );
 
     store.abort_upload("k", &id, None).unwrap();
-    assert_eq!(names(&dir.0), [".bucket-lease.lock", "k.obj"]);
+    assert_eq!(
+        (listing(&dir.0), uploads(&dir.0).len()),
+        (vec!["k".to_string()], 0)
+    );
     let e = store
         .complete_upload("k", &id, &parts, &PutMode::Create, None)
         .unwrap_err();
@@ -198,30 +219,30 @@ fn an_update_completion_replaces_the_version_it_names() {
 }
 
 #[test]
-fn an_abort_removes_the_upload_and_the_folders_it_leaves_empty() {
+fn an_abort_removes_the_upload_and_no_folder_waits_for_it() {
     let (dir, store) = store();
     store
         .put("p/q/other", b"x", &PutOptions::new(PutMode::Create))
         .unwrap();
     let (id, parts) = upload(&store, "p/q/k", &[], &[b"part"]);
-    // The upload keeps its folder while a delete empties it of objects.
+    // The upload lives in the store's own folder: a delete that empties
+    // the key's folder of objects removes it.
     store
         .delete("p/q/other", &DeleteMode::Unconditional, None)
         .unwrap();
-    let folder = names(&dir.0.join("p.dir/q.dir"));
-    assert_eq!(folder.len(), 1, "{folder:?}");
-    assert!(
-        folder[0].starts_with(&format!("k.{id}.")) && folder[0].ends_with(".upload"),
-        "{folder:?}"
-    );
+    assert_eq!(listing(&dir.0), Vec::<String>::new());
+    assert_eq!(uploads(&dir.0), std::slice::from_ref(&id));
     // Reads see no object there.
     assert_eq!(
         store.get("p/q/k", None).unwrap_err().kind(),
         StoreErrorKind::NotFound
     );
 
+    // An abort names the upload's key: another key's aborts nothing.
+    store.abort_upload("p/q/other", &id, None).unwrap();
+    assert_eq!(uploads(&dir.0), std::slice::from_ref(&id));
     store.abort_upload("p/q/k", &id, None).unwrap();
-    assert_eq!(names(&dir.0), [".bucket-lease.lock"]);
+    assert_eq!((listing(&dir.0), uploads(&dir.0)), (vec![], vec![]));
     store
         .abort_upload("p/q/k", &id, None)
         .expect("an unknown upload is aborted already");
@@ -233,7 +254,11 @@ fn an_abort_removes_the_upload_and_the_folders_it_leaves_empty() {
         .upload_part("p/q/k", &id, 2, b"more", None)
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::NotFound, "{e}");
-    assert_eq!(names(&dir.0), [".bucket-lease.lock"], "nothing made again");
+    assert_eq!(
+        (listing(&dir.0), uploads(&dir.0)),
+        (vec![], vec![]),
+        "nothing made again"
+    );
 }
 
 #[test]
@@ -332,7 +357,7 @@ fn a_passed_deadline_begins_nothing_takes_no_part_and_publishes_nothing() {
     let past = Some(Instant::now() - Duration::from_millis(1));
     let e = store.begin_upload("k", &[], past).unwrap_err();
     assert!(e.is_timeout() && !e.may_have_landed(), "{e}");
-    assert_eq!(names(&dir.0), [".bucket-lease.lock"]);
+    assert_eq!((listing(&dir.0), uploads(&dir.0)), (vec![], vec![]));
     let (id, parts) = upload(&store, "k", &[], &[b"x"]);
     let e = store.upload_part("k", &id, 2, b"y", past).unwrap_err();
     assert!(e.is_timeout() && !e.may_have_landed(), "{e}");
@@ -389,11 +414,8 @@ fn of_two_handles_racing_create_only_completions_exactly_one_wins() {
         let store = DirStore::open(&dir.0).unwrap();
         let got = store.get(&key, None).unwrap();
         assert_eq!((got.body, got.version), (vec![b'a' + winner; 100], version));
-        assert_eq!(
-            names(&dir.0.join("race.dir")).len(),
-            round + 1,
-            "no leftovers"
-        );
+        assert_eq!(names(&dir.0.join("race")).len(), round + 1, "no leftovers");
+        assert!(uploads(&dir.0).is_empty(), "no leftovers");
     }
 }
 

@@ -699,7 +699,7 @@ impl BucketLock {
             .create(true)
             .truncate(false)
             .write(true)
-            .open(dir.join(".bucket-lease.lock"))
+            .open(dir.join(".bucket-lease/lock"))
             .expect("the bucket's lock file opens");
         file.lock().expect("the bucket's lock is taken");
         BucketLock { _file: file }

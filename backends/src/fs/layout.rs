@@ -1,72 +1,98 @@
-//! How the directory store lays out a bucket on the disk: the names keys
-//! map to, and the text header of an object file (see the parent module's
-//! Layout and Keys sections). Pure functions of their inputs: nothing here
-//! touches the disk.
+//! How the directory store lays out a bucket on the disk: the path a key
+//! names, the names the store keeps for itself, and the text of the
+//! attribute that carries an object's ETag and metadata (see the parent
+//! module's Layout and Keys sections). Pure functions of their inputs:
+//! nothing here touches the disk.
 
 use std::fmt::Write as _;
-use std::io::{self, BufRead, Read};
 
-/// The first line of every object file.
-pub(super) const MAGIC: &str = "bucket-lease object v1";
-/// No object file this store writes has a longer header than this.
-const MAX_HEADER: u64 = 64 * 1024;
-/// The longest key segment: leaves room for the suffixes within the 255-byte
-/// file name limit of common file systems.
-pub(super) const MAX_SEGMENT: usize = 200;
+/// The first line of every attribute this store writes.
+pub(super) const MAGIC: &str = "bucket-lease object v2";
+/// The first line of an object file of the first layout (its header, in
+/// the file before the body), which [`super::migrate`] reads.
+pub(super) const MAGIC_V1: &str = "bucket-lease object v1";
+/// The longest key segment: the 255-byte file name limit of common file
+/// systems.
+pub(super) const MAX_SEGMENT: usize = 255;
+/// The folder, directly under the root, where the store keeps its own
+/// files: the lock, temporary files and uploads. No key may name it.
+pub(super) const STATE_DIR: &str = ".bucket-lease";
+/// The bucket's lock file, in [`STATE_DIR`].
+pub(super) const LOCK: &str = "lock";
+/// Where writes' temporary files are made, in [`STATE_DIR`].
+pub(super) const TEMP_DIR: &str = "tmp";
+/// Where uploads' files are, in [`STATE_DIR`].
+pub(super) const UPLOAD_DIR: &str = "uploads";
+/// The first layout's lock file, directly under the root. In a bucket of
+/// this layout it is a folder, which a store of the first layout cannot
+/// open to lock, so it never writes here; as a file, it marks a bucket of
+/// the first layout.
+pub(super) const V1_LOCK: &str = ".bucket-lease.lock";
 
-/// What an object file's header says.
+/// What an object's (or an upload's) attribute says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Header {
+    /// The upload's key; `None` for an object.
+    pub(super) key: Option<String>,
     pub(super) etag: String,
     pub(super) metadata: Vec<(String, String)>,
 }
 
-pub(super) fn encode_header(etag: &str, metadata: &[(String, String)]) -> Vec<u8> {
-    let mut text = format!("{MAGIC}\netag {}\n", escape(etag));
+/// The attribute of an object with `etag` and `metadata`, or, with `key`,
+/// of an upload of that key whose mark is `etag`.
+pub(super) fn encode_header(
+    key: Option<&str>,
+    etag: &str,
+    metadata: &[(String, String)],
+) -> Vec<u8> {
+    let mut text = format!("{MAGIC}\n");
+    if let Some(key) = key {
+        let _ = writeln!(text, "key {}", escape(key));
+    }
+    let _ = writeln!(text, "etag {}", escape(etag));
     for (name, value) in metadata {
         let name = name.to_ascii_lowercase();
         let _ = writeln!(text, "meta {} {}", escape(&name), escape(value));
     }
-    text.push('\n');
     text.into_bytes()
 }
 
-/// The header's bytes, through its blank line, leaving `reader` at the body.
-pub(super) fn read_header(reader: &mut impl BufRead) -> io::Result<Vec<u8>> {
-    let mut limited = Read::take(reader, MAX_HEADER);
-    let mut raw = Vec::new();
-    loop {
-        let start = raw.len();
-        if limited.read_until(b'\n', &mut raw)? == 0 || raw[start..] == *b"\n" {
-            return Ok(raw);
-        }
-    }
-}
-
 pub(super) fn parse_header(raw: &[u8]) -> Result<Header, String> {
-    let text = std::str::from_utf8(raw).map_err(|_| "its header is not UTF-8".to_string())?;
+    let text = std::str::from_utf8(raw).map_err(|_| "it is not UTF-8".to_string())?;
     let text = text
-        .strip_suffix("\n\n")
-        .ok_or_else(|| "its header does not end in a blank line".to_string())?;
-    let mut lines = text.split('\n');
+        .strip_suffix('\n')
+        .ok_or_else(|| "it does not end in a new line".to_string())?;
+    let mut lines = text.split('\n').peekable();
     if lines.next() != Some(MAGIC) {
         return Err(format!("it does not start with `{MAGIC}`"));
     }
+    let key = match lines.peek().and_then(|line| line.strip_prefix("key ")) {
+        Some(key) => {
+            let key = unescape(key)?;
+            lines.next();
+            Some(key)
+        }
+        None => None,
+    };
     let etag = lines
         .next()
         .and_then(|line| line.strip_prefix("etag "))
-        .ok_or_else(|| "its second line is not `etag …`".to_string())?;
+        .ok_or_else(|| "it has no `etag …` line after its first".to_string())?;
     let etag = unescape(etag)?;
     let metadata = lines
         .map(|line| {
             let (name, value) = line
                 .strip_prefix("meta ")
                 .and_then(|rest| rest.split_once(' '))
-                .ok_or_else(|| format!("unexpected header line `{line}`"))?;
+                .ok_or_else(|| format!("unexpected line `{line}`"))?;
             Ok((unescape(name)?, unescape(value)?))
         })
         .collect::<Result<_, String>>()?;
-    Ok(Header { etag, metadata })
+    Ok(Header {
+        key,
+        etag,
+        metadata,
+    })
 }
 
 /// `%`, space and control characters as `%XX`; everything else as is.
@@ -121,8 +147,14 @@ pub(super) fn split_key(key: &str) -> Result<Vec<&str>, &'static str> {
         match *segment {
             "" => return Err("the key has an empty segment (`//` or a trailing `/`)"),
             "." | ".." => return Err("the key has a `.` or `..` segment"),
+            s if s.starts_with(STATE_DIR) => {
+                return Err(
+                    "a segment of the key starts with `.bucket-lease`, a name the \
+                            store keeps for its own files",
+                )
+            }
             s if s.len() > MAX_SEGMENT => {
-                return Err("a segment of the key is longer than 200 bytes")
+                return Err("a segment of the key is longer than 255 bytes")
             }
             _ => {}
         }

@@ -21,7 +21,7 @@
 //!   success is on the disk (file and directory synced);
 //! - a read returns at most [`MAX_BODY`] bytes (as the HTTP client's
 //!   default cap): a larger object answers [`StoreErrorKind::TooLarge`]
-//!   carrying its version (the ETag from the object file's header), and its
+//!   carrying its version (the ETag from the object file's attribute), and its
 //!   body is not read, so it can still be replaced conditionally; a
 //!   streamed read ([`Store::open`]) has no cap, and reads one whole
 //!   version whatever replaces the object meanwhile;
@@ -45,49 +45,76 @@
 //!
 //! # How
 //!
-//! A write goes to a temporary file beside its object, is synced, and is then
-//! renamed over the object, so each object file is replaced whole. Every
-//! write and delete checks its condition and renames (or removes) while
-//! holding an exclusive lock on the bucket's lock file,
-//! `ROOT/.bucket-lease.lock`, taken with [`std::fs::File::try_lock`]; reads
-//! take no lock. The lock is held only for the check and the rename: the
-//! slow part, writing and syncing the temporary file (in chunks, see
-//! [Deadlines](#deadlines)), happens before it.
+//! A write goes to a temporary file in the store's own folder, is synced,
+//! and is then renamed over the object, so each object file is replaced
+//! whole. Every write and delete checks its condition and renames (or
+//! removes) while holding an exclusive lock on the bucket's lock file,
+//! `ROOT/.bucket-lease/lock`, taken with [`std::fs::File::try_lock`];
+//! reads take no lock. The lock is held only for the check, the folders a
+//! new key needs, and the rename: the slow part, writing and syncing the
+//! temporary file (in chunks, see [Deadlines](#deadlines)), happens before
+//! it.
 //!
 //! # Layout
 //!
-//! Key `backups/db1/LEASE` is the file `ROOT/backups.dir/db1.dir/LEASE.obj`.
-//! Every name the store makes ends in a suffix of its own (`.obj`, `.dir`,
-//! `.tmp`, `.upload`), so a key and the "folder" of longer keys (`a` and
-//! `a/b`) live side by side as on S3, and no key can name the store's own
-//! files: a write's temporary file is `NAME.<etag hex>.tmp`, an upload's
-//! file `NAME.<upload id>.upload`, both beside the object `NAME.obj`, and
-//! reads never look at them.
+//! A directory bucket is a directory of plain files: the object
+//! `nightly/parts/1-0` of `file:///srv/bkt//nightly` is the file
+//! `/srv/bkt/nightly/parts/1-0`, holding exactly the object's bytes, so
+//! `cat`, `cp`, `tar` and a restore script read it as they read any file.
 //!
-//! An object file is a short text header, a blank line, then the body:
+//! Its ETag and metadata are in the file's extended attribute
+//! `user.bucket-lease` (`getfattr -n user.bucket-lease FILE` shows it):
 //!
 //! ```text
-//! bucket-lease object v1
+//! bucket-lease object v2
 //! etag "5d41402abc4b2a76b9719d911017c592"
 //! meta owner host-7%20pid-42
-//! <blank line>
-//! <body bytes>
 //! ```
 //!
-//! Metadata names and values are escaped (`%`, space and control characters
-//! as `%XX`).
+//! with metadata names and values escaped (`%`, space and control
+//! characters as `%XX`). An attribute rather than a file beside the object,
+//! because an attribute belongs to the file: a write sets it on its
+//! temporary file before the one rename that publishes both, and a read
+//! takes the ETag and the bytes from one open file, so no reader ever
+//! pairs a version's ETag with another version's bytes, and no crash
+//! leaves the two out of step. A second file would need two renames, and a
+//! reader could see one without the other. The cost: the file system must
+//! keep user extended attributes (ext4, XFS, btrfs and ZFS do; tmpfs from
+//! Linux 6.6), which the store checks when it opens, refusing one that
+//! does not; and a file copied into the bucket without its attribute is
+//! not an object (its reads say so, naming `cp --preserve=xattr`).
+//!
+//! The store keeps its own files in `ROOT/.bucket-lease/`: the lock,
+//! `tmp/` for writes' temporary files, and `uploads/` for uploads. No key
+//! may have a segment starting with `.bucket-lease`. `ROOT/.bucket-lease.lock`
+//! is a folder: it was the first layout's lock file, and a store of that
+//! layout cannot open a folder to lock it, so an older version never
+//! writes in a bucket of this one.
+//!
+//! A file system cannot hold what S3 can: an object `a` and an object
+//! `a/b` (the first needs a file where the second needs a folder). A write
+//! that would make one beside the other is refused,
+//! [`StoreErrorKind::Rejected`] with the code `KeyConflict`, permanent,
+//! naming the path in the way; a read of `a` where `a` is a folder of
+//! longer keys answers [`StoreErrorKind::NotFound`], as S3 would.
+//!
+//! A bucket of the first layout (objects as `NAME.obj` files starting with
+//! a header, folders as `NAME.dir`; its `.bucket-lease.lock` a file) is
+//! refused when the store opens, code `FirstLayout`, naming its migration:
+//! [`DirStore::migrate_first_layout`], or `bucket-lease migrate-dir PATH`.
 //!
 //! # Uploads
 //!
-//! An upload is the object file to be, `NAME.<id>.upload`, `id` being 32
-//! random hex digits (any other id is refused, [`StoreErrorKind::Rejected`],
-//! so none names a file elsewhere). Its beginning writes the header, the
-//! metadata included, with a mark of the same length where the ETag goes;
-//! each part is appended (chunk by chunk, as a write's temporary file is
-//! written) and synced, then the mark is rewritten to name it. The
-//! completion writes a fresh ETag over the mark and renames the file over
-//! its object as a write renames its temporary file: the body is never
-//! copied, and a reader never sees a torn object. What differs from S3:
+//! An upload is the object file to be, `ROOT/.bucket-lease/uploads/<id>`,
+//! `id` being 32 random hex digits (any other id is refused,
+//! [`StoreErrorKind::Rejected`], so none names a file elsewhere). Its
+//! attribute names its key and metadata, and a mark where an object's
+//! ETag goes; each part is appended (chunk by chunk, as a write's temporary
+//! file is written) and synced, then the mark is rewritten to name it. The
+//! completion writes the object's attribute, with a fresh ETag, and renames
+//! the file over its object as a write renames its temporary file: the body
+//! is never copied, and a reader never sees a torn object. What differs
+//! from S3:
 //!
 //! - parts are taken in order, 1, 2, 3…, each once: a part out of order or
 //!   sent again is refused ([`StoreErrorKind::Rejected`],
@@ -101,10 +128,11 @@
 //!
 //! # Keys
 //!
-//! Keys are `/`-separated. A key that is empty, starts with `/`, has an empty
-//! segment (`a//b`, `a/`), a `.` or `..` segment, a NUL byte, a backslash, or a
-//! segment longer than 200 bytes is answered [`StoreErrorKind::Rejected`]
-//! naming the key.
+//! Keys are `/`-separated, each segment a folder or file name. A key that
+//! is empty, starts with `/`, has an empty segment (`a//b`, `a/`), a `.` or
+//! `..` segment, a segment starting with `.bucket-lease`, a NUL byte, a
+//! backslash, or a segment longer than 255 bytes is answered
+//! [`StoreErrorKind::Rejected`] naming the key.
 //!
 //! # Deadlines
 //!
@@ -157,26 +185,27 @@
 //!   be trusted across machines. Use an S3-compatible service there.
 //! - On a case-insensitive file system, keys differing only in case are one
 //!   object.
-//! - A process killed in the middle of a write leaves a `NAME.<hex>.tmp` file;
-//!   reads ignore it, and it may be removed while no writer runs. A write
-//!   that publishes nothing (refused, or out of time) removes its own.
+//! - A process killed in the middle of a write leaves a file in
+//!   `.bucket-lease/tmp/`; reads never see it, and it may be removed while
+//!   no writer runs. A write that publishes nothing (refused, or out of
+//!   time) removes its own.
 //! - An upload never completed nor aborted (its process killed) stays as
-//!   its `NAME.<id>.upload` file, as S3 keeps an incomplete multipart
-//!   upload until it is aborted; reads ignore it. Its folder, and those
-//!   above, stay while it is there (a delete removes only empty folders):
-//!   abort it, or remove the file while no writer uses it, and the next
-//!   delete in the folder removes what is left empty. A part a killed
-//!   process left half-written is cut off by the upload's next request; a
-//!   process killed in the middle of a completion (between two system
-//!   calls) leaves an upload that answers that it must be aborted.
-//! - A write that publishes nothing leaves the folders it made for a new
-//!   prefix, empty: reads see no object there, as S3 would show none.
+//!   its file in `.bucket-lease/uploads/`, as S3 keeps an incomplete
+//!   multipart upload until it is aborted; reads never see it. Abort it,
+//!   or remove the file while no writer uses it. A part a killed process
+//!   left half-written is cut off by the upload's next request; a process
+//!   killed in the middle of a completion (between two system calls)
+//!   leaves an upload that answers that it must be aborted.
+//! - Folders for a new key are made under the lock right before the
+//!   rename; a write whose deadline passes there removes them again.
 //! - A delete removes the folders it leaves empty (S3 has no folders to
 //!   leave behind); a folder made for a new prefix is not itself synced to
 //!   its parent.
 
+mod attr;
 mod claim;
 mod layout;
+mod migrate;
 mod request;
 #[cfg(test)]
 mod tests;
@@ -189,7 +218,8 @@ use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
 use claim::claim_as_bucket;
-use layout::{encode_header, split_key};
+use layout::{encode_header, split_key, LOCK, STATE_DIR, TEMP_DIR, UPLOAD_DIR};
+pub use migrate::Migration;
 use request::{is_version, unknown_mode, Opened, Request};
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
@@ -198,9 +228,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The file whose lock every write and delete holds, directly under the root.
-const LOCK_FILE: &str = ".bucket-lease.lock";
-
 /// The most bytes a read returns, as the HTTP stores' default cap. A
 /// larger object answers [`StoreErrorKind::TooLarge`] with its version.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -208,10 +235,6 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// The longest a write or delete waits for the bucket's lock, whatever its
 /// deadline; also the bound for a request without one.
 pub const MAX_LOCK_WAIT: Duration = Duration::from_secs(30);
-
-/// How many times a put makes its folder again when a delete removed it
-/// (empty) between the making and the writing.
-const FOLDER_TRIES: u32 = 5;
 
 /// The longest pause between two attempts at the bucket's lock.
 const LOCK_POLL: Duration = Duration::from_millis(10);
@@ -379,35 +402,53 @@ impl DirStore {
         &self.root
     }
 
-    /// Make the folder `dir` under the root and those between, as
+    /// Make the folders of `at`'s key under the root, as
     /// [`fs::create_dir_all`] does, but never the root itself: a bucket
     /// directory removed since the store opened answers as a missing
-    /// bucket, `NoSuchBucket`.
-    fn make_folders(&self, request: &Request<'_>, dir: &Path) -> Result<(), StoreError> {
-        if dir == self.root || !dir.starts_with(&self.root) {
-            if self.root.is_dir() {
-                return Ok(());
+    /// bucket, `NoSuchBucket`. Called under the bucket's lock, so no
+    /// delete removes a folder between its making and the rename into it.
+    /// An object where a folder goes is refused as a conflict of keys.
+    fn make_folders(&self, request: &Request<'_>, at: &Location) -> Result<(), StoreError> {
+        if !self.root.is_dir() {
+            return Err(self.bucket_gone(request));
+        }
+        let mut dir = self.root.clone();
+        for folder in &at.folders {
+            dir.push(folder);
+            match fs::create_dir(&dir) {
+                Ok(()) => {}
+                Err(_) if dir.is_dir() => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    return Err(request.key_conflict(&dir, false))
+                }
+                Err(e) => return Err(request.io_error("create directory", &dir, e)),
             }
-            return Err(request
-                .error(StoreErrorKind::Rejected)
-                .with_code("NoSuchBucket")
-                .with_message(format!(
-                    "the bucket's directory {} is gone (mkdir -p {} makes it again)",
-                    self.root.display(),
-                    shell_word(&self.root)
-                )));
         }
-        match fs::create_dir(dir) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(_) if dir.is_dir() => return Ok(()),
-            Err(e) => return Err(request.io_error("create directory", dir, e)),
-        }
-        self.make_folders(request, dir.parent().unwrap_or(&self.root))?;
-        match fs::create_dir(dir) {
-            Err(_) if dir.is_dir() => Ok(()),
-            other => other.map_err(|e| request.io_error("create directory", dir, e)),
-        }
+        Ok(())
+    }
+
+    /// The answer once the bucket's directory is gone: a missing bucket.
+    fn bucket_gone(&self, request: &Request<'_>) -> StoreError {
+        request
+            .error(StoreErrorKind::Rejected)
+            .with_code("NoSuchBucket")
+            .with_message(format!(
+                "the bucket's directory {} is gone (mkdir -p {} makes it again)",
+                self.root.display(),
+                shell_word(&self.root)
+            ))
+    }
+
+    /// The folder, in the store's own, where uploads' files are.
+    fn upload_dir(&self) -> PathBuf {
+        self.root.join(STATE_DIR).join(UPLOAD_DIR)
+    }
+
+    /// The folder, in the store's own, where writes' temporary files are
+    /// made (on the bucket's file system, so a rename moves them into
+    /// place).
+    fn temp_dir(&self) -> PathBuf {
+        self.root.join(STATE_DIR).join(TEMP_DIR)
     }
 
     fn request<'a>(&self, method: &'static str, key: &'a str) -> Request<'a> {
@@ -427,42 +468,75 @@ impl DirStore {
                 .with_message("invalid key for a directory bucket: the key is empty"));
         };
         let mut dir = self.root.clone();
-        for folder in folders {
-            dir.push(format!("{folder}.dir"));
-        }
+        dir.extend(folders);
         Ok(Location {
-            object: dir.join(format!("{name}.obj")),
-            name: (*name).to_string(),
+            object: dir.join(name),
+            folders: folders.iter().map(|folder| (*folder).to_string()).collect(),
             dir,
         })
     }
 
-    /// Write a fresh file at `path`, in `at`'s folder, as
-    /// [`TempFile::write`] does, making the folder first. A delete removes
-    /// the folders it leaves empty (under the lock), so a folder just made
-    /// may be gone before the file is in it: it is made again. Once the
-    /// file is in it, it is not empty. (`create_dir_all` itself fails when
-    /// a folder it found is removed before it looks again.) A lasting
-    /// failure is tried a few times; a write stopped by its deadline is not
-    /// tried again.
-    fn write_beside(
+    /// Write a fresh temporary file for `at`'s key, with `attribute` and
+    /// `body`, as [`TempFile::write`] does.
+    fn write_temp(
         &self,
         request: &Request<'_>,
-        at: &Location,
-        path: PathBuf,
-        header: &[u8],
+        name: &str,
+        attribute: &[u8],
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Result<TempFile, StoreError> {
-        let mut tries = 0;
-        loop {
-            let written = self
-                .make_folders(request, &at.dir)
-                .and_then(|()| TempFile::write(request, path.clone(), header, body, deadline));
-            match written {
-                Err(e) if tries < FOLDER_TRIES && !e.is_timeout() => tries += 1,
-                written => return written,
+        // Made again should someone have removed it (an error names the
+        // path should that fail too).
+        let _ = fs::create_dir(self.temp_dir());
+        TempFile::write(
+            request,
+            self.temp_dir().join(name),
+            attribute,
+            body,
+            deadline,
+        )
+        .map_err(|e| {
+            if self.root.is_dir() {
+                e
+            } else {
+                self.bucket_gone(request)
             }
+        })
+    }
+
+    /// Make `at`'s folders, check the deadline once more, and rename the
+    /// file at `from` over `at`'s object: the publishing step of a write
+    /// and of a completion, called under the bucket's lock with the
+    /// condition checked. A deadline passed by now publishes nothing, and
+    /// the folders just made go again; `late` says where it stopped.
+    fn publish_at(
+        &self,
+        request: &Request<'_>,
+        at: &Location,
+        from: &Path,
+        deadline: Option<Instant>,
+        late: impl FnOnce() -> String,
+        gone: impl FnOnce() -> StoreError,
+    ) -> Result<(), StoreError> {
+        self.make_folders(request, at)?;
+        reached(Step::Publishing);
+        // Checked once more right before the rename: the file was written,
+        // the lock taken and the condition checked since the last check,
+        // and a write past its deadline publishes nothing.
+        if !StoreMutant::DirRenameUnchecked.on() {
+            if let Err(e) = request.check_deadline_at(deadline, late) {
+                self.remove_empty_folders(&at.dir);
+                return Err(e);
+            }
+        }
+        match fs::rename(from, &at.object) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !from.exists() => {
+                self.remove_empty_folders(&at.dir);
+                Err(gone())
+            }
+            Err(e) => Err(request.io_error("rename into", &at.object, e)),
         }
     }
 
@@ -484,7 +558,7 @@ impl DirStore {
     /// longer than [`MAX_LOCK_WAIT`]; it is released when the returned file
     /// closes.
     fn lock(&self, request: &Request<'_>, deadline: Option<Instant>) -> Result<File, StoreError> {
-        let path = self.root.join(LOCK_FILE);
+        let path = self.root.join(STATE_DIR).join(LOCK);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -556,8 +630,8 @@ struct Location {
     dir: PathBuf,
     /// The object file.
     object: PathBuf,
-    /// The key's last segment.
-    name: String,
+    /// The key's segments before its last: the folders from the root down.
+    folders: Vec<String>,
 }
 
 /// A written, synced temporary file, removed on drop unless renamed over its
@@ -568,14 +642,14 @@ struct TempFile {
 }
 
 impl TempFile {
-    /// Write `header` and `body` to a fresh file at `path` (beside its
-    /// object) and sync it, the body as [`write_chunks`] does; a deadline
-    /// that passes meanwhile stops the write at the next chunk, and the
-    /// file is removed.
+    /// Write `body` to a fresh file at `path` (in the store's own folder),
+    /// give it `attribute`, and sync it, the body as [`write_chunks`] does;
+    /// a deadline that passes meanwhile stops the write at the next chunk,
+    /// and the file is removed.
     fn write(
         request: &Request<'_>,
         path: PathBuf,
-        header: &[u8],
+        attribute: &[u8],
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Result<TempFile, StoreError> {
@@ -588,8 +662,7 @@ impl TempFile {
             path,
             renamed: false,
         };
-        file.write_all(header)
-            .map_err(|e| request.io_error("write", &temp.path, e))?;
+        set_attribute(request, &file, &temp.path, attribute)?;
         write_chunks(request, &mut file, &temp.path, body, deadline, |written| {
             format!(
                 "the deadline passed while the temporary file {} was written ({written} of {} \
@@ -610,10 +683,10 @@ impl TempFile {
         self.renamed = true;
     }
 
-    fn rename_to(mut self, request: &Request<'_>, object: &Path) -> Result<(), StoreError> {
-        fs::rename(&self.path, object).map_err(|e| request.io_error("rename into", object, e))?;
+    /// The file was renamed over its object: it is no longer removed on
+    /// drop.
+    fn published(mut self) {
         self.renamed = true;
-        Ok(())
     }
 }
 
@@ -654,6 +727,33 @@ impl Drop for TempFile {
             let _ = fs::remove_file(&self.path);
         }
     }
+}
+
+/// Give the file `file` (at `path`) the attribute `value`: its ETag and
+/// metadata (see [`attr`]).
+fn set_attribute(
+    request: &Request<'_>,
+    file: &File,
+    path: &Path,
+    value: &[u8],
+) -> Result<(), StoreError> {
+    attr::set(file, value).map_err(|e| {
+        if attr::is_unsupported(&e) {
+            request.no_attributes(path, &e)
+        } else if e.raw_os_error() == Some(7) || e.kind() == io::ErrorKind::StorageFull {
+            // E2BIG, or no room left in the file's attribute space.
+            request
+                .error(StoreErrorKind::Rejected)
+                .with_message(format!(
+                    "the file system refused the object's metadata ({} bytes with its ETag) as \
+                     an extended attribute of {}: {e}; send less metadata",
+                    value.len(),
+                    path.display()
+                ))
+        } else {
+            request.io_error("set the attribute of", path, e)
+        }
+    })
 }
 
 /// A fresh ETag: 128 random bits as quoted hex.
@@ -704,7 +804,7 @@ impl Store for DirStore {
         let request = self.request("HEAD", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
-        match request.open_header(&at.object)? {
+        match request.open_object(&at.object)? {
             Some(Opened { header, .. }) => {
                 Ok(Object::new(Vec::new(), Version::etag(header.etag))
                     .with_metadata(header.metadata))
@@ -718,30 +818,38 @@ impl Store for DirStore {
         request.check_deadline(options.deadline)?;
         let at = self.locate(&request)?;
         let etag = fresh_etag(&request)?;
-        let header = encode_header(&etag, &options.metadata);
+        let attribute = encode_header(None, &etag, &options.metadata);
         // The ETag is random and fresh, so it names the file uniquely.
-        let path = at
-            .dir
-            .join(format!("{}.{}.tmp", at.name, etag.trim_matches('"')));
-        let temp = self.write_beside(&request, &at, path, &header, body, options.deadline)?;
+        let temp = self.write_temp(
+            &request,
+            etag.trim_matches('"'),
+            &attribute,
+            body,
+            options.deadline,
+        )?;
 
         let lock = self.lock(&request, options.deadline)?;
-        request.check_condition(&at, &options.mode)?;
-        reached(Step::Publishing);
-        // Checked once more right before the rename: the temporary file
-        // was written, the lock taken and the condition checked since the
-        // last check, and a write past its deadline publishes nothing.
-        if !StoreMutant::DirRenameUnchecked.on() {
-            request.check_deadline_at(options.deadline, || {
-                format!(
-                    "the deadline passed after the temporary file was written and the \
-                     condition checked, before it was renamed over {}, so the object was not \
-                     published and the file is removed; give the write a later deadline",
+        request.check_condition(&self.root, &at, &options.mode)?;
+        let late = || {
+            format!(
+                "the deadline passed after the temporary file was written and the condition \
+                 checked, before it was renamed over {}, so the object was not published and \
+                 the file is removed; give the write a later deadline",
+                at.object.display()
+            )
+        };
+        let gone = || {
+            request
+                .error(StoreErrorKind::Transport)
+                .with_message(format!(
+                    "the temporary file {} was removed before it was renamed over {} (by someone \
+                 cleaning the store's folder while it wrote?); nothing was published, retry",
+                    temp.path.display(),
                     at.object.display()
-                )
-            })?;
-        }
-        temp.rename_to(&request, &at.object)?;
+                ))
+        };
+        self.publish_at(&request, &at, &temp.path, options.deadline, late, gone)?;
+        temp.published();
         drop(lock);
 
         request.sync_dir(&at.dir)?;
@@ -761,7 +869,7 @@ impl Store for DirStore {
         let lock = self.lock(&request, deadline)?;
         match mode {
             DeleteMode::Unconditional => {}
-            DeleteMode::IfVersion(wanted) => match request.open_header(&at.object)? {
+            DeleteMode::IfVersion(wanted) => match request.open_object(&at.object)? {
                 None => return Ok(()),
                 Some(opened) if !is_version(&opened.header.etag, wanted) => {
                     return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
@@ -785,7 +893,18 @@ impl Store for DirStore {
         }
         match fs::remove_file(&at.object) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            // No object: none there, a folder of longer keys, or an object
+            // where a folder of the key should be.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound
+                        | io::ErrorKind::IsADirectory
+                        | io::ErrorKind::NotADirectory
+                ) || fs::symlink_metadata(&at.object).is_ok_and(|meta| meta.is_dir()) =>
+            {
+                return Ok(())
+            }
             Err(e) => return Err(request.io_error("remove", &at.object, e)),
         }
         let changed = self.remove_empty_folders(&at.dir);

@@ -1,8 +1,11 @@
 //! One request on the directory store: how it names itself in its errors
 //! (method, key, the store's URL), checks its deadline and its condition,
-//! and reads object files. Its methods change nothing on the disk.
+//! and reads object files. Its methods change nothing on the disk but an
+//! empty folder where an object is to go (see
+//! [`Request::check_condition`]).
 
-use super::layout::{parse_header, read_header, Header};
+use super::attr;
+use super::layout::{parse_header, Header};
 use super::Location;
 use bucket_lease_core::store::{PutMode, StoreError, StoreErrorKind, Version};
 use std::fs::{self, File};
@@ -92,27 +95,115 @@ impl<'a> Request<'a> {
 
     pub(super) fn corrupt(&self, path: &Path, detail: &str) -> StoreError {
         self.error(StoreErrorKind::Rejected).with_message(format!(
-            "{} is not an object file of this store ({detail}); move it out of the bucket \
-             directory",
+            "{} is not an object of this store: its {} attribute is damaged ({detail}); move \
+             it out of the bucket directory",
+            path.display(),
+            attr::NAME
+        ))
+    }
+
+    /// The file at `path` holds no object of this store: it was put there
+    /// another way, as `detail` says.
+    pub(super) fn foreign(&self, path: &Path, detail: &str) -> StoreError {
+        self.error(StoreErrorKind::Rejected).with_message(format!(
+            "{} is not an object of this store: {detail}; write it through the store (or copy \
+             it in with its attributes, cp --preserve=xattr or tar --xattrs, from a bucket \
+             written by the store), or move it out of the bucket directory",
             path.display()
         ))
     }
 
-    /// Open the object at `path` and read its header only: its ETag and
-    /// metadata, whatever the size of its body. `None` when absent.
-    pub(super) fn open_header(&self, path: &Path) -> Result<Option<Opened>, StoreError> {
-        let file = match File::open(path) {
+    /// The file system keeps no user extended attributes, where the store
+    /// keeps each object's ETag and metadata.
+    pub(super) fn no_attributes(&self, path: &Path, error: &io::Error) -> StoreError {
+        self.error(StoreErrorKind::Rejected)
+            .permanent()
+            .with_message(format!(
+                "the file system under {} keeps no user extended attributes ({error}), where \
+                 the directory store keeps each object's ETag and metadata; put the bucket on \
+                 ext4, XFS, btrfs, ZFS or tmpfs (Linux 6.6 or later)",
+                path.display()
+            ))
+    }
+
+    /// `key` cannot be an object here because the directory bucket holds
+    /// `taken` as the other kind: a file where `key` needs a folder, or a
+    /// folder of longer keys where `key` needs a file. S3 holds both; a
+    /// file system cannot.
+    pub(super) fn key_conflict(&self, taken: &Path, is_folder: bool) -> StoreError {
+        let detail = if is_folder {
+            format!(
+                "{} is a folder holding longer keys ({}/…), and a file system cannot hold an \
+                 object of the same name beside it",
+                taken.display(),
+                self.key
+            )
+        } else {
+            format!(
+                "{} is an object, and a file system cannot hold the folder this key needs \
+                 under the same name",
+                taken.display()
+            )
+        };
+        self.error(StoreErrorKind::Rejected)
+            .permanent()
+            .with_code("KeyConflict")
+            .with_message(format!(
+                "{detail} (S3 can: a directory bucket cannot hold both an object `a` and an \
+                 object `a/b`); choose keys of which none is a folder of another, or delete the \
+                 object in the way"
+            ))
+    }
+
+    /// Open the object at `path` and read its attribute only: its ETag and
+    /// metadata, whatever the size of its body. `None` when there is no
+    /// object (no file, a folder of longer keys, or an object where a
+    /// folder of the path should be).
+    pub(super) fn open_object(&self, path: &Path) -> Result<Option<Opened>, StoreError> {
+        let file = match open_no_wait(path) {
             Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(None)
+            }
             Err(e) => return Err(self.io_error("open", path, e)),
         };
-        let mut reader = BufReader::new(file);
-        let raw = read_header(&mut reader).map_err(|e| self.io_error("read", path, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| self.io_error("inspect", path, e))?;
+        if meta.is_dir() {
+            return Ok(None);
+        }
+        if !meta.is_file() {
+            return Err(self.foreign(path, "it is not a regular file"));
+        }
+        let raw = match attr::get(&file) {
+            Ok(Some(raw)) => raw,
+            Ok(None) => {
+                return Err(self.foreign(
+                    path,
+                    &format!(
+                        "it has no {} attribute, which holds the ETag of every object the \
+                         store writes (was it copied in with cp or tar?)",
+                        attr::NAME
+                    ),
+                ))
+            }
+            Err(e) if attr::is_unsupported(&e) => return Err(self.no_attributes(path, &e)),
+            Err(e) => return Err(self.io_error("read the attribute of", path, e)),
+        };
         let header = parse_header(&raw).map_err(|detail| self.corrupt(path, &detail))?;
+        if header.key.is_some() {
+            return Err(self.corrupt(path, "it is an upload's, not an object's"));
+        }
         Ok(Some(Opened {
             header,
-            header_length: raw.len(),
-            reader,
+            length: meta.len(),
+            reader: BufReader::new(file),
         }))
     }
 
@@ -126,9 +217,9 @@ impl<'a> Request<'a> {
     ) -> Result<Option<(Header, Vec<u8>)>, StoreError> {
         let Some(Opened {
             header,
-            header_length,
+            length,
             mut reader,
-        }) = self.open_header(path)?
+        }) = self.open_object(path)?
         else {
             return Ok(None);
         };
@@ -141,15 +232,9 @@ impl<'a> Request<'a> {
                 .with_version(Version::etag(header.etag.clone()))
         };
         // The length of the file this reader has open (renames replace a
-        // file, never change it), less its header.
-        let length = reader
-            .get_ref()
-            .metadata()
-            .map_err(|e| self.io_error("inspect", path, e))?
-            .len();
-        let header_length = u64::try_from(header_length).unwrap_or(u64::MAX);
+        // file, never change it).
         let cap = u64::try_from(max_body).unwrap_or(u64::MAX);
-        if length.saturating_sub(header_length) > cap {
+        if length > cap {
             return Err(too_large());
         }
         // Bounded all the same, should the file grow meanwhile.
@@ -165,24 +250,62 @@ impl<'a> Request<'a> {
 
     /// Whether a write in `mode` may replace what is at `at` now: called
     /// under the bucket's lock, right before publishing. A refusal is the
-    /// answer S3 gives, with its code.
-    pub(super) fn check_condition(&self, at: &Location, mode: &PutMode) -> Result<(), StoreError> {
-        match mode {
-            PutMode::Overwrite => Ok(()),
-            PutMode::Create => match fs::symlink_metadata(&at.object) {
-                Ok(_) => Err(self.refusal(StoreErrorKind::AlreadyExists, "PreconditionFailed")),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(self.io_error("inspect", &at.object, e)),
-            },
-            PutMode::Update(wanted) => match self.open_header(&at.object)? {
+    /// answer S3 gives, with its code, or the refusal of a key that
+    /// conflicts with another ([`Request::key_conflict`]). An empty folder
+    /// where the object goes (a write that published nothing left it) is
+    /// removed.
+    pub(super) fn check_condition(
+        &self,
+        root: &Path,
+        at: &Location,
+        mode: &PutMode,
+    ) -> Result<(), StoreError> {
+        if let PutMode::Update(wanted) = mode {
+            // No object where a folder or nothing is: nothing to update.
+            return match self.open_object(&at.object)? {
                 None => Err(self.refusal(StoreErrorKind::Precondition, "NoSuchKey")),
                 Some(opened) if !is_version(&opened.header.etag, wanted) => {
                     Err(self.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
                 }
                 Some(_) => Ok(()),
-            },
+            };
+        }
+        let occupant = match fs::symlink_metadata(&at.object) {
+            Ok(meta) if meta.is_dir() => {
+                if fs::remove_dir(&at.object).is_ok() {
+                    None
+                } else {
+                    return Err(self.key_conflict(&at.object, true));
+                }
+            }
+            Ok(meta) => Some(meta),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+                return Err(self.object_above(root, at))
+            }
+            Err(e) => return Err(self.io_error("inspect", &at.object, e)),
+        };
+        match mode {
+            PutMode::Overwrite => Ok(()),
+            PutMode::Create if occupant.is_some() => {
+                Err(self.refusal(StoreErrorKind::AlreadyExists, "PreconditionFailed"))
+            }
+            PutMode::Create => Ok(()),
             _ => Err(unknown_mode(self)),
         }
+    }
+
+    /// The refusal of a key under an object: the first path above `at`'s
+    /// object, from the root down, that is not a folder.
+    pub(super) fn object_above(&self, root: &Path, at: &Location) -> StoreError {
+        let mut path = root.to_path_buf();
+        for segment in &at.folders {
+            path.push(segment);
+            if !path.is_dir() {
+                return self.key_conflict(&path, false);
+            }
+        }
+        self.key_conflict(&at.dir, false)
     }
 
     /// Sync `dir`, so a rename or removal in it survives a crash. Only Unix
@@ -208,13 +331,27 @@ pub(super) fn is_version(etag: &str, wanted: &Version) -> bool {
     wanted.etag.as_deref() == Some(etag) && wanted.version_id.is_none()
 }
 
-/// An object file opened with its header read: the body follows in
-/// `reader`.
+/// An object file opened with its attribute read: the body is `reader`.
 pub(super) struct Opened {
     pub(super) header: Header,
-    /// How many bytes of the file the header takes.
-    pub(super) header_length: usize,
+    /// The length of the file opened (renames replace a file, never change
+    /// it): the body's.
+    pub(super) length: u64,
     pub(super) reader: BufReader<File>,
+}
+
+/// Open `path` to read without waiting: a FIFO or device someone put in
+/// the bucket answers at once (and is then refused as no object), where a
+/// plain open would wait for a writer for ever.
+fn open_no_wait(path: &Path) -> io::Result<File> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
+    }
+    options.open(path)
 }
 
 /// The answer to a write or delete mode newer than this store: not

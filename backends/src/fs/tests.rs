@@ -2,11 +2,17 @@
 //! the hook that pauses a request at a [`Step`]), caps.
 
 use super::layout::{MAGIC, MAX_SEGMENT};
+
+/// The bucket's lock file, under the root.
+const LOCK_FILE: &str = ".bucket-lease/lock";
+/// What `listing` leaves out of the root: the store's own.
+const OWN: [&str; 2] = [".bucket-lease", ".bucket-lease.lock"];
 use super::*;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
+mod migrate;
 mod uploads;
 
 /// A fresh directory under the system's temporary directory, removed on
@@ -46,6 +52,21 @@ fn names(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// The names in the bucket's root but the store's own, sorted.
+fn listing(root: &Path) -> Vec<String> {
+    let mut names = names(root);
+    names.retain(|name| !OWN.contains(&name.as_str()));
+    names
+}
+
+/// The store's temporary and upload files left in the bucket at `root`.
+fn leftovers(root: &Path) -> Vec<String> {
+    let state = root.join(".bucket-lease");
+    let mut left = names(&state.join("tmp"));
+    left.extend(names(&state.join("uploads")));
+    left
 }
 
 #[test]
@@ -109,7 +130,7 @@ fn errors_name_the_object_by_its_url_and_keep_the_plain_key() {
 fn folders_are_made_under_the_bucket_but_a_removed_bucket_is_not_made_again() {
     let (dir, store) = store();
     put(&store, "a/b/LEASE", b"x", PutMode::Create).unwrap();
-    assert!(dir.0.join("a.dir/b.dir/LEASE.obj").is_file());
+    assert_eq!(fs::read(dir.0.join("a/b/LEASE")).unwrap(), b"x");
     fs::remove_dir_all(&dir.0).unwrap();
     for key in ["LEASE", "a/b/LEASE"] {
         let e = put(&store, key, b"x", PutMode::Create).unwrap_err();
@@ -126,34 +147,163 @@ fn folders_are_made_under_the_bucket_but_a_removed_bucket_is_not_made_again() {
 }
 
 #[test]
-fn keys_map_to_suffixed_names_so_a_key_and_its_folder_coexist() {
+fn keys_are_plain_files_holding_exactly_the_bytes() {
     let (dir, store) = store();
-    let v1 = put(&store, "a", b"one", PutMode::Create).unwrap();
-    let v2 = put(&store, "a/b", b"two", PutMode::Create).unwrap();
-    assert_eq!(names(&dir.0), [".bucket-lease.lock", "a.dir", "a.obj"]);
-    assert_eq!(names(&dir.0.join("a.dir")), ["b.obj"]);
-    let a = store.get("a", None).unwrap();
-    let b = store.get("a/b", None).unwrap();
-    assert_eq!((a.body, a.version), (b"one".to_vec(), v1));
-    assert_eq!((b.body, b.version), (b"two".to_vec(), v2));
+    let body = b"line one\n\0binary\xff";
+    let v = put(&store, "nightly/parts/1-0", body, PutMode::Create).unwrap();
+    assert_eq!(fs::read(dir.0.join("nightly/parts/1-0")).unwrap(), body);
+    assert_eq!(listing(&dir.0), ["nightly"]);
+    assert_eq!(names(&dir.0.join("nightly/parts")), ["1-0"]);
+    let got = store.get("nightly/parts/1-0", None).unwrap();
+    assert_eq!((got.body, got.version), (body.to_vec(), v));
+}
+
+/// The one conflict a file system has and S3 has not: `a` and `a/b`.
+#[test]
+fn an_object_and_a_longer_key_under_it_are_refused_as_a_conflict() {
+    let (dir, store) = store();
+    put(&store, "a", b"one", PutMode::Create).unwrap();
+    for mode in [PutMode::Create, PutMode::Overwrite] {
+        let e = put(&store, "a/b", b"two", mode).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.code(), e.is_permanent()),
+            (StoreErrorKind::Rejected, Some("KeyConflict"), true),
+            "{e}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("is an object") && text.contains("`a/b`"),
+            "{e}"
+        );
+        assert!(text.contains(&dir.0.join("a").display().to_string()), "{e}");
+    }
+    assert_eq!(
+        store.get("a/b", None).unwrap_err().kind(),
+        StoreErrorKind::NotFound
+    );
+    store
+        .delete("a/b", &DeleteMode::Unconditional, None)
+        .unwrap();
+    assert_eq!(store.get("a", None).unwrap().body, b"one", "left alone");
+
+    put(&store, "c/d", b"three", PutMode::Create).unwrap();
+    for mode in [PutMode::Create, PutMode::Overwrite] {
+        let e = put(&store, "c", b"four", mode).unwrap_err();
+        assert_eq!(e.code(), Some("KeyConflict"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("is a folder holding longer keys (c/…)"),
+            "{e}"
+        );
+    }
+    let e = put(
+        &store,
+        "c",
+        b"four",
+        PutMode::Update(Version::etag("\"x\"")),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Precondition, "no object `c`: {e}");
+    assert_eq!(
+        store.get("c", None).unwrap_err().kind(),
+        StoreErrorKind::NotFound
+    );
+    assert_eq!(
+        store.head("c", None).unwrap_err().kind(),
+        StoreErrorKind::NotFound
+    );
+    store.delete("c", &DeleteMode::Unconditional, None).unwrap();
+    let version = store.head("c/d", None).unwrap().version;
+    store
+        .delete("c", &DeleteMode::IfVersion(version), None)
+        .unwrap();
+    assert_eq!(store.get("c/d", None).unwrap().body, b"three", "left alone");
+    assert_eq!(listing(&dir.0), ["a", "c"]);
+    assert!(leftovers(&dir.0).is_empty());
+
+    // Once the longer key goes, its folder goes, and the key is free.
+    store
+        .delete("c/d", &DeleteMode::Unconditional, None)
+        .unwrap();
+    put(&store, "c", b"four", PutMode::Create).unwrap();
+}
+
+/// A folder left empty where an object goes (made by hand, or by a write
+/// that published nothing) does not stand in the way.
+#[test]
+fn an_empty_folder_where_an_object_goes_is_removed_by_the_write() {
+    let (dir, store) = store();
+    fs::create_dir_all(dir.0.join("e")).unwrap();
+    put(&store, "e", b"x", PutMode::Create).unwrap();
+    assert_eq!(fs::read(dir.0.join("e")).unwrap(), b"x");
+}
+
+/// Files put in the bucket another way are not taken for objects: the
+/// answer names the file and what to do.
+#[test]
+fn a_file_without_the_attribute_is_refused_naming_how_to_copy_it_in() {
+    let (dir, store) = store();
+    fs::write(dir.0.join("copied"), b"plain").unwrap();
+    let e = store.get("copied", None).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Rejected, "{e}");
+    let text = e.to_string();
+    assert!(text.contains("has no user.bucket-lease attribute"), "{e}");
+    assert!(text.contains("cp --preserve=xattr"), "{e}");
+    let e = put(&store, "copied", b"y", PutMode::Create).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::AlreadyExists, "{e}");
+    assert_eq!(fs::read(dir.0.join("copied")).unwrap(), b"plain");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_in_the_bucket_is_refused_at_once() {
+    let (dir, store) = store();
+    let status = std::process::Command::new("mkfifo")
+        .arg(dir.0.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let store2 = store.clone();
+    std::thread::spawn(move || tx.send(store2.get("pipe", None).map(drop)));
+    let e = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the read waited on the FIFO")
+        .unwrap_err();
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+}
+
+#[test]
+fn keys_naming_the_stores_own_files_are_refused() {
+    let (_dir, store) = store();
+    for key in [
+        ".bucket-lease/lock",
+        ".bucket-lease.lock",
+        "a/.bucket-lease-x/b",
+    ] {
+        let e = put(&store, key, b"x", PutMode::Overwrite).unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Rejected, "{key}");
+        assert!(e.to_string().contains("keeps for its own files"), "{e}");
+    }
 }
 
 #[test]
 fn a_delete_removes_the_folders_it_leaves_empty() {
     let (dir, store) = store();
-    put(&store, "a", b"1", PutMode::Create).unwrap();
     put(&store, "a/b/c", b"2", PutMode::Create).unwrap();
     put(&store, "a/x/y", b"3", PutMode::Create).unwrap();
     store
         .delete("a/b/c", &DeleteMode::Unconditional, None)
         .unwrap();
-    assert_eq!(names(&dir.0.join("a.dir")), ["x.dir"]);
+    assert_eq!(names(&dir.0.join("a")), ["x"]);
     store
         .delete("a/x/y", &DeleteMode::Unconditional, None)
         .unwrap();
-    assert_eq!(names(&dir.0), [".bucket-lease.lock", "a.obj"]);
-    store.delete("a", &DeleteMode::Unconditional, None).unwrap();
-    assert_eq!(names(&dir.0), [".bucket-lease.lock"]);
+    assert_eq!(
+        listing(&dir.0),
+        Vec::<String>::new(),
+        "`a` went with its last key"
+    );
     assert!(dir.0.is_dir(), "the root stays");
     assert_eq!(
         store.get("a/b/c", None).unwrap_err().kind(),
@@ -162,8 +312,7 @@ fn a_delete_removes_the_folders_it_leaves_empty() {
 }
 
 /// Puts into a folder that deletes keep emptying and removing all
-/// land: a put whose new folder was removed before its temporary file
-/// was in it makes it again.
+/// land: folders are made under the lock, where no delete removes them.
 #[test]
 fn puts_race_deletes_that_remove_their_folder() {
     let (dir, store) = store();
@@ -188,7 +337,8 @@ fn puts_race_deletes_that_remove_their_folder() {
             .unwrap();
     }
     deleter.join().unwrap();
-    assert_eq!(names(&dir.0), [".bucket-lease.lock"]);
+    assert_eq!(listing(&dir.0), Vec::<String>::new());
+    assert!(leftovers(&dir.0).is_empty());
 }
 
 #[test]
@@ -219,11 +369,7 @@ fn invalid_keys_are_rejected_naming_the_key_and_the_reason() {
     let e = put(&store, &long, b"x", PutMode::Create).unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Rejected);
     assert!(put(&store, &"x".repeat(MAX_SEGMENT), b"x", PutMode::Create).is_ok());
-    assert_eq!(
-        names(&dir.0).len(),
-        2,
-        "only the lock file and the one valid object"
-    );
+    assert_eq!(listing(&dir.0).len(), 1, "only the one valid object");
 }
 
 #[test]
@@ -293,7 +439,8 @@ fn refused_and_finished_writes_leave_no_temporary_files() {
     put(&store, "k", b"2", PutMode::Update(Version::etag("\"x\""))).unwrap_err();
     put(&store, "k", b"3", PutMode::Update(v)).unwrap();
     put(&store, "k", b"4", PutMode::Overwrite).unwrap();
-    assert_eq!(names(&dir.0), [".bucket-lease.lock", "k.obj"]);
+    assert_eq!(listing(&dir.0), ["k"]);
+    assert!(leftovers(&dir.0).is_empty());
 }
 
 #[test]
@@ -313,14 +460,16 @@ fn metadata_round_trips_escaped_with_names_in_lower_case() {
         .map(|(n, v)| (n.to_string(), v.to_string()))
         .collect();
     assert_eq!(got.metadata, expected);
-    let file = fs::read_to_string(dir.0.join("m.obj")).unwrap();
+    let file = File::open(dir.0.join("m")).unwrap();
+    let attribute = attr::get(&file).unwrap().unwrap();
     let etag = got.version.etag.unwrap();
     assert_eq!(
-        file,
-        format!(
-            "{MAGIC}\netag {etag}\nmeta owner host%207%25%0A\nmeta note ünïcode\n\n\
-             body\n\nwith blank lines"
-        )
+        String::from_utf8(attribute).unwrap(),
+        format!("{MAGIC}\netag {etag}\nmeta owner host%207%25%0A\nmeta note ünïcode\n")
+    );
+    assert_eq!(
+        fs::read(dir.0.join("m")).unwrap(),
+        b"body\n\nwith blank lines"
     );
 
     store
@@ -335,24 +484,30 @@ fn metadata_round_trips_escaped_with_names_in_lower_case() {
 }
 
 #[test]
-fn a_file_the_store_did_not_write_is_reported_with_its_path() {
+fn a_damaged_attribute_is_reported_with_its_path() {
     let (dir, store) = store();
     for bad in [
         &b"hello"[..],
-        b"bucket-lease object v1\netag x\nbogus\n\nbody",
-        b"\xff\n\n",
+        b"bucket-lease object v2\netag x\nbogus\n",
+        b"bucket-lease object v2\nkey k\netag x\n",
+        b"\xff\n",
     ] {
-        fs::write(dir.0.join("x.obj"), bad).unwrap();
+        let path = dir.0.join("x");
+        fs::write(&path, b"body").unwrap();
+        attr::set(&File::open(&path).unwrap(), bad).unwrap();
         let e = store.get("x", None).unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::Rejected);
-        assert!(e.to_string().contains("x.obj is not an object file"), "{e}");
+        assert!(
+            e.to_string().contains("x is not an object of this store"),
+            "{e}"
+        );
         let e = put(&store, "x", b"y", PutMode::Update(Version::etag("x"))).unwrap_err();
         assert_eq!(
             e.kind(),
             StoreErrorKind::Rejected,
             "an update does not replace it"
         );
-        assert_eq!(fs::read(dir.0.join("x.obj")).unwrap(), bad);
+        assert_eq!(fs::read(&path).unwrap(), b"body");
     }
 }
 
@@ -369,9 +524,9 @@ fn a_passed_deadline_does_nothing_and_says_it_timed_out() {
     );
     assert!(!e.may_have_landed(), "said not sent: {e}");
     assert_eq!(
-        names(&dir.0),
-        vec![LOCK_FILE.to_string()],
-        "nothing written but the lock file the store opened with"
+        (listing(&dir.0), leftovers(&dir.0)),
+        (vec![], vec![]),
+        "nothing written"
     );
 
     let v = put(&store, "k", b"x", PutMode::Create).unwrap();
@@ -478,11 +633,8 @@ fn a_held_lock_times_out_at_the_deadline_and_nothing_is_written() {
         .expect("a read does not wait for the lock")
         .unwrap();
     assert_eq!((got.body, got.version), (b"before".to_vec(), v.clone()));
-    assert_eq!(
-        names(&dir.0),
-        [".bucket-lease.lock", "k.obj"],
-        "no temporary files"
-    );
+    assert_eq!(listing(&dir.0), ["k"]);
+    assert!(leftovers(&dir.0).is_empty(), "no temporary files");
 
     drop(holder);
     // A deadline no loaded disk reaches: this write is about the lock.
@@ -568,8 +720,8 @@ fn a_write_whose_deadline_passes_mid_body_writes_no_further_chunk() {
     );
     assert_not_sent("create", answer);
     assert_eq!(
-        names(&dir.0),
-        [LOCK_FILE],
+        (listing(&dir.0), leftovers(&dir.0)),
+        (vec![], vec![]),
         "nothing published, nothing left"
     );
 }
@@ -605,7 +757,8 @@ fn a_write_paused_past_its_deadline_under_the_lock_publishes_nothing() {
     }
     let got = store.get("k", None).unwrap();
     assert_eq!((got.body, got.version), (b"before".to_vec(), v));
-    assert_eq!(names(&dir.0), [LOCK_FILE, "k.obj"], "no temporary files");
+    assert_eq!(listing(&dir.0), ["k"]);
+    assert!(leftovers(&dir.0).is_empty(), "no temporary files");
 }
 
 /// A delete paused past its deadline after it took the lock and its
@@ -626,7 +779,7 @@ fn a_delete_paused_past_its_deadline_under_the_lock_removes_nothing() {
     }
     let got = store.get("k", None).unwrap();
     assert_eq!((got.body, got.version), (b"before".to_vec(), v));
-    assert_eq!(names(&dir.0), [LOCK_FILE, "k.obj"]);
+    assert_eq!(listing(&dir.0), ["k"]);
 }
 
 /// The lock loop checks the deadline before every try: a lock let go
@@ -660,7 +813,7 @@ fn the_lock_is_never_taken_after_the_deadline() {
     let answer = with_hook(hook, || store.put("k", b"late", &options));
     assert_eq!(taken.get(), 0, "the lock was taken after the deadline");
     assert_not_sent("create", answer);
-    assert_eq!(names(&dir.0), [LOCK_FILE]);
+    assert_eq!((listing(&dir.0), leftovers(&dir.0)), (vec![], vec![]));
 }
 
 #[test]
@@ -683,14 +836,13 @@ fn an_object_over_the_cap_is_too_large_and_carries_its_version() {
     assert_eq!(store.get("big", None).unwrap().version, replaced);
 
     // A terabyte (sparse) body is not read: the answer comes at once.
-    let header = encode_header("\"huge\"", &[]);
-    let file = File::create(dir.0.join("huge.obj")).unwrap();
-    (&file).write_all(&header).unwrap();
-    if file.set_len(header.len() as u64 + (1 << 40)).is_ok() {
+    let file = File::create(dir.0.join("huge")).unwrap();
+    attr::set(&file, &encode_header(None, "\"huge\"", &[])).unwrap();
+    if file.set_len(1 << 40).is_ok() {
         let e = store.get("huge", None).unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::TooLarge, "{e}");
         assert_eq!(e.version(), Some(&Version::etag("\"huge\"")));
-        // HEAD reads the header alone, whatever the body's size.
+        // HEAD reads the attribute alone, whatever the body's size.
         let head = store.head("huge", None).unwrap();
         assert_eq!(head.version, Version::etag("\"huge\""));
         assert!(head.body.is_empty());

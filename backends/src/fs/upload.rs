@@ -1,13 +1,14 @@
 //! Objects in parts on the directory store: multipart uploads, and
 //! streamed reads of objects of any size (issue 31's fenced writes).
 //!
-//! An upload is one file beside its object, `NAME.<id>.upload`, where `id`
-//! is 32 random hex digits. It is the object file to be, written in place
-//! and never copied:
+//! An upload is one file in the store's own folder,
+//! `.bucket-lease/uploads/<id>`, where `id` is 32 random hex digits. It
+//! is the object file to be, written in place and never copied; its
+//! attribute (see [`super::attr`]) names the upload's key, its metadata,
+//! and a *mark* where an object's ETag goes:
 //!
-//! - [`begin`](DirStore::begin) writes the object's header, metadata
-//!   included, with a *mark* where the ETag goes (the same 34 bytes:
-//!   a quoted 32 characters), and syncs it;
+//! - [`begin`](DirStore::begin) makes the file, empty, with the attribute
+//!   marking no part, and syncs it;
 //! - each [part](DirStore::take_part) is appended after the body so far
 //!   (in chunks, each synced, the deadline checked before each), then the
 //!   mark is rewritten to name the part and the bytes it took
@@ -15,11 +16,12 @@
 //!   is the upload's whole state, written after the bytes it names are on
 //!   the disk, so bytes after it (a part stopped by a crash) are cut off by
 //!   the next request, and the mark doubles as the part's ETag;
-//! - the [completion](DirStore::complete) writes a fresh ETag over the
-//!   mark and syncs it, takes the bucket's lock, checks the condition,
-//!   checks the deadline, and renames the file over its object, as a PUT
-//!   renames its temporary file. A completion that publishes nothing
-//!   (refused, out of time) writes the mark back: the upload is as it was.
+//! - the [completion](DirStore::complete) replaces the attribute with the
+//!   object's (a fresh ETag and the metadata) and syncs it, takes the
+//!   bucket's lock, checks the condition, checks the deadline, and renames
+//!   the file over its object, as a PUT renames its temporary file. A
+//!   completion that publishes nothing (refused, out of time) writes the
+//!   upload's attribute back: the upload is as it was.
 //!
 //! Every request on an upload but the abort holds a lock on its file
 //! ([`File::try_lock`]) and checks, holding it, that the file is still at
@@ -32,24 +34,22 @@
 //! file, and the completion answers [`StoreErrorKind::NotFound`].
 //!
 //! A process stopped in the middle of a completion, after it wrote the
-//! ETag and before it renamed the file or wrote the mark back, leaves an
-//! upload that takes no more requests but its abort: rare, and said so.
+//! object's attribute and before it renamed the file or wrote the mark
+//! back, leaves an upload that takes no more requests but its abort: rare,
+//! and said so.
 
-use super::layout::{encode_header, parse_header, read_header, MAGIC};
-use super::{fresh_etag, random_hex, reached, write_chunks, DirStore, Location, Request, Step};
+use super::layout::{encode_header, parse_header, Header, STATE_DIR, UPLOAD_DIR};
+use super::{
+    attr, fresh_etag, random_hex, reached, set_attribute, write_chunks, DirStore, Location,
+    Request, Step, TempFile,
+};
 use bucket_lease_core::multipart::{ObjectReader, UploadedPart, MAX_PARTS};
-use bucket_lease_core::mutant::StoreMutant;
 use bucket_lease_core::store::{Object, PutMode, StoreError, StoreErrorKind, Version};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// The suffix of an upload's file: `NAME.<id>.upload`.
-const SUFFIX: &str = "upload";
-/// Where the ETag (or the mark) starts in a header: after the magic line
-/// and `etag `.
-const MARK_AT: u64 = (MAGIC.len() + "\netag ".len()) as u64;
 /// The length of an ETag and of a mark: a quoted 32 characters.
 const MARK_LENGTH: usize = 34;
 /// The most bytes an upload's body may hold: what 13 hex digits count.
@@ -98,9 +98,10 @@ impl Mark {
     }
 }
 
-/// The file of upload `upload` of `at`'s key, or the refusal of an id this
-/// store never gives: one that could name another file (`../x`) included.
-fn upload_path(request: &Request<'_>, at: &Location, upload: &str) -> Result<PathBuf, StoreError> {
+/// The file of upload `upload` in the bucket at `root`, or the refusal of
+/// an id this store never gives: one that could name another file (`../x`)
+/// included.
+fn upload_path(request: &Request<'_>, root: &Path, upload: &str) -> Result<PathBuf, StoreError> {
     let valid = upload.len() == 32
         && upload
             .bytes()
@@ -113,7 +114,7 @@ fn upload_path(request: &Request<'_>, at: &Location, upload: &str) -> Result<Pat
              hex digits); pass the id begin_upload returned for this key"
             )));
     }
-    Ok(at.dir.join(format!("{}.{upload}.{SUFFIX}", at.name)))
+    Ok(root.join(STATE_DIR).join(UPLOAD_DIR).join(upload))
 }
 
 /// The answer for an upload the store does not know (any more).
@@ -133,8 +134,8 @@ struct OpenUpload {
     path: PathBuf,
     /// The upload's id.
     id: String,
-    /// How many bytes the header takes: the body starts there.
-    header_length: u64,
+    /// The upload's attribute: its key and metadata, and its mark.
+    header: Header,
     /// The last part taken.
     last: Mark,
 }
@@ -173,8 +174,6 @@ impl OpenUpload {
             }
             Err(e) => return Err(request.io_error("inspect", &path, e)),
         }
-        let raw = read_header(&mut BufReader::new(&file))
-            .map_err(|e| request.io_error("read", &path, e))?;
         let damaged = |detail: &str| {
             request
                 .error(StoreErrorKind::Rejected)
@@ -184,56 +183,68 @@ impl OpenUpload {
                     path.display()
                 ))
         };
+        let raw = match attr::get(&file) {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return Err(damaged(&format!("has no {} attribute", attr::NAME))),
+            Err(e) => return Err(request.io_error("read the attribute of", &path, e)),
+        };
         let header = parse_header(&raw)
             .map_err(|detail| damaged(&format!("is not an upload of this store ({detail})")))?;
-        let at = MARK_AT as usize;
-        if raw.get(at..at + MARK_LENGTH) != Some(header.etag.as_bytes()) {
-            return Err(damaged("has no mark where its ETag goes"));
-        }
-        let last = Mark::parse(&header.etag).ok_or_else(|| {
-            damaged(
+        let Some(key) = header.key.as_deref() else {
+            return Err(damaged(
                 "was being completed by a request that stopped before it published the object \
                  or put the upload back as it was (its process ended, or the disk failed)",
-            )
-        })?;
-        let header_length = raw.len() as u64;
+            ));
+        };
+        if key != request.key {
+            return Err(no_such_upload(request, upload));
+        }
+        let last = Mark::parse(&header.etag)
+            .ok_or_else(|| damaged("has no mark of its parts where its ETag goes"))?;
         let length = file
             .metadata()
             .map_err(|e| request.io_error("inspect", &path, e))?
             .len();
-        let end = header_length + last.end;
-        if length < end {
+        if length < last.end {
             return Err(damaged("is shorter than the parts it took"));
         }
-        if length > end {
-            file.set_len(end)
+        if length > last.end {
+            file.set_len(last.end)
                 .map_err(|e| request.io_error("cut a stopped part off", &path, e))?;
         }
         Ok(OpenUpload {
             file,
             path,
             id: upload.to_string(),
-            header_length,
+            header,
             last,
         })
     }
 
-    /// Write `text` (a mark or an ETag) where the ETag goes, and sync it.
-    fn write_mark(&mut self, request: &Request<'_>, text: &str) -> Result<(), StoreError> {
+    /// Write the upload's attribute with `text` (a mark) where the ETag
+    /// goes, or, with `object`, the object's attribute with `text` its
+    /// ETag; and sync it.
+    fn write_mark(
+        &mut self,
+        request: &Request<'_>,
+        text: &str,
+        object: bool,
+    ) -> Result<(), StoreError> {
         debug_assert_eq!(text.len(), MARK_LENGTH, "{text}");
-        let path = &self.path;
-        let failed = |e| request.io_error("write", path, e);
-        self.file.seek(SeekFrom::Start(MARK_AT)).map_err(failed)?;
-        self.file.write_all(text.as_bytes()).map_err(failed)?;
-        self.file.sync_data().map_err(failed)
+        let key = (!object).then_some(request.key);
+        let attribute = encode_header(key, text, &self.header.metadata);
+        set_attribute(request, &self.file, &self.path, &attribute)?;
+        self.file
+            .sync_all()
+            .map_err(|e| request.io_error("write", &self.path, e))
     }
 
     /// Put the upload back as its last part left it, after a request on it
     /// that did not finish: best effort (an upload it fails to restore says
     /// so to the next request).
     fn restore(&mut self, request: &Request<'_>) {
-        let _ = self.write_mark(request, &self.last.text());
-        let _ = self.file.set_len(self.header_length + self.last.end);
+        let _ = self.write_mark(request, &self.last.text(), false);
+        let _ = self.file.set_len(self.last.end);
     }
 }
 
@@ -332,7 +343,7 @@ impl Read for Body {
 
 impl DirStore {
     /// [`Store::begin_upload`](bucket_lease_core::store::Store::begin_upload):
-    /// the upload's file, header written with no parts marked, synced
+    /// the upload's file, empty, its attribute marking no part, synced
     /// with its folder.
     pub(super) fn begin(
         &self,
@@ -342,12 +353,21 @@ impl DirStore {
     ) -> Result<String, StoreError> {
         let request = self.request("POST", key);
         request.check_deadline(deadline)?;
-        let at = self.locate(&request)?;
+        // The key is checked now, as S3 checks it, though the upload's
+        // file is not beside its object.
+        self.locate(&request)?;
         let upload = random_hex(&request, "an upload id")?;
-        let path = upload_path(&request, &at, &upload)?;
-        let header = encode_header(&Mark::NONE.text(), metadata);
-        let file = self.write_beside(&request, &at, path, &header, &[], deadline)?;
-        request.sync_dir(&at.dir)?;
+        let path = upload_path(&request, &self.root, &upload)?;
+        let attribute = encode_header(Some(key), &Mark::NONE.text(), metadata);
+        let _ = fs::create_dir(self.upload_dir());
+        let file = TempFile::write(&request, path, &attribute, &[], deadline).map_err(|e| {
+            if self.root.is_dir() {
+                e
+            } else {
+                self.bucket_gone(&request)
+            }
+        })?;
+        request.sync_dir(&self.upload_dir())?;
         file.keep();
         Ok(upload)
     }
@@ -364,8 +384,8 @@ impl DirStore {
     ) -> Result<UploadedPart, StoreError> {
         let request = self.request("PUT", key);
         request.check_deadline(deadline)?;
-        let at = self.locate(&request)?;
-        let path = upload_path(&request, &at, upload)?;
+        self.locate(&request)?;
+        let path = upload_path(&request, &self.root, upload)?;
         if !(1..=MAX_PARTS).contains(&number) {
             return Err(request
                 .error(StoreErrorKind::Rejected)
@@ -425,7 +445,7 @@ impl DirStore {
         let path = open.path.clone();
         let failed = |e| request.io_error("write", &path, e);
         open.file
-            .seek(SeekFrom::Start(open.header_length + mark.start))
+            .seek(SeekFrom::Start(mark.start))
             .map_err(failed)?;
         let stopped = |written: usize| {
             format!(
@@ -441,7 +461,7 @@ impl DirStore {
         open.file.sync_data().map_err(failed)?;
         reached(Step::Publishing);
         request.check_deadline_at(deadline, || stopped(body.len()))?;
-        open.write_mark(request, &mark.text())
+        open.write_mark(request, &mark.text(), false)
     }
 
     /// [`Store::complete_upload`](bucket_lease_core::store::Store::complete_upload):
@@ -458,7 +478,7 @@ impl DirStore {
         let request = self.request("POST", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
-        let path = upload_path(&request, &at, upload)?;
+        let path = upload_path(&request, &self.root, upload)?;
         let mut open = OpenUpload::open(&request, path, upload)?;
         check_parts(&request, upload, parts, open.last)?;
         let etag = fresh_etag(&request)?;
@@ -471,9 +491,9 @@ impl DirStore {
         Ok(Version::etag(etag))
     }
 
-    /// Write `etag` over the mark, take the bucket's lock, check `mode`'s
-    /// condition and the deadline, and rename the upload's file over its
-    /// object.
+    /// Write the object's attribute, with `etag`, over the upload's, take
+    /// the bucket's lock, check `mode`'s condition and the deadline, and
+    /// rename the upload's file over its object.
     fn publish(
         &self,
         request: &Request<'_>,
@@ -483,29 +503,21 @@ impl DirStore {
         mode: &PutMode,
         deadline: Option<Instant>,
     ) -> Result<(), StoreError> {
-        open.write_mark(request, etag)?;
+        open.write_mark(request, etag, true)?;
         let _lock = self.lock(request, deadline)?;
-        request.check_condition(at, mode)?;
-        reached(Step::Publishing);
-        // Checked once more right before the rename, as a PUT checks it:
-        // a completion past its deadline publishes nothing.
-        if !StoreMutant::DirRenameUnchecked.on() {
-            request.check_deadline_at(deadline, || {
-                format!(
-                    "the deadline passed after the condition was checked, before upload {} \
-                     was renamed over {}, so the object was not published and the upload is as \
-                     it was (complete or abort it); give the completion a later deadline",
-                    open.id,
-                    at.object.display()
-                )
-            })?;
-        }
-        match fs::rename(&open.path, &at.object) {
-            Ok(()) => Ok(()),
-            // Aborted while this request waited for the lock.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(no_such_upload(request, &open.id)),
-            Err(e) => Err(request.io_error("rename into", &at.object, e)),
-        }
+        request.check_condition(&self.root, at, mode)?;
+        let late = || {
+            format!(
+                "the deadline passed after the condition was checked, before upload {} was \
+                 renamed over {}, so the object was not published and the upload is as it was \
+                 (complete or abort it); give the completion a later deadline",
+                open.id,
+                at.object.display()
+            )
+        };
+        // Aborted while this request waited for the lock.
+        let gone = || no_such_upload(request, &open.id);
+        self.publish_at(request, at, &open.path, deadline, late, gone)
     }
 
     /// [`Store::abort_upload`](bucket_lease_core::store::Store::abort_upload):
@@ -519,13 +531,23 @@ impl DirStore {
     ) -> Result<(), StoreError> {
         let request = self.request("DELETE", key);
         request.check_deadline(deadline)?;
-        let at = self.locate(&request)?;
-        let path = upload_path(&request, &at, upload)?;
-        match fs::symlink_metadata(&path) {
-            Ok(_) => {}
+        self.locate(&request)?;
+        let path = upload_path(&request, &self.root, upload)?;
+        // Only an upload of this key: an id begun for another key aborts
+        // nothing, as an id never given does.
+        let file = match File::open(&path) {
+            Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(request.io_error("inspect", &path, e)),
+            Err(e) => return Err(request.io_error("open", &path, e)),
+        };
+        let header = attr::get(&file)
+            .ok()
+            .flatten()
+            .and_then(|raw| parse_header(&raw).ok());
+        if header.is_some_and(|header| header.key.is_some_and(|k| k != request.key)) {
+            return Ok(());
         }
+        drop(file);
         let lock = self.lock(&request, deadline)?;
         reached(Step::Publishing);
         request.check_deadline_at(deadline, || {
@@ -540,9 +562,8 @@ impl DirStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(request.io_error("remove", &path, e)),
         }
-        let changed = self.remove_empty_folders(&at.dir);
         drop(lock);
-        request.sync_dir(&changed)
+        request.sync_dir(&self.upload_dir())
     }
 
     /// [`Store::open`](bucket_lease_core::store::Store::open): the header
@@ -555,7 +576,7 @@ impl DirStore {
         let request = self.request("GET", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
-        let Some(opened) = request.open_header(&at.object)? else {
+        let Some(opened) = request.open_object(&at.object)? else {
             return Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey"));
         };
         let object = Object::new(Vec::new(), Version::etag(opened.header.etag))
@@ -578,7 +599,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn marks_round_trip_and_fit_where_the_etag_goes() {
+    fn marks_round_trip_and_are_told_from_etags() {
         for mark in [
             Mark::NONE,
             Mark {
@@ -590,9 +611,6 @@ mod tests {
             assert_eq!(mark.text().len(), MARK_LENGTH);
             assert_eq!(Mark::parse(&mark.text()), Some(mark));
         }
-        let header = encode_header(&Mark::NONE.text(), &[("a".into(), "b".into())]);
-        let at = MARK_AT as usize;
-        assert_eq!(&header[at..at + MARK_LENGTH], Mark::NONE.text().as_bytes());
         let request = Request::new("PUT", "k", "file:///t//".into());
         let etag = fresh_etag(&request).unwrap();
         assert_eq!(etag.len(), MARK_LENGTH, "an ETag fits over a mark");

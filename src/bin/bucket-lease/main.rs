@@ -41,6 +41,7 @@ mod generate;
 mod ids;
 mod inspect;
 mod log;
+mod migrate_dir;
 // Shared with benches/renewal.rs, which uses what `bench` does not.
 #[allow(dead_code)]
 mod measure;
@@ -121,7 +122,7 @@ const MAIN: &[Opt<MainKey>] = &[
 ];
 
 /// The commands, in the order help lists them.
-const COMMANDS: &str = "run, inspect, break or bench";
+const COMMANDS: &str = "run, inspect, break, bench or migrate-dir";
 
 /// How long the command waits at exit for its log lines to reach stderr:
 /// what it said is seen, and a stderr nobody reads holds it no longer.
@@ -138,6 +139,7 @@ Commands:
   inspect   show who holds the lease, how old it is and whether it is fresh
   break     take the lease away from a named (dead) holder, with a conditional write
   bench     measure acquire, renew and release latency against a scratch prefix
+  migrate-dir  move a directory bucket of the first layout to plain files
   help      this help, or a command's (as `bucket-lease COMMAND --help`)",
         "",
         MAIN,
@@ -153,6 +155,7 @@ pub fn specs() -> Vec<Spec> {
         inspect::spec(),
         brk::spec(),
         bench::spec(),
+        migrate_dir::spec(),
     ]
 }
 
@@ -207,6 +210,7 @@ fn dispatch(mut args: Args) -> Result<u8, Failure> {
         "inspect" => "inspect",
         "break" => "break",
         "bench" => "bench",
+        "migrate-dir" => "migrate-dir",
         "help" => return help_for(&mut args),
         other => {
             return Err(Failure::usage(
@@ -219,6 +223,7 @@ fn dispatch(mut args: Args) -> Result<u8, Failure> {
         "run" => run::main(args),
         "inspect" => inspect::main(args),
         "break" => brk::main(args),
+        "migrate-dir" => migrate_dir::main(args),
         _ => bench::main(args),
     }
 }
@@ -232,6 +237,7 @@ fn help_for(args: &mut Args) -> Result<u8, Failure> {
             "inspect" => inspect::spec(),
             "break" => brk::spec(),
             "bench" => bench::spec(),
+            "migrate-dir" => migrate_dir::spec(),
             other => {
                 return Err(Failure::usage(
                     "",

@@ -16,12 +16,11 @@ fn upload(store: &DirStore, key: &str, parts: &[&[u8]]) -> (String, Vec<Uploaded
     (id, taken)
 }
 
-/// The one upload file in `dir`.
-fn upload_file(dir: &Path) -> PathBuf {
-    let files: Vec<PathBuf> = fs::read_dir(dir)
+/// The one upload file of the bucket at `root`.
+fn upload_file(root: &Path) -> PathBuf {
+    let files: Vec<PathBuf> = fs::read_dir(root.join(".bucket-lease/uploads"))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "upload"))
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     files.into_iter().next().unwrap()
@@ -55,7 +54,8 @@ fn a_part_whose_deadline_passes_mid_body_writes_no_further_chunk() {
         before,
         "the part's bytes are cut off"
     );
-    assert_eq!(names(&dir.0).len(), 2, "the lock and the upload only");
+    assert_eq!(listing(&dir.0), Vec::<String>::new(), "nothing published");
+    assert_eq!(leftovers(&dir.0).len(), 1, "the upload only");
 
     let part = store.upload_part("k", &id, 1, b"again", None).unwrap();
     store
@@ -126,7 +126,8 @@ fn a_completion_paused_past_its_deadline_under_the_lock_publishes_nothing() {
         .unwrap();
     let got = store.get("new", None).unwrap();
     assert_eq!((got.body, got.version), (b"after+more".to_vec(), v));
-    assert_eq!(names(&dir.0), [LOCK_FILE, "k.obj", "new.obj"]);
+    assert_eq!(listing(&dir.0), ["k", "new"]);
+    assert!(leftovers(&dir.0).is_empty());
 }
 
 /// A part a killed process left half-written (bytes after the last mark)
@@ -156,12 +157,9 @@ fn bytes_a_killed_part_left_are_cut_off_by_the_next_request() {
 fn an_upload_a_killed_completion_left_must_be_aborted() {
     let (dir, store) = store();
     let (id, parts) = upload(&store, "k", &[b"one"]);
-    let file = upload_file(&dir.0);
-    let text = fs::read(&file).unwrap();
-    let at = text.windows(3).position(|w| w == b"\"p0").unwrap();
-    let mut changed = text.clone();
-    changed[at..at + 34].copy_from_slice(b"\"0123456789abcdef0123456789abcdef\"");
-    fs::write(&file, changed).unwrap();
+    let file = File::open(upload_file(&dir.0)).unwrap();
+    let object = encode_header(None, "\"0123456789abcdef0123456789abcdef\"", &[]);
+    attr::set(&file, &object).unwrap();
     for answer in [
         store.upload_part("k", &id, 2, b"two", None).map(drop),
         store
@@ -177,7 +175,7 @@ fn an_upload_a_killed_completion_left_must_be_aborted() {
         );
     }
     store.abort_upload("k", &id, None).unwrap();
-    assert_eq!(names(&dir.0), [LOCK_FILE]);
+    assert_eq!((listing(&dir.0), leftovers(&dir.0)), (vec![], vec![]));
 }
 
 /// Requests on one upload go one at a time: one that finds another
