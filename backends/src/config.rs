@@ -235,20 +235,31 @@ pub fn open_with_env(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<(Arc<dyn Store>, String), ConfigError> {
     let parsed = StoreUrl::parse(url)?;
-    let store = parsed.open_with_env(env)?;
+    let store = parsed.open_with_env(env).map_err(|e| match (&parsed, e) {
+        #[cfg(feature = "fs")]
+        (StoreUrl::File { dir, .. }, ConfigError::Open(e))
+            if is_single_slash(url) && e.code() == Some("NoSuchBucket") =>
+        {
+            ConfigError::Open(both_readings(dir, e))
+        }
+        (_, e) => e,
+    })?;
     Ok((store, parsed.prefix().to_string()))
 }
 
 #[cfg(feature = "fs")]
 fn open_dir(dir: &std::path::Path, prefix: &str) -> Result<Arc<dyn Store>, ConfigError> {
-    let store = crate::fs::DirStore::open_for(dir, prefix).map_err(|e| {
-        if prefix.is_empty() && e.code() == Some("NoSuchBucket") {
-            ConfigError::Open(both_readings(dir, e))
-        } else {
-            ConfigError::Open(e)
-        }
-    })?;
+    let store = crate::fs::DirStore::open_for(dir, prefix).map_err(ConfigError::Open)?;
     Ok(Arc::new(store))
+}
+
+/// Whether `url` is a `file://` URL with no `//` in its path: the whole
+/// path names the bucket's directory.
+#[cfg(feature = "fs")]
+fn is_single_slash(url: &str) -> bool {
+    url.strip_prefix("file://")
+        .map(|rest| rest.strip_prefix("localhost").unwrap_or(rest))
+        .is_some_and(|path| !path.contains("//"))
 }
 
 /// The answer for a single-slash URL (`file:///srv/bkt/nightly`) whose
@@ -266,14 +277,16 @@ fn both_readings(
     let split = existing
         .filter(|at| at.parent().is_some())
         .and_then(|at| Some((at, dir.strip_prefix(at).ok()?)));
+    use crate::fs::shell_word;
     use crate::settings::url_text;
     let bucket = |path: &std::path::Path| url_text(&path.display().to_string());
+    let mkdir = shell_word(dir);
     let message = match split {
         Some((at, rest)) => format!(
             "there is no directory {shown}, which this URL names as the bucket (a single `/` \
              before the path makes it all the bucket's directory); for the bucket {} with the \
              prefix {}, write file://{}//{}; for {shown} itself as the bucket, make it first \
-             (mkdir -p {shown})",
+             (mkdir -p {mkdir})",
             at.display(),
             rest.display(),
             bucket(at),
@@ -281,7 +294,7 @@ fn both_readings(
         ),
         None => format!(
             "there is no directory {shown}, which this URL names as the bucket; make it first \
-             (mkdir -p {shown}), or name a directory that exists, with `//` before the prefix \
+             (mkdir -p {mkdir}), or name a directory that exists, with `//` before the prefix \
              (file:///srv/bkt//jobs/nightly)"
         ),
     };

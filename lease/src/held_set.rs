@@ -61,7 +61,7 @@ use crate::clock::Clock;
 use crate::error::LeaseError;
 use crate::keeper::{Event, Loss};
 use crate::lease::{Contender, LeaseOptions};
-use crate::pool::{KeeperPool, LeaseId, PoolOptions, PooledLease, Releases};
+use crate::pool::{KeeperPool, LeaseId, PoolOptions, PooledLease};
 use crate::record::{check_holder_name, new_instance_id, InvalidHolderName};
 use crate::store::Store;
 use crossbeam_channel::{select, Receiver, Sender};
@@ -208,18 +208,30 @@ impl HeldPrefix {
         self.lease.may_write()
     }
 
-    /// Fenced writes under its lease.
+    /// Its lease's epoch: what its writes are stamped with.
+    pub fn epoch(&self) -> u64 {
+        self.lease.epoch()
+    }
+
+    /// Fenced writes under its lease. Each call makes a new writer: keep
+    /// one per lease to keep its pointers' versions between writes (see
+    /// [`FencedWriter::put_pointer`](crate::FencedWriter::put_pointer)).
     pub fn writer(&self) -> crate::FencedWriter {
         self.lease.writer()
     }
 }
+
+/// Each prefix's release when the set stops: `Ok` when it was held to the
+/// end and freed, `Err(Fenced | Lost)` when it had ended, or the release's
+/// error.
+pub type SetReleases = Vec<(String, Result<crate::Released, LeaseError>)>;
 
 /// A set of prefixes kept held; see the [module docs](self).
 pub struct HeldSet {
     table: Arc<Mutex<BTreeMap<String, PooledLease>>>,
     events: Receiver<SetEvent>,
     stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<Releases>>,
+    thread: Option<JoinHandle<SetReleases>>,
 }
 
 impl fmt::Debug for HeldSet {
@@ -322,12 +334,13 @@ impl HeldSet {
     }
 
     /// Stop taking prefixes, release every lease held, and join the
-    /// threads; each release, as [`KeeperPool::stop`] returns them.
-    pub fn stop(mut self) -> Releases {
+    /// threads; each prefix's release, as [`KeeperPool::stop`] returns
+    /// them.
+    pub fn stop(mut self) -> SetReleases {
         self.shut_down()
     }
 
-    fn shut_down(&mut self) -> Releases {
+    fn shut_down(&mut self) -> SetReleases {
         drop(self.stop.take());
         self.thread
             .take()
@@ -372,7 +385,7 @@ struct SetKeeper {
 }
 
 impl SetKeeper {
-    fn run(mut self) -> Releases {
+    fn run(mut self) -> SetReleases {
         loop {
             self.hear_pool();
             let now = self.clock.now();
@@ -411,8 +424,18 @@ impl SetKeeper {
                 recv(timer) -> _ => {}
             }
         }
-        self.table().clear();
-        self.pool.stop()
+        let prefixes: BTreeMap<LeaseId, String> = std::mem::take(&mut *self.table())
+            .into_iter()
+            .map(|(prefix, lease)| (lease.id(), prefix))
+            .collect();
+        self.pool
+            .stop()
+            .into_iter()
+            .map(|(id, released)| {
+                let prefix = prefixes.get(&id).cloned().unwrap_or_default();
+                (prefix, released)
+            })
+            .collect()
     }
 
     /// Whether the set was asked to stop (or its handle is gone).

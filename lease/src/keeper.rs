@@ -325,7 +325,10 @@ impl Keeper {
     ///
     /// [`LeaseError::Fenced`] or [`LeaseError::Lost`] when the lease was
     /// fenced or lost before the stop (its record was still freed if it was
-    /// ours); otherwise the release's error, when its request failed (the
+    /// ours); [`LeaseError::Lost`] too when the release itself finds the
+    /// record another holder's (taken over or broken since the last
+    /// renewal), which [`stop_with_release`](Self::stop_with_release)
+    /// returns as [`Released::LeftAlone`]; otherwise the release's error, when its request failed (the
     /// record then expires after its TTL); [`LeaseError::Lost`] when the
     /// renewal thread died without releasing.
     pub fn stop(mut self) -> Result<Released, LeaseError> {
@@ -581,6 +584,14 @@ impl Renewer {
                 reason: "the release found the record another holder's".to_string(),
             }),
             Ok(_) => {}
+        }
+        // A record found not ours by the release itself: taken over (or
+        // broken) since the last renewal, so not held to the end.
+        if let (None, Ok(Released::LeftAlone { holder, .. })) = (&ended, &released) {
+            ended = Some(LeaseError::Lost {
+                key: self.lease.key().to_string(),
+                holder: holder.clone(),
+            });
         }
         (ended, released)
     }

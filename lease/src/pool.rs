@@ -296,6 +296,11 @@ impl PooledLease {
         prefix_of(self.lease.key())
     }
 
+    /// The lease's epoch: what its writes are stamped with.
+    pub fn epoch(&self) -> u64 {
+        self.lease.epoch()
+    }
+
     /// Fenced writes under this lease ([`FencedWriter`]).
     pub fn writer(&self) -> FencedWriter {
         FencedWriter::new(Arc::clone(&self.lease))
@@ -571,10 +576,21 @@ pub struct Left {
 }
 
 impl Left {
-    /// What a `remove` or `stop` returns for it: its loss, if it had one,
-    /// else its release's outcome.
+    /// What a `remove` or `stop` returns for it: its loss, if it had one;
+    /// [`LeaseError::Lost`] when its release found the record another
+    /// holder's (taken over since its last renewal); else its release's
+    /// outcome.
     pub fn answer(&self) -> Result<Released, LeaseError> {
-        self.loss.clone().map_or_else(|| self.released.clone(), Err)
+        if let Some(loss) = &self.loss {
+            return Err(loss.clone());
+        }
+        match &self.released {
+            Ok(Released::LeftAlone { holder, .. }) => Err(LeaseError::Lost {
+                key: self.key.clone(),
+                holder: holder.clone(),
+            }),
+            released => released.clone(),
+        }
     }
 }
 

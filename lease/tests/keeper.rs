@@ -217,6 +217,38 @@ fn a_takeover_is_reported_as_lost_naming_the_new_holder() {
     );
 }
 
+/// A takeover between two renewals, seen only by the stop's release: the
+/// stop is `Err(Lost)` naming the new holder (the newcomer's `stop()?`
+/// passed it as `Ok(LeftAlone)`), while `stop_with_release` still says
+/// what the release did.
+#[test]
+fn a_takeover_seen_only_by_the_stop_makes_the_stop_an_error() {
+    for with_release in [false, true] {
+        let (store, clock, keeper) = start(30);
+        let now = format_stamp(clock.wall());
+        let usurper = LeaseRecord::new("usurper", now.clone(), now, 30, 2);
+        store.inner.insert(KEY, &usurper.to_bytes());
+        if with_release {
+            match keeper.stop_with_release() {
+                Ok(Released::LeftAlone { holder, .. }) => {
+                    assert_eq!(holder.as_deref(), Some("usurper"))
+                }
+                other => panic!("expected the release's LeftAlone, got {other:?}"),
+            }
+        } else {
+            match keeper.stop() {
+                Err(LeaseError::Lost { holder, .. }) => {
+                    assert_eq!(holder.as_deref(), Some("usurper"))
+                }
+                other => panic!("expected Lost, got {other:?}"),
+            }
+        }
+        assert!(!LeaseRecord::parse(&store.inner.peek(KEY).unwrap())
+            .unwrap()
+            .is_released());
+    }
+}
+
 #[test]
 fn stop_releases_the_lease_and_joins_the_thread() {
     let (store, _clock, keeper) = start(30);

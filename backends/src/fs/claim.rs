@@ -39,6 +39,10 @@ pub(super) fn claim_as_bucket(
         // layout (an older bucket-lease) fails to open it, so it never
         // writes in a bucket of this one.
         make(request, &root.join(V1_LOCK), &mut made, Kind::Folder)?;
+        // Again, now that the folder is made or found: a store of the
+        // first layout that made its lock file there since the first look
+        // holds the name, and this open must not go on beside it.
+        refuse_first_layout(request, root)?;
         check_attributes(request, &state.join(LOCK))?;
         nested_bucket(request, root, prefix)
     })();

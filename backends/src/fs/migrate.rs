@@ -10,18 +10,26 @@
 //!    into a staging tree, `.bucket-lease/migrating/` (built again from the
 //!    start if a run stopped here), and `.bucket-lease/migrated` is made;
 //! 2. the first layout's files (objects, folders, leftover temporary and
-//!    upload files) are removed;
+//!    upload files) are removed, and `.bucket-lease/swapping` is made;
 //! 3. the staging tree's entries are moved into the root;
 //! 4. the first layout's lock file becomes a folder, which marks the
 //!    bucket as of this layout.
 //!
 //! Before anything changes, the whole tree is read: a file the first
-//! layout never made, an object file that is not one, or two keys a file
-//! system cannot hold together (`a` and `a/b`) stop the migration with
-//! nothing changed.
+//! layout never made, a key this layout refuses (a segment starting with
+//! `.bucket-lease`), or two keys a file system cannot hold together (`a`
+//! and `a/b`) stop the migration with nothing changed; an object file
+//! whose header is damaged stops it in step 1, with nothing removed.
+//!
+//! A store of the first layout that opened the lock file before the
+//! migration and still waits for its lock takes the removed file's lock
+//! when the migration ends, and would write beside this layout: every
+//! process that uses the bucket must be stopped first, as the command
+//! says.
 
 use super::layout::{
-    encode_header, parse_header, LOCK, MAGIC, MAGIC_V1, STATE_DIR, TEMP_DIR, UPLOAD_DIR, V1_LOCK,
+    encode_header, parse_header, split_key, LOCK, MAGIC, MAGIC_V1, STATE_DIR, TEMP_DIR, UPLOAD_DIR,
+    V1_LOCK,
 };
 use super::request::Request;
 use super::{set_attribute, DirStore};
@@ -34,9 +42,11 @@ use std::time::{Duration, Instant};
 
 /// The staging tree, in the store's own folder.
 const STAGING: &str = "migrating";
-/// Made once the staging tree is whole, naming its entries (one a line):
-/// the first layout's files may go.
+/// Made once the staging tree is whole: the first layout's files may go.
 const STAGED: &str = "migrated";
+/// Made once the first layout's files are gone: the staging tree's
+/// entries may move into the root.
+const SWAPPING: &str = "swapping";
 /// The longest header of the first layout.
 const MAX_HEADER: u64 = 64 * 1024;
 /// How long the migration waits for the first layout's lock.
@@ -106,39 +116,28 @@ impl DirStore {
         let staging = state.join(STAGING);
         let staged = state.join(STAGED);
         let mut migration = Migration::default();
-        let names = match fs::read_to_string(&staged) {
-            Ok(names) => names,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                // Step 1, from the start, once the survey found nothing to
-                // refuse.
-                let (objects, _) = survey(&request, root)?;
-                refuse_conflicts(&request, &objects)?;
-                make_state(&request, &state)?;
-                if staging.exists() {
-                    fs::remove_dir_all(&staging)
-                        .map_err(|e| request.io_error("remove the unfinished", &staging, e))?;
-                }
-                fs::create_dir(&staging).map_err(|e| request.io_error("create", &staging, e))?;
-                for object in &objects {
-                    stage(&request, object, &staging)?;
-                }
-                sync_tree(&request, &staging)?;
-                let mut names = String::new();
-                for entry in read_dir(&request, &staging)? {
-                    let name = entry.file_name();
-                    names.push_str(name.to_str().unwrap_or_default());
-                    names.push('\n');
-                }
-                write_synced(&request, &staged, names.as_bytes())?;
-                names
+        let swapping = state.join(SWAPPING);
+        if !staged.exists() {
+            // Step 1, from the start, once the survey found nothing to
+            // refuse.
+            let (objects, _) = survey(&request, root)?;
+            refuse_keys(&request, &objects)?;
+            make_state(&request, &state)?;
+            if staging.exists() {
+                fs::remove_dir_all(&staging)
+                    .map_err(|e| request.io_error("remove the unfinished", &staging, e))?;
             }
-            Err(e) => return Err(request.io_error("read", &staged, e)),
-        };
-        // Step 2, unless step 3 began (an entry named is gone from the
-        // staging tree, moved): then the root holds no file of the first
-        // layout, and entries of this one that the survey would refuse.
-        let moving = names.lines().any(|name| !staging.join(name).exists());
-        if !moving {
+            fs::create_dir(&staging).map_err(|e| request.io_error("create", &staging, e))?;
+            for object in &objects {
+                stage(&request, object, &staging)?;
+            }
+            sync_tree(&request, &staging)?;
+            write_synced(&request, &staged)?;
+        }
+        // Step 2, unless it finished (step 3 began): then the root holds no
+        // file of the first layout, and entries of this one that the survey
+        // would refuse.
+        if !swapping.exists() {
             let (objects, leftovers) = survey(&request, root)?;
             migration.leftovers = leftovers.len();
             for file in objects.iter().map(|o| &o.file).chain(&leftovers) {
@@ -146,6 +145,7 @@ impl DirStore {
             }
             remove_old_folders(&request, root)?;
             request.sync_dir(root)?;
+            write_synced(&request, &swapping)?;
         }
         // Step 3.
         migration.objects = count_files(&request, &staging)?;
@@ -156,13 +156,16 @@ impl DirStore {
         request.sync_dir(root)?;
         fs::remove_dir(&staging).map_err(|e| request.io_error("remove", &staging, e))?;
         // Step 4, still holding its lock: the lock file becomes the folder
-        // that marks this layout (a store of the first layout waiting for
-        // the lock then fails to open it).
+        // that marks this layout, which a store of the first layout cannot
+        // open to lock. (One that opened the file before, and waits for
+        // its lock, takes the removed file's lock when this returns: the
+        // reason every process must be stopped first.)
         fs::remove_file(&old_lock).map_err(|e| request.io_error("remove", &old_lock, e))?;
         fs::create_dir(&old_lock).map_err(|e| request.io_error("create", &old_lock, e))?;
         drop(lock);
         request.sync_dir(root)?;
         let _ = fs::remove_file(&staged);
+        let _ = fs::remove_file(&swapping);
         Ok(migration)
     }
 }
@@ -193,12 +196,13 @@ fn make_state(request: &Request<'_>, state: &Path) -> Result<(), StoreError> {
     set_attribute(request, &file, &lock, MAGIC.as_bytes())
 }
 
-/// Write `bytes` to a new file at `path`, synced.
-fn write_synced(request: &Request<'_>, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let mut file = File::create(path).map_err(|e| request.io_error("create", path, e))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| request.io_error("write", path, e))
+/// Make the empty file `path` (a mark of a step done), synced with its
+/// folder.
+fn write_synced(request: &Request<'_>, path: &Path) -> Result<(), StoreError> {
+    File::create(path)
+        .and_then(|file| file.sync_all())
+        .map_err(|e| request.io_error("create", path, e))?;
+    request.sync_dir(path.parent().unwrap_or(path))
 }
 
 /// How many files the tree at `dir` holds (those a run stopped in step 3
@@ -304,8 +308,24 @@ fn unexpected(request: &Request<'_>, path: &Path) -> StoreError {
         ))
 }
 
-/// Refuse keys a directory bucket cannot hold together: `a` and `a/b`.
-fn refuse_conflicts(request: &Request<'_>, objects: &[OldObject]) -> Result<(), StoreError> {
+/// Refuse keys this layout does not take (a segment starting with
+/// `.bucket-lease`, one too long), and keys a directory bucket cannot hold
+/// together: `a` and `a/b`.
+fn refuse_keys(request: &Request<'_>, objects: &[OldObject]) -> Result<(), StoreError> {
+    for object in objects {
+        if let Err(reason) = split_key(&object.key) {
+            return Err(request
+                .error(StoreErrorKind::Rejected)
+                .permanent()
+                .with_message(format!(
+                    "the bucket holds the object {:?} ({}), which a bucket of plain files \
+                     cannot hold: {reason}; so nothing was migrated; copy it out with the \
+                     previous version and delete it, then migrate again",
+                    object.key,
+                    object.file.display()
+                )));
+        }
+    }
     let keys: BTreeSet<&str> = objects.iter().map(|o| o.key.as_str()).collect();
     for object in objects {
         let mut at = 0;

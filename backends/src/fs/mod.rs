@@ -314,7 +314,7 @@ impl std::fmt::Debug for DirStore {
 }
 
 /// `path` as one word for a shell: in single quotes unless it is plain.
-fn shell_word(path: &Path) -> String {
+pub(crate) fn shell_word(path: &Path) -> String {
     let text = path.display().to_string();
     let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:=".contains(c);
     if !text.is_empty() && text.chars().all(plain) {

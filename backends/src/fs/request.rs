@@ -170,6 +170,12 @@ impl<'a> Request<'a> {
             {
                 return Ok(None)
             }
+            Err(e) if no_file_to_open(&e) => {
+                return Err(self.foreign(
+                    path,
+                    &format!("it is not a regular file, and cannot be opened as one ({e})"),
+                ))
+            }
             Err(e) => return Err(self.io_error("open", path, e)),
         };
         let meta = file
@@ -338,6 +344,22 @@ pub(super) struct Opened {
     /// it): the body's.
     pub(super) length: u64,
     pub(super) reader: BufReader<File>,
+}
+
+/// Whether opening a path failed because what is there is no file to read
+/// (a socket, a symbolic link loop): no retry can open it.
+fn no_file_to_open(error: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        use rustix::io::Errno;
+        let errno = error.raw_os_error().map(Errno::from_raw_os_error);
+        matches!(errno, Some(Errno::NXIO | Errno::LOOP))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = error;
+        false
+    }
 }
 
 /// Open `path` to read without waiting: a FIFO or device someone put in

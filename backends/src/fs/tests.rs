@@ -13,6 +13,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 mod migrate;
+mod review;
 mod uploads;
 
 /// A fresh directory under the system's temporary directory, removed on
