@@ -52,7 +52,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             if !shard.may_write() {
                 continue;
             }
-            let epoch = shard.lease().lease().epoch();
+            let epoch = shard.epoch();
             let part = format!("{}/part-{epoch}-{written}", shard.prefix());
             match shard.writer().put_new(&part, b"work") {
                 Ok(_) => written += 1,

@@ -49,7 +49,7 @@ fn worker_process() {
             // lease's write deadline, on the wall clock.
             let start = SystemTime::now();
             let left = deadline.saturating_duration_since(Instant::now());
-            let epoch = shard.lease().lease().epoch();
+            let epoch = shard.epoch();
             seq += 1;
             let key = format!("{}/out/{epoch}-{name}-{seq}", shard.prefix());
             if shard.writer().put_new(&key, name.as_bytes()).is_ok() {

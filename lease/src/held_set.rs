@@ -604,7 +604,7 @@ mod tests {
         let set = HeldSet::spawn(Arc::clone(&store) as Arc<dyn Store>, shards(1), options).unwrap();
         taken(&set, 1);
         let first = set.get("shards/0").unwrap();
-        let first_epoch = first.lease().lease().epoch();
+        let first_epoch = first.epoch();
         // Another instance breaks in: the next renewal finds it lost.
         let now = crate::record::format_stamp(clock.wall());
         let usurper = crate::record::LeaseRecord::new("usurper", now.clone(), now, 30, 9);

@@ -287,7 +287,9 @@ impl Keeper {
         &self.lease
     }
 
-    /// Fenced writes under the kept lease ([`FencedWriter`]).
+    /// Fenced writes under the kept lease ([`FencedWriter`]). Each call
+    /// makes a new writer: keep one to keep its pointers' versions between
+    /// writes ([`FencedWriter::put_pointer`] then needs no read first).
     pub fn writer(&self) -> FencedWriter {
         FencedWriter::new(Arc::clone(&self.lease))
     }

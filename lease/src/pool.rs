@@ -301,7 +301,9 @@ impl PooledLease {
         self.lease.epoch()
     }
 
-    /// Fenced writes under this lease ([`FencedWriter`]).
+    /// Fenced writes under this lease ([`FencedWriter`]). Each call makes
+    /// a new writer: keep one to keep its pointers' versions between
+    /// writes ([`FencedWriter::put_pointer`] then needs no read first).
     pub fn writer(&self) -> FencedWriter {
         FencedWriter::new(Arc::clone(&self.lease))
     }
