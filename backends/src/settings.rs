@@ -90,7 +90,8 @@ pub const S3_MAX_KEY_BYTES: usize = 1024;
 
 /// `text` (a bucket, a directory, a key) as a store URL holds it: `%`,
 /// `?`, `#` and `@` percent-encoded, so that [`percent_decode`] gives it
-/// back; for the URLs errors name.
+/// back; for the URLs errors name (of the stores built: none without one).
+#[cfg(any(feature = "fs", http))]
 pub(crate) fn url_text(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -510,6 +511,7 @@ mod tests {
         }
     }
 
+    #[cfg(any(feature = "fs", http))]
     #[test]
     fn url_text_encodes_what_a_store_url_decodes() {
         let text = "a%b?c#d@e f/g";
