@@ -6,7 +6,7 @@ use super::*;
 use crate::fs::migrate::Migration;
 
 /// Write an object file of the first layout for `key` under `root`.
-fn old_object(root: &Path, key: &str, etag: &str, meta: &[(&str, &str)], body: &[u8]) {
+pub(super) fn old_object(root: &Path, key: &str, etag: &str, meta: &[(&str, &str)], body: &[u8]) {
     let mut path = root.to_path_buf();
     let segments: Vec<&str> = key.split('/').collect();
     let (name, folders) = segments.split_last().unwrap();

@@ -3,28 +3,14 @@
 //! layout refuses, a first-layout lock file made while a store opens, and
 //! files that cannot be opened as files.
 
+use super::migrate::old_object;
 use super::*;
-
-/// Write an object file of the first layout for `key` under `root`
-/// (as tests/migrate.rs does).
-fn old_object(root: &Path, key: &str, etag: &str, body: &[u8]) {
-    let mut path = root.to_path_buf();
-    let segments: Vec<&str> = key.split('/').collect();
-    let (name, folders) = segments.split_last().unwrap();
-    for folder in folders {
-        path.push(format!("{folder}.dir"));
-    }
-    fs::create_dir_all(&path).unwrap();
-    let mut bytes = format!("bucket-lease object v1\netag {etag}\n\n").into_bytes();
-    bytes.extend_from_slice(body);
-    fs::write(path.join(format!("{name}.obj")), bytes).unwrap();
-}
 
 fn old_bucket_with(keys: &[(&str, &str, &[u8])]) -> TempDir {
     let dir = TempDir::new();
     fs::write(dir.0.join(".bucket-lease.lock"), b"").unwrap();
     for (key, etag, body) in keys {
-        old_object(&dir.0, key, etag, body);
+        old_object(&dir.0, key, etag, &[], body);
     }
     dir
 }
