@@ -373,10 +373,9 @@ fn stage(request: &Request<'_>, object: &OldObject, staging: &Path) -> Result<()
         .ok()
         .and_then(|text| text.strip_prefix(MAGIC_V1))
         .and_then(|rest| rest.strip_suffix('\n'))
-        .map(|rest| format!("{MAGIC}{rest}"))
-        .and_then(|text| parse_header(text.as_bytes()).ok().map(|h| (h, text)))
-        .filter(|(header, _)| header.key.is_none());
-    let Some((header, _)) = header else {
+        .and_then(|rest| parse_header(format!("{MAGIC}{rest}").as_bytes()).ok())
+        .filter(|header| header.key.is_none());
+    let Some(header) = header else {
         return Err(request
             .error(StoreErrorKind::Rejected)
             .permanent()
