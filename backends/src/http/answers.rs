@@ -218,11 +218,6 @@ pub(super) fn object_of(key: &str, answer: Answer) -> Result<Object, StoreError>
     Ok(Object::new(body, version).with_metadata(metadata))
 }
 
-/// The error for a request that got no answer: not sent (the lookup, the
-/// connection, the proxy or the TLS handshake to `target` failed), or
-/// sent (through `via`, a proxy) and not answered. A certificate the
-/// client does not trust, or a proxy that refuses the tunnel, is
-/// [`StoreErrorKind::Rejected`] and permanent: trying again cannot help.
 /// How a request ended, for [`trace`].
 pub(super) fn trace_outcome(
     ran: &Result<http::Response<ureq::Body>, StoreError>,
@@ -277,6 +272,11 @@ pub(super) fn parse_http_date(text: &str) -> Option<SystemTime> {
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))
 }
 
+/// The error for a request that got no answer: not sent (the lookup, the
+/// connection, the proxy or the TLS handshake to `target` failed), or
+/// sent (through `via`, a proxy) and not answered. A certificate the
+/// client does not trust, or a proxy that refuses the tunnel, is
+/// [`StoreErrorKind::Rejected`] and permanent: trying again cannot help.
 pub(super) fn transport_error(
     op: Op,
     key: &str,
