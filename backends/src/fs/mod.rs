@@ -476,27 +476,23 @@ impl DirStore {
         })
     }
 
-    /// Write a fresh temporary file for `at`'s key, with `attribute` and
-    /// `body`, as [`TempFile::write`] does.
-    fn write_temp(
+    /// Write a fresh file at `path`, in one of the store's own folders
+    /// (made again should someone have removed it), with `attribute` and
+    /// `body`, as [`TempFile::write`] does; a bucket whose directory is
+    /// gone answers as a missing bucket.
+    fn write_own(
         &self,
         request: &Request<'_>,
-        name: &str,
+        path: PathBuf,
         attribute: &[u8],
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Result<TempFile, StoreError> {
-        // Made again should someone have removed it (an error names the
-        // path should that fail too).
-        let _ = fs::create_dir(self.temp_dir());
-        TempFile::write(
-            request,
-            self.temp_dir().join(name),
-            attribute,
-            body,
-            deadline,
-        )
-        .map_err(|e| {
+        if let Some(folder) = path.parent() {
+            // An error names the path should this fail.
+            let _ = fs::create_dir(folder);
+        }
+        TempFile::write(request, path, attribute, body, deadline).map_err(|e| {
             if self.root.is_dir() {
                 e
             } else {
@@ -820,13 +816,8 @@ impl Store for DirStore {
         let etag = fresh_etag(&request)?;
         let attribute = encode_header(None, &etag, &options.metadata);
         // The ETag is random and fresh, so it names the file uniquely.
-        let temp = self.write_temp(
-            &request,
-            etag.trim_matches('"'),
-            &attribute,
-            body,
-            options.deadline,
-        )?;
+        let path = self.temp_dir().join(etag.trim_matches('"'));
+        let temp = self.write_own(&request, path, &attribute, body, options.deadline)?;
 
         let lock = self.lock(&request, options.deadline)?;
         request.check_condition(&self.root, &at, &options.mode)?;

@@ -41,7 +41,7 @@
 use super::layout::{encode_header, parse_header, Header, STATE_DIR, UPLOAD_DIR};
 use super::{
     attr, fresh_etag, random_hex, reached, set_attribute, write_chunks, DirStore, Location,
-    Request, Step, TempFile,
+    Request, Step,
 };
 use bucket_lease_core::multipart::{ObjectReader, UploadedPart, MAX_PARTS};
 use bucket_lease_core::store::{Object, PutMode, StoreError, StoreErrorKind, Version};
@@ -359,14 +359,7 @@ impl DirStore {
         let upload = random_hex(&request, "an upload id")?;
         let path = upload_path(&request, &self.root, &upload)?;
         let attribute = encode_header(Some(key), &Mark::NONE.text(), metadata);
-        let _ = fs::create_dir(self.upload_dir());
-        let file = TempFile::write(&request, path, &attribute, &[], deadline).map_err(|e| {
-            if self.root.is_dir() {
-                e
-            } else {
-                self.bucket_gone(&request)
-            }
-        })?;
+        let file = self.write_own(&request, path, &attribute, &[], deadline)?;
         request.sync_dir(&self.upload_dir())?;
         file.keep();
         Ok(upload)
