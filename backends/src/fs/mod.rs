@@ -413,7 +413,7 @@ impl DirStore {
             return Err(self.bucket_gone(request));
         }
         let mut dir = self.root.clone();
-        for folder in &at.folders {
+        for folder in at.folders(&self.root) {
             dir.push(folder);
             match fs::create_dir(&dir) {
                 Ok(()) => {}
@@ -471,7 +471,6 @@ impl DirStore {
         dir.extend(folders);
         Ok(Location {
             object: dir.join(name),
-            folders: folders.iter().map(|folder| (*folder).to_string()).collect(),
             dir,
         })
     }
@@ -626,8 +625,17 @@ struct Location {
     dir: PathBuf,
     /// The object file.
     object: PathBuf,
-    /// The key's segments before its last: the folders from the root down.
-    folders: Vec<String>,
+}
+
+impl Location {
+    /// The folders of the key under `root`, from the top down: its
+    /// segments before its last.
+    fn folders<'a>(&'a self, root: &Path) -> std::path::Components<'a> {
+        self.dir
+            .strip_prefix(root)
+            .unwrap_or(Path::new(""))
+            .components()
+    }
 }
 
 /// A written, synced temporary file, removed on drop unless renamed over its

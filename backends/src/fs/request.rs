@@ -305,7 +305,7 @@ impl<'a> Request<'a> {
     /// object, from the root down, that is not a folder.
     pub(super) fn object_above(&self, root: &Path, at: &Location) -> StoreError {
         let mut path = root.to_path_buf();
-        for segment in &at.folders {
+        for segment in at.folders(root) {
             path.push(segment);
             if !path.is_dir() {
                 return self.key_conflict(&path, false);
