@@ -330,7 +330,8 @@ impl Keeper {
     /// ours); [`LeaseError::Lost`] too when the release itself finds the
     /// record another holder's (taken over or broken since the last
     /// renewal), which [`stop_with_release`](Self::stop_with_release)
-    /// returns as [`Released::LeftAlone`]; otherwise the release's error, when its request failed (the
+    /// returns as [`Released::LeftAlone`]; otherwise the release's error,
+    /// when its request failed (the
     /// record then expires after its TTL); [`LeaseError::Lost`] when the
     /// renewal thread died without releasing.
     pub fn stop(mut self) -> Result<Released, LeaseError> {
@@ -589,11 +590,8 @@ impl Renewer {
         }
         // A record found not ours by the release itself: taken over (or
         // broken) since the last renewal, so not held to the end.
-        if let (None, Ok(Released::LeftAlone { holder, .. })) = (&ended, &released) {
-            ended = Some(LeaseError::Lost {
-                key: self.lease.key().to_string(),
-                holder: holder.clone(),
-            });
+        if let (None, Ok(freed)) = (&ended, &released) {
+            ended = freed.loss_shown(self.lease.key());
         }
         (ended, released)
     }

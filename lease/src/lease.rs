@@ -299,6 +299,20 @@ pub enum Released {
 }
 
 impl Released {
+    /// The loss a release that found the record not ours shows, for the
+    /// lease on `key`: [`LeaseError::Lost`] for [`Released::LeftAlone`]
+    /// (taken over or broken since its last renewal, so not held to the
+    /// end), else none. What a keeper's or a pool's stop answers then.
+    pub(crate) fn loss_shown(&self, key: &str) -> Option<LeaseError> {
+        match self {
+            Released::LeftAlone { holder, .. } => Some(LeaseError::Lost {
+                key: key.to_string(),
+                holder: holder.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// [`Released::LeftAlone`] naming the live holder of `rec`, when it
     /// names anyone.
     pub(crate) fn left_alone(rec: Option<LeaseRecord>) -> Released {

@@ -583,15 +583,13 @@ impl Left {
     /// holder's (taken over since its last renewal); else its release's
     /// outcome.
     pub fn answer(&self) -> Result<Released, LeaseError> {
-        if let Some(loss) = &self.loss {
-            return Err(loss.clone());
-        }
-        match &self.released {
-            Ok(Released::LeftAlone { holder, .. }) => Err(LeaseError::Lost {
-                key: self.key.clone(),
-                holder: holder.clone(),
-            }),
-            released => released.clone(),
+        let shown = match &self.released {
+            Ok(released) => released.loss_shown(&self.key),
+            Err(_) => None,
+        };
+        match self.loss.clone().or(shown) {
+            Some(loss) => Err(loss),
+            None => self.released.clone(),
         }
     }
 }
