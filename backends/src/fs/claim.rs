@@ -4,13 +4,15 @@
 //! refusal of a bucket of the first layout (naming its migration), and the
 //! refusal of a bucket inside another, so one path is never two leases.
 
+use super::beneath::{Folder, Kind, Resolve};
 use super::layout::{LOCK, MAGIC, STATE_DIR, TEMP_DIR, UPLOAD_DIR, V1_LOCK};
 use super::{attr, Request};
 use crate::settings::url_text;
 use bucket_lease_core::store::{StoreError, StoreErrorKind};
-use std::fs::{self, File, OpenOptions};
+use rustix::fs::OFlags;
+use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Make the store's own folder in `root` (the directory's claim to be a
 /// bucket) and what it holds, check that the file system keeps extended
@@ -27,105 +29,119 @@ pub(super) fn claim_as_bucket(
     root: &Path,
     prefix: &str,
 ) -> Result<(), StoreError> {
-    refuse_first_layout(request, root)?;
-    let state = root.join(STATE_DIR);
+    let dir =
+        Folder::root(root).map_err(|e| request.io_error("open the bucket's directory", root, e))?;
+    refuse_first_layout(request, &dir)?;
     let mut made = Vec::new();
     let claimed = (|| {
-        make(request, &state, &mut made, Kind::Folder)?;
-        make(request, &state.join(TEMP_DIR), &mut made, Kind::Folder)?;
-        make(request, &state.join(UPLOAD_DIR), &mut made, Kind::Folder)?;
-        make(request, &state.join(LOCK), &mut made, Kind::File)?;
-        // The first layout's lock file, as a folder: a store of that
-        // layout (an older bucket-lease) fails to open it, so it never
-        // writes in a bucket of this one.
-        make(request, &root.join(V1_LOCK), &mut made, Kind::Folder)?;
+        // Each made in its folder, opened beneath the root: a link planted
+        // at `.bucket-lease` (to another bucket's, say) is refused.
+        for (folder, name, kind) in [
+            (&[][..], STATE_DIR, Kind::Folder),
+            (&[STATE_DIR][..], TEMP_DIR, Kind::Folder),
+            (&[STATE_DIR][..], UPLOAD_DIR, Kind::Folder),
+            (&[STATE_DIR][..], LOCK, Kind::File),
+            // The first layout's lock file, as a folder: a store of that
+            // layout (an older bucket-lease) fails to open it, so it never
+            // writes in a bucket of this one.
+            (&[][..], V1_LOCK, Kind::Folder),
+        ] {
+            make(request, &dir, folder, name, kind, &mut made)?;
+        }
         // Again, now that the folder is made or found: a store of the
         // first layout that made its lock file there since the first look
         // holds the name, and this open must not go on beside it.
-        refuse_first_layout(request, root)?;
-        check_attributes(request, &state.join(LOCK))?;
-        nested_bucket(request, root, prefix)
+        refuse_first_layout(request, &dir)?;
+        check_attributes(request, &dir)?;
+        nested_bucket(request, root, &dir, prefix)
     })();
     if claimed.is_err() {
         // What the claim made a moment ago goes (no write ever used it),
         // so the directory stays free to be named right.
-        for path in made.iter().rev() {
-            let _ = fs::remove_dir(path).or_else(|_| fs::remove_file(path));
+        for (folder, name) in made.iter().rev() {
+            if let Ok(folder) = dir.open(folder) {
+                let _ = folder
+                    .remove_folder(name)
+                    .or_else(|_| folder.remove_file(name));
+            }
         }
     }
     claimed
 }
 
-enum Kind {
-    Folder,
-    File,
-}
-
-/// Make the folder or empty file `path` unless it is there, noting it in
-/// `made` when this call made it. A path this process may not write is left
-/// to be read as it is.
-fn make(
+/// Make the folder or empty file `name` in the folder `folder` beneath
+/// `root` unless it is there, noting it in `made` when this call made it.
+/// A path this process may not write is left to be read as it is; a link
+/// on the way, or at the name, is refused.
+fn make<'a>(
     request: &Request<'_>,
-    path: &Path,
-    made: &mut Vec<PathBuf>,
+    root: &Folder,
+    folder: &'a [&'a str],
+    name: &'a str,
     kind: Kind,
+    made: &mut Vec<(&'a [&'a str], &'a str)>,
 ) -> Result<(), StoreError> {
+    let parent = root
+        .open(folder)
+        .map_err(|e| request.unresolved(e, "open the store's folder"))?;
     let result = match kind {
-        Kind::Folder => fs::create_dir(path),
-        Kind::File => OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map(drop),
+        Kind::Folder => parent.make_folder(name),
+        _ => parent.create_new(name).map(drop),
     };
     match result {
         Ok(()) => {
-            made.push(path.to_path_buf());
+            made.push((folder, name));
             Ok(())
         }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match parent.kind(name) {
+            Ok(Some(Kind::Link)) => Err(request.link(&parent.path().join(name))),
+            _ => Ok(()),
+        },
         Err(e)
             if matches!(
                 e.kind(),
-                io::ErrorKind::AlreadyExists
-                    | io::ErrorKind::PermissionDenied
-                    | io::ErrorKind::ReadOnlyFilesystem
+                io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
             ) =>
         {
             Ok(())
         }
-        Err(e) => Err(request.io_error("create", path, e)),
+        Err(e) => Err(request.io_error("create", &parent.path().join(name), e)),
     }
 }
 
 /// Refuse a file system that keeps no user extended attributes, where
 /// objects keep their ETags: the lock file carries one, naming the layout.
-fn check_attributes(request: &Request<'_>, lock: &Path) -> Result<(), StoreError> {
-    let file = match File::open(lock) {
-        Ok(file) => file,
+fn check_attributes(request: &Request<'_>, root: &Folder) -> Result<(), StoreError> {
+    let Ok(state) = root.open(&[STATE_DIR]) else {
         // A bucket this process cannot read: its reads say so.
+        return Ok(());
+    };
+    let lock = state.path().join(LOCK);
+    let file = match state.open_file(LOCK, OFlags::RDONLY) {
+        Ok(file) => file,
         Err(_) => return Ok(()),
     };
     let found = match attr::get(&file) {
-        Err(e) if attr::is_unsupported(&e) => return Err(request.no_attributes(lock, &e)),
+        Err(e) if attr::is_unsupported(&e) => return Err(request.no_attributes(&lock, &e)),
         found => found,
     };
     if matches!(found, Ok(Some(_))) {
         return Ok(());
     }
-    let Ok(file) = OpenOptions::new().write(true).open(lock) else {
+    let Ok(file) = state.open_file(LOCK, OFlags::WRONLY) else {
         return Ok(());
     };
     match attr::set(&file, MAGIC.as_bytes()) {
-        Err(e) if attr::is_unsupported(&e) => Err(request.no_attributes(lock, &e)),
+        Err(e) if attr::is_unsupported(&e) => Err(request.no_attributes(&lock, &e)),
         _ => Ok(()),
     }
 }
 
 /// Refuse a bucket of the first layout (its lock file a file): its objects
 /// are not plain files, and a store of this layout would not see them.
-fn refuse_first_layout(request: &Request<'_>, root: &Path) -> Result<(), StoreError> {
-    match fs::symlink_metadata(root.join(V1_LOCK)) {
-        Ok(meta) if !meta.is_dir() => Err(request
+fn refuse_first_layout(request: &Request<'_>, root: &Folder) -> Result<(), StoreError> {
+    match root.kind(V1_LOCK) {
+        Ok(Some(Kind::File)) => Err(request
             .error(StoreErrorKind::Rejected)
             .permanent()
             .with_code("FirstLayout")
@@ -136,21 +152,36 @@ fn refuse_first_layout(request: &Request<'_>, root: &Path) -> Result<(), StoreEr
                  every process that uses it, then migrate it in place with `bucket-lease \
                  migrate-dir {root}`: each object becomes a plain file holding its bytes, with \
                  its ETag and metadata kept",
-                root = root.display()
+                root = root.path().display()
             ))),
+        Ok(Some(Kind::Link | Kind::Other)) => Err(request.link(&root.path().join(V1_LOCK))),
         _ => Ok(()),
     }
 }
 
 /// Whether the directory `dir` is a bucket's: it holds the store's own
 /// folder, or the first layout's lock file.
-pub(super) fn is_bucket(dir: &Path) -> bool {
+fn is_bucket(dir: &Path) -> bool {
     dir.join(STATE_DIR).is_dir() || dir.join(V1_LOCK).exists()
 }
 
-/// A bucket above `root`, or one on `prefix`'s path under it, if any.
-fn nested_bucket(request: &Request<'_>, root: &Path, prefix: &str) -> Result<(), StoreError> {
-    let real = fs::canonicalize(root).map_err(|e| request.io_error("resolve", root, e))?;
+/// Whether the open folder `dir` is a bucket's: it holds the store's own
+/// folder, or the first layout's lock file.
+fn holds_bucket(dir: &Folder) -> bool {
+    matches!(dir.kind(STATE_DIR), Ok(Some(Kind::Folder)))
+        || matches!(dir.kind(V1_LOCK), Ok(Some(_)))
+}
+
+/// A bucket above `root` (at `path`), or one on `prefix`'s path under it,
+/// if any; a link on `prefix`'s path is refused, so the path under the
+/// root is the real one.
+fn nested_bucket(
+    request: &Request<'_>,
+    path: &Path,
+    root: &Folder,
+    prefix: &str,
+) -> Result<(), StoreError> {
+    let real = fs::canonicalize(path).map_err(|e| request.io_error("resolve", path, e))?;
     for outer in real.ancestors().skip(1) {
         if is_bucket(outer) {
             let rest = real.strip_prefix(outer).unwrap_or(&real);
@@ -170,11 +201,17 @@ fn nested_bucket(request: &Request<'_>, root: &Path, prefix: &str) -> Result<(),
                 )));
         }
     }
-    let mut inner = root.to_path_buf();
     let segments: Vec<&str> = prefix.split('/').filter(|s| !s.is_empty()).collect();
-    for (at, segment) in segments.iter().enumerate() {
-        inner.push(segment);
-        if is_bucket(&inner) {
+    for at in 0..segments.len() {
+        let inner = match root.open(&segments[..=at]) {
+            Ok(inner) => inner,
+            // Nothing there yet (a bucket made there later sees this one
+            // above it), or a file, which no write can go under.
+            Err(Resolve::Missing(_) | Resolve::NotFolder(_)) => break,
+            Err(other) => return Err(request.unresolved(other, "open the prefix's folder")),
+        };
+        let inner_path = inner.path();
+        if holds_bucket(&inner) {
             return Err(request
                 .error(StoreErrorKind::Rejected)
                 .permanent()
@@ -182,8 +219,8 @@ fn nested_bucket(request: &Request<'_>, root: &Path, prefix: &str) -> Result<(),
                     "the directory {} on the prefix's path is a bucket of its own (it holds \
                      {STATE_DIR}), so this URL would be a second lease on the same path; name \
                      it as that bucket's users do, file://{}//{}",
-                    inner.display(),
-                    url_text(&inner.display().to_string()),
+                    inner_path.display(),
+                    url_text(&inner_path.display().to_string()),
                     url_text(&segments[at + 1..].join("/"))
                 )));
         }

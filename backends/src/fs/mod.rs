@@ -203,6 +203,7 @@
 //!   its parent.
 
 mod attr;
+mod beneath;
 mod claim;
 mod layout;
 mod migrate;
@@ -212,17 +213,19 @@ mod tests;
 mod upload;
 
 use crate::settings::url_text;
+use beneath::{Folder, Kind, Resolve};
 use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart};
 use bucket_lease_core::mutant::StoreMutant;
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
 use claim::claim_as_bucket;
-use layout::{encode_header, split_key, LOCK, STATE_DIR, TEMP_DIR, UPLOAD_DIR};
+use layout::{encode_header, split_key, LOCK, STATE_DIR, TEMP_DIR};
 pub use migrate::Migration;
 use request::{is_version, unknown_mode, Opened, Request};
+use rustix::fs::OFlags;
 use std::fmt::Write as _;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -402,29 +405,48 @@ impl DirStore {
         &self.root
     }
 
-    /// Make the folders of `at`'s key under the root, as
-    /// [`fs::create_dir_all`] does, but never the root itself: a bucket
-    /// directory removed since the store opened answers as a missing
-    /// bucket, `NoSuchBucket`. Called under the bucket's lock, so no
-    /// delete removes a folder between its making and the rename into it.
-    /// An object where a folder goes is refused as a conflict of keys.
-    fn make_folders(&self, request: &Request<'_>, at: &Location) -> Result<(), StoreError> {
-        if !self.root.is_dir() {
-            return Err(self.bucket_gone(request));
+    /// The bucket's directory, open, for one request: a directory removed
+    /// since the store opened answers as a missing bucket, `NoSuchBucket`.
+    fn root_folder(&self, request: &Request<'_>) -> Result<Folder, StoreError> {
+        Folder::root(&self.root).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => self.bucket_gone(request),
+            _ => request.io_error("open the bucket's directory", &self.root, e),
+        })
+    }
+
+    /// The folder that holds `at`'s object, opened beneath `root`, or
+    /// `None` when there is none (a name on the way is missing, or is a
+    /// file: no object can be under it). A link on the way is refused.
+    fn find_folder(
+        &self,
+        request: &Request<'_>,
+        root: &Folder,
+        at: &Location<'_>,
+    ) -> Result<Option<Folder>, StoreError> {
+        match root.open(&at.folders) {
+            Ok(folder) => Ok(Some(folder)),
+            Err(Resolve::Missing(_) | Resolve::NotFolder(_)) => Ok(None),
+            Err(other) => Err(request.unresolved(other, "open the folder")),
         }
-        let mut dir = self.root.clone();
-        for folder in at.folders(&self.root) {
-            dir.push(folder);
-            match fs::create_dir(&dir) {
-                Ok(()) => {}
-                Err(_) if dir.is_dir() => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    return Err(request.key_conflict(&dir, false))
-                }
-                Err(e) => return Err(request.io_error("create directory", &dir, e)),
-            }
-        }
-        Ok(())
+    }
+
+    /// Make the folders of `at`'s key beneath `root`, as `mkdir -p` does
+    /// but through no link, and never the root itself: a bucket directory
+    /// removed since the request began answers as a missing bucket,
+    /// `NoSuchBucket`. Called under the bucket's lock, so no delete
+    /// removes a folder between its making and the rename into it. An
+    /// object where a folder goes is refused as a conflict of keys.
+    fn make_folders(
+        &self,
+        request: &Request<'_>,
+        root: &Folder,
+        at: &Location<'_>,
+    ) -> Result<Folder, StoreError> {
+        root.make(&at.folders).map_err(|e| match e {
+            Resolve::Missing(_) => self.bucket_gone(request),
+            Resolve::NotFolder(path) => request.key_conflict(&path, false),
+            other => request.unresolved(other, "create the folder"),
+        })
     }
 
     /// The answer once the bucket's directory is gone: a missing bucket.
@@ -439,16 +461,19 @@ impl DirStore {
             ))
     }
 
-    /// The folder, in the store's own, where uploads' files are.
-    fn upload_dir(&self) -> PathBuf {
-        self.root.join(STATE_DIR).join(UPLOAD_DIR)
-    }
-
-    /// The folder, in the store's own, where writes' temporary files are
-    /// made (on the bucket's file system, so a rename moves them into
-    /// place).
-    fn temp_dir(&self) -> PathBuf {
-        self.root.join(STATE_DIR).join(TEMP_DIR)
+    /// One of the store's own folders (`TEMP_DIR`, `UPLOAD_DIR`) in
+    /// `.bucket-lease/`, opened beneath `root`, and made again should
+    /// someone have removed it.
+    fn own_folder(
+        &self,
+        request: &Request<'_>,
+        root: &Folder,
+        name: &str,
+    ) -> Result<Folder, StoreError> {
+        root.make(&[STATE_DIR, name]).map_err(|e| match e {
+            Resolve::Missing(_) => self.bucket_gone(request),
+            other => request.unresolved(other, "open the store's folder"),
+        })
     }
 
     fn request<'a>(&self, method: &'static str, key: &'a str) -> Request<'a> {
@@ -456,7 +481,7 @@ impl DirStore {
     }
 
     /// Where `key`'s object lives, or the reason the key is refused.
-    fn locate(&self, request: &Request<'_>) -> Result<Location, StoreError> {
+    fn locate<'k>(&self, request: &Request<'k>) -> Result<Location<'k>, StoreError> {
         let segments = split_key(request.key).map_err(|reason| {
             request
                 .error(StoreErrorKind::Rejected)
@@ -467,99 +492,113 @@ impl DirStore {
                 .error(StoreErrorKind::Rejected)
                 .with_message("invalid key for a directory bucket: the key is empty"));
         };
-        let mut dir = self.root.clone();
-        dir.extend(folders);
+        let mut object = self.root.clone();
+        object.extend(&segments);
         Ok(Location {
-            object: dir.join(name),
-            dir,
+            object,
+            name,
+            folders: folders.to_vec(),
         })
     }
 
-    /// Write a fresh file at `path`, in one of the store's own folders
-    /// (made again should someone have removed it), with `attribute` and
-    /// `body`, as [`TempFile::write`] does; a bucket whose directory is
-    /// gone answers as a missing bucket.
+    /// Write a fresh file `name` in the store's own folder `own` (made
+    /// again should someone have removed it), with `attribute` and
+    /// `body`, as [`TempFile::write`] does.
+    #[allow(clippy::too_many_arguments)]
     fn write_own(
         &self,
         request: &Request<'_>,
-        path: PathBuf,
+        root: &Folder,
+        own: &str,
+        name: String,
         attribute: &[u8],
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Result<TempFile, StoreError> {
-        if let Some(folder) = path.parent() {
-            // An error names the path should this fail.
-            let _ = fs::create_dir(folder);
-        }
-        TempFile::write(request, path, attribute, body, deadline).map_err(|e| {
-            if self.root.is_dir() {
-                e
-            } else {
-                self.bucket_gone(request)
-            }
-        })
+        let folder = self.own_folder(request, root, own)?;
+        TempFile::write(request, folder, name, attribute, body, deadline)
     }
 
-    /// Make `at`'s folders, check the deadline once more, and rename the
-    /// file at `from` over `at`'s object: the publishing step of a write
-    /// and of a completion, called under the bucket's lock with the
-    /// condition checked. A deadline passed by now publishes nothing, and
-    /// the folders just made go again; `late` says where it stopped.
+    /// Make `at`'s folders (unless `found` is the folder, open), check the
+    /// deadline once more, and rename the file `from_name` in `from` over
+    /// `at`'s object: the publishing step of a write and of a completion,
+    /// called under the bucket's lock with the condition checked. A
+    /// deadline passed by now publishes nothing, and the folders just made
+    /// go again; `late` says where it stopped. Returns the object's folder,
+    /// to sync.
+    #[allow(clippy::too_many_arguments)]
     fn publish_at(
         &self,
         request: &Request<'_>,
-        at: &Location,
-        from: &Path,
+        root: &Folder,
+        at: &Location<'_>,
+        found: Option<Folder>,
+        (from, from_name): (&Folder, &str),
         deadline: Option<Instant>,
         late: impl FnOnce() -> String,
         gone: impl FnOnce() -> StoreError,
-    ) -> Result<(), StoreError> {
-        self.make_folders(request, at)?;
+    ) -> Result<Folder, StoreError> {
+        let folder = match found {
+            Some(folder) => folder,
+            None => self.make_folders(request, root, at)?,
+        };
         reached(Step::Publishing);
         // Checked once more right before the rename: the file was written,
         // the lock taken and the condition checked since the last check,
         // and a write past its deadline publishes nothing.
         if !StoreMutant::DirRenameUnchecked.on() {
             if let Err(e) = request.check_deadline_at(deadline, late) {
-                self.remove_empty_folders(&at.dir);
+                self.remove_empty_folders(root, &at.folders);
                 return Err(e);
             }
         }
-        match fs::rename(from, &at.object) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !from.exists() => {
-                self.remove_empty_folders(&at.dir);
+        match from.rename(from_name, &folder, at.name) {
+            Ok(()) => Ok(folder),
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    && matches!(from.kind(from_name), Ok(None)) =>
+            {
+                self.remove_empty_folders(root, &at.folders);
                 Err(gone())
             }
             Err(e) => Err(request.io_error("rename into", &at.object, e)),
         }
     }
 
-    /// Remove `dir` and the folders above it (never the root) while they
-    /// are empty, as S3 has no folders to leave behind; called under the
-    /// lock. Returns the folder whose entries changed last: the first one
-    /// left in place.
-    fn remove_empty_folders(&self, dir: &Path) -> PathBuf {
-        let mut dir = dir.to_path_buf();
-        // `remove_dir` removes only an empty folder: one with a temporary
-        // file being written (a put in progress) or an upload's file stays.
-        while dir != self.root && dir.starts_with(&self.root) && fs::remove_dir(&dir).is_ok() {
-            dir.pop();
+    /// Remove the folders `folders` beneath `root`, from the deepest up
+    /// (never the root), while they are empty, as S3 has no folders to
+    /// leave behind; called under the lock. Returns the folder whose
+    /// entries changed last, the first one left in place, to sync (`None`
+    /// if it cannot be opened).
+    fn remove_empty_folders(&self, root: &Folder, folders: &[&str]) -> Option<Folder> {
+        // `unlinkat(AT_REMOVEDIR)` removes only an empty folder: one with a
+        // temporary file being written (a put in progress) or an upload's
+        // file stays.
+        for depth in (0..folders.len()).rev() {
+            let parent = root.open(&folders[..depth]).ok()?;
+            if parent.remove_folder(folders[depth]).is_err() {
+                return root.open(&folders[..=depth]).ok();
+            }
         }
-        dir
+        root.open(&[]).ok()
     }
 
     /// Take the bucket's lock, waiting no later than `deadline` and no
     /// longer than [`MAX_LOCK_WAIT`]; it is released when the returned file
     /// closes.
-    fn lock(&self, request: &Request<'_>, deadline: Option<Instant>) -> Result<File, StoreError> {
-        let path = self.root.join(STATE_DIR).join(LOCK);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+    fn lock(
+        &self,
+        request: &Request<'_>,
+        root: &Folder,
+        deadline: Option<Instant>,
+    ) -> Result<File, StoreError> {
+        let state = root.make(&[STATE_DIR]).map_err(|e| match e {
+            Resolve::Missing(_) => self.bucket_gone(request),
+            other => request.unresolved(other, "open the store's folder"),
+        })?;
+        let path = state.path().join(LOCK);
+        let file = state
+            .open_file(LOCK, OFlags::RDWR | OFlags::CREATE)
             .map_err(|e| request.io_error("open the lock file", &path, e))?;
         let started = Instant::now();
         // `None` only when MAX_LOCK_WAIT from now is past what an Instant
@@ -618,51 +657,49 @@ impl DirStore {
     }
 }
 
-/// The paths of one key.
+/// Where one key's object is: its folders beneath the root and its name,
+/// and their paths, for messages.
 #[derive(Debug)]
-struct Location {
-    /// The folder that holds the object file.
-    dir: PathBuf,
+struct Location<'k> {
+    /// The key's segments before its last: the folders that hold the
+    /// object file, from the root down.
+    folders: Vec<&'k str>,
+    /// The object file's name in the last of them.
+    name: &'k str,
     /// The object file.
     object: PathBuf,
 }
 
-impl Location {
-    /// The folders of the key under `root`, from the top down: its
-    /// segments before its last.
-    fn folders<'a>(&'a self, root: &Path) -> std::path::Components<'a> {
-        self.dir
-            .strip_prefix(root)
-            .unwrap_or(Path::new(""))
-            .components()
-    }
-}
-
-/// A written, synced temporary file, removed on drop unless renamed over its
-/// object.
+/// A written, synced temporary file in one of the store's own folders,
+/// removed on drop unless renamed over its object (or kept).
 struct TempFile {
+    folder: Folder,
+    name: String,
+    /// Its path, for messages.
     path: PathBuf,
     renamed: bool,
 }
 
 impl TempFile {
-    /// Write `body` to a fresh file at `path` (in the store's own folder),
-    /// give it `attribute`, and sync it, the body as [`write_chunks`] does;
-    /// a deadline that passes meanwhile stops the write at the next chunk,
-    /// and the file is removed.
+    /// Write `body` to a fresh file `name` in `folder` (one of the store's
+    /// own), give it `attribute`, and sync it, the body as
+    /// [`write_chunks`] does; a deadline that passes meanwhile stops the
+    /// write at the next chunk, and the file is removed.
     fn write(
         request: &Request<'_>,
-        path: PathBuf,
+        folder: Folder,
+        name: String,
         attribute: &[u8],
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Result<TempFile, StoreError> {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| request.io_error("create", &path, e))?;
+        let path = folder.path().join(&name);
+        let mut file = folder
+            .create_new(&name)
+            .map_err(|e| request.file_error("create", &folder, &name, e))?;
         let temp = TempFile {
+            folder,
+            name,
             path,
             renamed: false,
         };
@@ -728,7 +765,7 @@ impl Drop for TempFile {
     fn drop(&mut self) {
         if !self.renamed {
             // Best effort: a leftover temporary file is ignored by reads.
-            let _ = fs::remove_file(&self.path);
+            let _ = self.folder.remove_file(&self.name);
         }
     }
 }
@@ -794,7 +831,12 @@ impl Store for DirStore {
         let request = self.request("GET", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
-        match request.read(&at.object, MAX_BODY)? {
+        let root = self.root_folder(&request)?;
+        let found = match self.find_folder(&request, &root, &at)? {
+            Some(folder) => request.read(&folder, at.name, MAX_BODY)?,
+            None => None,
+        };
+        match found {
             Some((header, body)) => {
                 Ok(Object::new(body, Version::etag(header.etag)).with_metadata(header.metadata))
             }
@@ -808,7 +850,12 @@ impl Store for DirStore {
         let request = self.request("HEAD", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
-        match request.open_object(&at.object)? {
+        let root = self.root_folder(&request)?;
+        let found = match self.find_folder(&request, &root, &at)? {
+            Some(folder) => request.open_object(&folder, at.name)?,
+            None => None,
+        };
+        match found {
             Some(Opened { header, .. }) => {
                 Ok(Object::new(Vec::new(), Version::etag(header.etag))
                     .with_metadata(header.metadata))
@@ -821,14 +868,23 @@ impl Store for DirStore {
         let request = self.request("PUT", key);
         request.check_deadline(options.deadline)?;
         let at = self.locate(&request)?;
+        let root = self.root_folder(&request)?;
         let etag = fresh_etag(&request)?;
         let attribute = encode_header(None, &etag, &options.metadata);
         // The ETag is random and fresh, so it names the file uniquely.
-        let path = self.temp_dir().join(etag.trim_matches('"'));
-        let temp = self.write_own(&request, path, &attribute, body, options.deadline)?;
+        let name = etag.trim_matches('"').to_string();
+        let temp = self.write_own(
+            &request,
+            &root,
+            TEMP_DIR,
+            name,
+            &attribute,
+            body,
+            options.deadline,
+        )?;
 
-        let lock = self.lock(&request, options.deadline)?;
-        request.check_condition(&self.root, &at, &options.mode)?;
+        let lock = self.lock(&request, &root, options.deadline)?;
+        let found = request.check_condition(&root, &at, &options.mode)?;
         let late = || {
             format!(
                 "the deadline passed after the temporary file was written and the condition \
@@ -840,6 +896,7 @@ impl Store for DirStore {
         let gone = || {
             request
                 .error(StoreErrorKind::Transport)
+                .not_sent()
                 .with_message(format!(
                     "the temporary file {} was removed before it was renamed over {} (by someone \
                  cleaning the store's folder while it wrote?); nothing was published, retry",
@@ -847,11 +904,20 @@ impl Store for DirStore {
                     at.object.display()
                 ))
         };
-        self.publish_at(&request, &at, &temp.path, options.deadline, late, gone)?;
+        let folder = self.publish_at(
+            &request,
+            &root,
+            &at,
+            found,
+            (&temp.folder, &temp.name),
+            options.deadline,
+            late,
+            gone,
+        )?;
         temp.published();
         drop(lock);
 
-        request.sync_dir(&at.dir)?;
+        request.sync(&folder)?;
         Ok(Version::etag(etag))
     }
 
@@ -864,11 +930,24 @@ impl Store for DirStore {
         let request = self.request("DELETE", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
+        let root = self.root_folder(&request)?;
 
-        let lock = self.lock(&request, deadline)?;
+        let lock = self.lock(&request, &root, deadline)?;
+        // No folder, or a file where one of its folders should be: no
+        // object.
+        let Some(folder) = self.find_folder(&request, &root, &at)? else {
+            return Ok(());
+        };
+        match folder.kind(at.name) {
+            Ok(Some(Kind::Link)) => return Err(request.link(&at.object)),
+            // No object: none there, or a folder of longer keys.
+            Ok(None | Some(Kind::Folder)) => return Ok(()),
+            Ok(Some(Kind::File | Kind::Other)) => {}
+            Err(e) => return Err(request.io_error("inspect", &at.object, e)),
+        }
         match mode {
             DeleteMode::Unconditional => {}
-            DeleteMode::IfVersion(wanted) => match request.open_object(&at.object)? {
+            DeleteMode::IfVersion(wanted) => match request.open_object(&folder, at.name)? {
                 None => return Ok(()),
                 Some(opened) if !is_version(&opened.header.etag, wanted) => {
                     return Err(request.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
@@ -890,26 +969,26 @@ impl Store for DirStore {
                 )
             })?;
         }
-        match fs::remove_file(&at.object) {
+        match folder.remove_file(at.name) {
             Ok(()) => {}
-            // No object: none there, a folder of longer keys, or an object
-            // where a folder of the key should be.
+            // Gone meanwhile, or a folder put there: no object.
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::NotFound
-                        | io::ErrorKind::IsADirectory
-                        | io::ErrorKind::NotADirectory
-                ) || fs::symlink_metadata(&at.object).is_ok_and(|meta| meta.is_dir()) =>
+                    io::ErrorKind::NotFound | io::ErrorKind::IsADirectory
+                ) =>
             {
                 return Ok(())
             }
             Err(e) => return Err(request.io_error("remove", &at.object, e)),
         }
-        let changed = self.remove_empty_folders(&at.dir);
+        let changed = self.remove_empty_folders(&root, &at.folders);
         drop(lock);
 
-        request.sync_dir(&changed)
+        match changed {
+            Some(changed) => request.sync(&changed),
+            None => Ok(()),
+        }
     }
 
     /// The object's header, then its body streamed from the same open

@@ -5,10 +5,12 @@
 //! [`Request::check_condition`]).
 
 use super::attr;
+use super::beneath::{Folder, Kind, Resolve};
 use super::layout::{parse_header, Header};
 use super::Location;
 use bucket_lease_core::store::{PutMode, StoreError, StoreErrorKind, Version};
-use std::fs::{self, File};
+use rustix::fs::OFlags;
+use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 use std::sync::Arc;
@@ -68,7 +70,9 @@ impl<'a> Request<'a> {
             .with_message(message)
     }
 
-    /// `action` on `path` failed: say which path, why, and what to do.
+    /// `action` on `path` failed on the local disk, before anything was
+    /// published or removed: say which path, why, and what to do. Not
+    /// sent: the request took no effect.
     pub(super) fn io_error(&self, action: &str, path: &Path, error: io::Error) -> StoreError {
         use io::ErrorKind as E;
         let (kind, advice) = match error.kind() {
@@ -89,8 +93,65 @@ impl<'a> Request<'a> {
                 "check the bucket directory and the disk, then retry",
             ),
         };
-        self.error(kind)
-            .with_message(format!("{action} {}: {error}; {advice}", path.display()))
+        self.error(kind).not_sent().with_message(format!(
+            "the local disk refused to {action} {}: {error}; nothing was published or removed; \
+             {advice}",
+            path.display()
+        ))
+    }
+
+    /// A folder on the way to a key or to the store's own files could not
+    /// be opened (or made) for `action`: a link is refused as one; a
+    /// failure of the disk is said so.
+    pub(super) fn unresolved(&self, failure: Resolve, action: &str) -> StoreError {
+        match failure {
+            Resolve::Link(path) => self.link(&path),
+            Resolve::NotFolder(path) => self.io_error(
+                action,
+                &path,
+                io::Error::new(io::ErrorKind::NotADirectory, "it is a file, not a folder"),
+            ),
+            Resolve::Missing(path) => self.io_error(
+                action,
+                &path,
+                io::Error::new(io::ErrorKind::NotFound, "a folder on its path is missing"),
+            ),
+            Resolve::Io(path, e) => self.io_error(action, &path, e),
+        }
+    }
+
+    /// `path`, on the way to this request's key (or the store's own
+    /// files), is a symbolic link: the store follows none, since a link
+    /// could lead out of the bucket, or into another bucket where one file
+    /// would be two objects. Permanent: only removing the link helps.
+    pub(super) fn link(&self, path: &Path) -> StoreError {
+        self.error(StoreErrorKind::Rejected)
+            .permanent()
+            .with_code("SymbolicLink")
+            .with_message(format!(
+                "{} is a symbolic link, and the directory store follows no link beneath the \
+                 bucket's directory (one could lead out of the bucket, or into another bucket, \
+                 where one file would be two objects); nothing was done; remove the link (to use \
+                 the directory it names, open that directory as a bucket of its own)",
+                path.display()
+            ))
+    }
+
+    /// `action` on the file `name` in `folder` failed with `error`: a link
+    /// at the name (which `O_NOFOLLOW` refuses) is refused as one, any
+    /// other failure as the disk's.
+    pub(super) fn file_error(
+        &self,
+        action: &str,
+        folder: &Folder,
+        name: &str,
+        error: io::Error,
+    ) -> StoreError {
+        let path = folder.path().join(name);
+        if matches!(folder.kind(name), Ok(Some(Kind::Link))) {
+            return self.link(&path);
+        }
+        self.io_error(action, &path, error)
     }
 
     pub(super) fn corrupt(&self, path: &Path, detail: &str) -> StoreError {
@@ -155,12 +216,21 @@ impl<'a> Request<'a> {
             ))
     }
 
-    /// Open the object at `path` and read its attribute only: its ETag and
-    /// metadata, whatever the size of its body. `None` when there is no
-    /// object (no file, a folder of longer keys, or an object where a
-    /// folder of the path should be).
-    pub(super) fn open_object(&self, path: &Path) -> Result<Option<Opened>, StoreError> {
-        let file = match open_no_wait(path) {
+    /// Open the object `name` in `folder` and read its attribute only:
+    /// its ETag and metadata, whatever the size of its body. `None` when
+    /// there is no object (no file, or a folder of longer keys). A link at
+    /// the name is refused, never followed.
+    pub(super) fn open_object(
+        &self,
+        folder: &Folder,
+        name: &str,
+    ) -> Result<Option<Opened>, StoreError> {
+        let path = folder.path().join(name);
+        let path = path.as_path();
+        // Without waiting: a FIFO or device someone put in the bucket
+        // answers at once (and is then refused as no object), where a
+        // plain open would wait for a writer for ever.
+        let file = match folder.open_file(name, OFlags::RDONLY | OFlags::NONBLOCK) {
             Ok(file) => file,
             Err(e)
                 if matches!(
@@ -171,10 +241,13 @@ impl<'a> Request<'a> {
                 return Ok(None)
             }
             Err(e) if no_file_to_open(&e) => {
+                if matches!(folder.kind(name), Ok(Some(Kind::Link))) {
+                    return Err(self.link(path));
+                }
                 return Err(self.foreign(
                     path,
                     &format!("it is not a regular file, and cannot be opened as one ({e})"),
-                ))
+                ));
             }
             Err(e) => return Err(self.io_error("open", path, e)),
         };
@@ -213,19 +286,22 @@ impl<'a> Request<'a> {
         }))
     }
 
-    /// Read the object at `path`: its header and a body of at most
-    /// `max_body` bytes ([`StoreErrorKind::TooLarge`], with the version,
-    /// beyond that). `None` when absent.
+    /// Read the object `name` in `folder`: its header and a body of at
+    /// most `max_body` bytes ([`StoreErrorKind::TooLarge`], with the
+    /// version, beyond that). `None` when absent.
     pub(super) fn read(
         &self,
-        path: &Path,
+        folder: &Folder,
+        name: &str,
         max_body: usize,
     ) -> Result<Option<(Header, Vec<u8>)>, StoreError> {
+        let path = folder.path().join(name);
+        let path = path.as_path();
         let Some(Opened {
             header,
             length,
             mut reader,
-        }) = self.open_object(path)?
+        }) = self.open_object(folder, name)?
         else {
             return Ok(None);
         };
@@ -256,62 +332,78 @@ impl<'a> Request<'a> {
 
     /// Whether a write in `mode` may replace what is at `at` now: called
     /// under the bucket's lock, right before publishing. A refusal is the
-    /// answer S3 gives, with its code, or the refusal of a key that
-    /// conflicts with another ([`Request::key_conflict`]). An empty folder
-    /// where the object goes (a write that published nothing left it) is
-    /// removed.
+    /// answer S3 gives, with its code, the refusal of a key that
+    /// conflicts with another ([`Request::key_conflict`]), or of a link on
+    /// the key's path. An empty folder where the object goes (a write that
+    /// published nothing left it) is removed. Returns the object's folder
+    /// when it is there already.
     pub(super) fn check_condition(
         &self,
-        root: &Path,
-        at: &Location,
+        root: &Folder,
+        at: &Location<'_>,
         mode: &PutMode,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<Folder>, StoreError> {
+        let folder = match root.open(&at.folders) {
+            Ok(folder) => Some(folder),
+            // No object where no folder is, or under a file.
+            Err(Resolve::Missing(_)) => None,
+            Err(Resolve::NotFolder(path)) => {
+                if matches!(mode, PutMode::Update(_)) {
+                    return Err(self.refusal(StoreErrorKind::Precondition, "NoSuchKey"));
+                }
+                return Err(self.key_conflict(&path, false));
+            }
+            Err(other) => return Err(self.unresolved(other, "open the folder")),
+        };
         if let PutMode::Update(wanted) = mode {
             // No object where a folder or nothing is: nothing to update.
-            return match self.open_object(&at.object)? {
+            let opened = match &folder {
+                Some(folder) => self.open_object(folder, at.name)?,
+                None => None,
+            };
+            return match opened {
                 None => Err(self.refusal(StoreErrorKind::Precondition, "NoSuchKey")),
                 Some(opened) if !is_version(&opened.header.etag, wanted) => {
                     Err(self.refusal(StoreErrorKind::Precondition, "PreconditionFailed"))
                 }
-                Some(_) => Ok(()),
+                Some(_) => Ok(folder),
             };
         }
-        let occupant = match fs::symlink_metadata(&at.object) {
-            Ok(meta) if meta.is_dir() => {
-                if fs::remove_dir(&at.object).is_ok() {
-                    None
-                } else {
-                    return Err(self.key_conflict(&at.object, true));
+        let occupied = match &folder {
+            None => false,
+            Some(folder) => match folder.kind(at.name) {
+                Ok(None) => false,
+                Ok(Some(Kind::Folder)) => {
+                    if folder.remove_folder(at.name).is_err() {
+                        return Err(self.key_conflict(&at.object, true));
+                    }
+                    false
                 }
-            }
-            Ok(meta) => Some(meta),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
-                return Err(self.object_above(root, at))
-            }
-            Err(e) => return Err(self.io_error("inspect", &at.object, e)),
+                Ok(Some(Kind::Link)) => return Err(self.link(&at.object)),
+                Ok(Some(Kind::File | Kind::Other)) => true,
+                Err(e) => return Err(self.io_error("inspect", &at.object, e)),
+            },
         };
         match mode {
-            PutMode::Overwrite => Ok(()),
-            PutMode::Create if occupant.is_some() => {
+            PutMode::Overwrite => Ok(folder),
+            PutMode::Create if occupied => {
                 Err(self.refusal(StoreErrorKind::AlreadyExists, "PreconditionFailed"))
             }
-            PutMode::Create => Ok(()),
+            PutMode::Create => Ok(folder),
             _ => Err(unknown_mode(self)),
         }
     }
 
-    /// The refusal of a key under an object: the first path above `at`'s
-    /// object, from the root down, that is not a folder.
-    pub(super) fn object_above(&self, root: &Path, at: &Location) -> StoreError {
-        let mut path = root.to_path_buf();
-        for segment in at.folders(root) {
-            path.push(segment);
-            if !path.is_dir() {
-                return self.key_conflict(&path, false);
-            }
-        }
-        self.key_conflict(&at.dir, false)
+    /// Sync `folder`, so a rename or removal in it survives a crash: the
+    /// last step of a write or delete, whose change is made by then.
+    pub(super) fn sync(&self, folder: &Folder) -> Result<(), StoreError> {
+        folder.sync().map_err(|e| {
+            self.error(StoreErrorKind::Transport).with_message(format!(
+                "the change was made, but the local disk refused to sync the folder {}: {e}; \
+                 it may not survive a crash; check the disk",
+                folder.path().display()
+            ))
+        })
     }
 
     /// Sync `dir`, so a rename or removal in it survives a crash. Only Unix
@@ -360,20 +452,6 @@ fn no_file_to_open(error: &io::Error) -> bool {
         let _ = error;
         false
     }
-}
-
-/// Open `path` to read without waiting: a FIFO or device someone put in
-/// the bucket answers at once (and is then refused as no object), where a
-/// plain open would wait for a writer for ever.
-fn open_no_wait(path: &Path) -> io::Result<File> {
-    let mut options = fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
-    }
-    options.open(path)
 }
 
 /// The answer to a write or delete mode newer than this store: not

@@ -9,9 +9,11 @@ const LOCK_FILE: &str = ".bucket-lease/lock";
 const OWN: [&str; 2] = [".bucket-lease", ".bucket-lease.lock"];
 use super::*;
 use std::cell::Cell;
+use std::fs::OpenOptions;
 use std::rc::Rc;
 use std::time::Duration;
 
+mod links;
 mod migrate;
 mod review;
 mod uploads;

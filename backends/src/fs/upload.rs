@@ -38,16 +38,18 @@
 //! back, leaves an upload that takes no more requests but its abort: rare,
 //! and said so.
 
-use super::layout::{encode_header, parse_header, Header, STATE_DIR, UPLOAD_DIR};
+use super::beneath::Folder;
+use super::layout::{encode_header, parse_header, Header, UPLOAD_DIR};
 use super::{
     attr, fresh_etag, random_hex, reached, set_attribute, write_chunks, DirStore, Location,
     Request, Step,
 };
 use bucket_lease_core::multipart::{ObjectReader, UploadedPart, MAX_PARTS};
 use bucket_lease_core::store::{Object, PutMode, StoreError, StoreErrorKind, Version};
-use std::fs::{self, File, OpenOptions};
+use rustix::fs::OFlags;
+use std::fs::{self, File};
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// The length of an ETag and of a mark: a quoted 32 characters.
@@ -98,10 +100,9 @@ impl Mark {
     }
 }
 
-/// The file of upload `upload` in the bucket at `root`, or the refusal of
-/// an id this store never gives: one that could name another file (`../x`)
-/// included.
-fn upload_path(request: &Request<'_>, root: &Path, upload: &str) -> Result<PathBuf, StoreError> {
+/// Refuse an upload id this store never gives: one that could name
+/// another file (`../x`) included.
+fn check_id(request: &Request<'_>, upload: &str) -> Result<(), StoreError> {
     let valid = upload.len() == 32
         && upload
             .bytes()
@@ -114,7 +115,7 @@ fn upload_path(request: &Request<'_>, root: &Path, upload: &str) -> Result<PathB
              hex digits); pass the id begin_upload returned for this key"
             )));
     }
-    Ok(root.join(STATE_DIR).join(UPLOAD_DIR).join(upload))
+    Ok(())
 }
 
 /// The answer for an upload the store does not know (any more).
@@ -131,6 +132,9 @@ fn no_such_upload(request: &Request<'_>, upload: &str) -> StoreError {
 /// the file), with its state read from its mark.
 struct OpenUpload {
     file: File,
+    /// The store's folder of uploads, where the file is (named by its id).
+    folder: Folder,
+    /// The file's path, for messages.
     path: PathBuf,
     /// The upload's id.
     id: String,
@@ -141,15 +145,17 @@ struct OpenUpload {
 }
 
 impl OpenUpload {
-    /// Open and lock the upload's file at `path`, and cut off bytes after
-    /// its last part (a part a crash stopped).
-    fn open(request: &Request<'_>, path: PathBuf, upload: &str) -> Result<OpenUpload, StoreError> {
-        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+    /// Open and lock the file of upload `upload` in `folder`, the
+    /// store's folder of uploads, and cut off bytes after its last part (a
+    /// part a crash stopped).
+    fn open(request: &Request<'_>, folder: Folder, upload: &str) -> Result<OpenUpload, StoreError> {
+        let path = folder.path().join(upload);
+        let file = match folder.open_file(upload, OFlags::RDWR) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(no_such_upload(request, upload))
             }
-            Err(e) => return Err(request.io_error("open", &path, e)),
+            Err(e) => return Err(request.file_error("open", &folder, upload, e)),
         };
         match file.try_lock() {
             Ok(()) => {}
@@ -167,11 +173,9 @@ impl OpenUpload {
         // Still at its name, now that no other request on it runs: a file
         // completed (renamed over its object) or aborted (removed) since it
         // was opened is not this upload's any more.
-        match fs::symlink_metadata(&path) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(no_such_upload(request, upload))
-            }
+        match folder.kind(upload) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(no_such_upload(request, upload)),
             Err(e) => return Err(request.io_error("inspect", &path, e)),
         }
         let damaged = |detail: &str| {
@@ -214,6 +218,7 @@ impl OpenUpload {
         }
         Ok(OpenUpload {
             file,
+            folder,
             path,
             id: upload.to_string(),
             header,
@@ -356,11 +361,19 @@ impl DirStore {
         // The key is checked now, as S3 checks it, though the upload's
         // file is not beside its object.
         self.locate(&request)?;
+        let root = self.root_folder(&request)?;
         let upload = random_hex(&request, "an upload id")?;
-        let path = upload_path(&request, &self.root, &upload)?;
         let attribute = encode_header(Some(key), &Mark::NONE.text(), metadata);
-        let file = self.write_own(&request, path, &attribute, &[], deadline)?;
-        request.sync_dir(&self.upload_dir())?;
+        let file = self.write_own(
+            &request,
+            &root,
+            UPLOAD_DIR,
+            upload.clone(),
+            &attribute,
+            &[],
+            deadline,
+        )?;
+        request.sync(&file.folder)?;
         file.keep();
         Ok(upload)
     }
@@ -378,7 +391,7 @@ impl DirStore {
         let request = self.request("PUT", key);
         request.check_deadline(deadline)?;
         self.locate(&request)?;
-        let path = upload_path(&request, &self.root, upload)?;
+        check_id(&request, upload)?;
         if !(1..=MAX_PARTS).contains(&number) {
             return Err(request
                 .error(StoreErrorKind::Rejected)
@@ -386,7 +399,9 @@ impl DirStore {
                     "part number {number} is out of range: parts are numbered 1 to {MAX_PARTS}"
                 )));
         }
-        let mut open = OpenUpload::open(&request, path, upload)?;
+        let root = self.root_folder(&request)?;
+        let folder = self.own_folder(&request, &root, UPLOAD_DIR)?;
+        let mut open = OpenUpload::open(&request, folder, upload)?;
         let next = open.last.number + 1;
         if number != next {
             let detail = if number < next {
@@ -471,34 +486,42 @@ impl DirStore {
         let request = self.request("POST", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
-        let path = upload_path(&request, &self.root, upload)?;
-        let mut open = OpenUpload::open(&request, path, upload)?;
+        check_id(&request, upload)?;
+        let root = self.root_folder(&request)?;
+        let folder = self.own_folder(&request, &root, UPLOAD_DIR)?;
+        let mut open = OpenUpload::open(&request, folder, upload)?;
         check_parts(&request, upload, parts, open.last)?;
         let etag = fresh_etag(&request)?;
-        let published = self.publish(&request, &at, &mut open, &etag, mode, deadline);
-        if let Err(e) = published {
-            open.restore(&request);
-            return Err(e);
+        let published = self.publish(&request, &root, &at, &mut open, &etag, mode, deadline);
+        match published {
+            Ok(folder) => {
+                request.sync(&folder)?;
+                Ok(Version::etag(etag))
+            }
+            Err(e) => {
+                open.restore(&request);
+                Err(e)
+            }
         }
-        request.sync_dir(&at.dir)?;
-        Ok(Version::etag(etag))
     }
 
     /// Write the object's attribute, with `etag`, over the upload's, take
     /// the bucket's lock, check `mode`'s condition and the deadline, and
     /// rename the upload's file over its object.
+    #[allow(clippy::too_many_arguments)]
     fn publish(
         &self,
         request: &Request<'_>,
-        at: &Location,
+        root: &Folder,
+        at: &Location<'_>,
         open: &mut OpenUpload,
         etag: &str,
         mode: &PutMode,
         deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Folder, StoreError> {
         open.write_mark(request, etag, true)?;
-        let _lock = self.lock(request, deadline)?;
-        request.check_condition(&self.root, at, mode)?;
+        let _lock = self.lock(request, root, deadline)?;
+        let found = request.check_condition(root, at, mode)?;
         let late = || {
             format!(
                 "the deadline passed after the condition was checked, before upload {} was \
@@ -510,7 +533,8 @@ impl DirStore {
         };
         // Aborted while this request waited for the lock.
         let gone = || no_such_upload(request, &open.id);
-        self.publish_at(request, at, &open.path, deadline, late, gone)
+        let from = (&open.folder, open.id.as_str());
+        self.publish_at(request, root, at, found, from, deadline, late, gone)
     }
 
     /// [`Store::abort_upload`](bucket_lease_core::store::Store::abort_upload):
@@ -525,13 +549,16 @@ impl DirStore {
         let request = self.request("DELETE", key);
         request.check_deadline(deadline)?;
         self.locate(&request)?;
-        let path = upload_path(&request, &self.root, upload)?;
+        check_id(&request, upload)?;
+        let root = self.root_folder(&request)?;
+        let folder = self.own_folder(&request, &root, UPLOAD_DIR)?;
+        let path = folder.path().join(upload);
         // Only an upload of this key: an id begun for another key aborts
         // nothing, as an id never given does.
-        let file = match File::open(&path) {
+        let file = match folder.open_file(upload, OFlags::RDONLY) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(request.io_error("open", &path, e)),
+            Err(e) => return Err(request.file_error("open", &folder, upload, e)),
         };
         let header = attr::get(&file)
             .ok()
@@ -541,7 +568,7 @@ impl DirStore {
             return Ok(());
         }
         drop(file);
-        let lock = self.lock(&request, deadline)?;
+        let lock = self.lock(&request, &root, deadline)?;
         reached(Step::Publishing);
         request.check_deadline_at(deadline, || {
             format!(
@@ -550,13 +577,13 @@ impl DirStore {
                 path.display()
             )
         })?;
-        match fs::remove_file(&path) {
+        match folder.remove_file(upload) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(request.io_error("remove", &path, e)),
         }
         drop(lock);
-        request.sync_dir(&self.upload_dir())
+        request.sync(&folder)
     }
 
     /// [`Store::open`](bucket_lease_core::store::Store::open): the header
@@ -569,7 +596,12 @@ impl DirStore {
         let request = self.request("GET", key);
         request.check_deadline(deadline)?;
         let at = self.locate(&request)?;
-        let Some(opened) = request.open_object(&at.object)? else {
+        let root = self.root_folder(&request)?;
+        let found = match self.find_folder(&request, &root, &at)? {
+            Some(folder) => request.open_object(&folder, at.name)?,
+            None => None,
+        };
+        let Some(opened) = found else {
             return Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey"));
         };
         let object = Object::new(Vec::new(), Version::etag(opened.header.etag))
