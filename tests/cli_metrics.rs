@@ -1,8 +1,9 @@
 //! `run --metrics-file` and `--status-file` on a `file://` bucket: the
 //! files say held while the command runs and not held after, are read by
 //! Prometheus's own parser (`prometheus_client` from PyPI, in the venv
-//! `scripts/test-servers.sh` makes), and a file that cannot be written
-//! stops run before it takes anything.
+//! `scripts/test-servers.sh` makes), a file that cannot be written
+//! stops run before it takes anything, and links planted in the files'
+//! directory are never followed (issue 39).
 
 mod cli_common;
 
@@ -235,6 +236,83 @@ fn the_files_say_held_while_the_command_runs_and_not_held_after() {
         ),
         2.0
     );
+}
+
+/// Issue 39: links planted in the files' directory at the names the
+/// temporary files once had (`.NAME.PID.tmp`, with run's pid and its
+/// supervisor's) are never followed: the file a link names is not written,
+/// none is made where a dangling one points, and the links stay as they
+/// were.
+#[test]
+fn links_planted_in_the_directory_are_never_followed() {
+    let t = Target::fs("metrics-planted");
+    let url = t.url("jobs/nightly");
+    let collector = t.path("collector");
+    std::fs::create_dir(&collector).unwrap();
+    let victim = t.path("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let elsewhere = t.path("made-through-a-link");
+    let metrics = collector.join("lease.prom");
+    let status = collector.join("lease.json");
+    // COMMAND's parent is run's supervisor, whose parent is run (Linux;
+    // elsewhere COMMAND's parent is run itself).
+    let script = format!(
+        "set -e; run=$(cut -d' ' -f4 /proc/$PPID/stat 2>/dev/null || echo $PPID); \
+         for pid in $PPID $run; do \
+           ln -s '{v}' '{c}/.lease.prom.'$pid'.tmp'; \
+           ln -s '{e}' '{c}/.lease.json.'$pid'.tmp'; \
+         done",
+        v = victim.display(),
+        e = elsewhere.display(),
+        c = collector.display(),
+    );
+    let done = t.run([
+        "run",
+        "--metrics-file",
+        metrics.to_str().unwrap(),
+        "--status-file",
+        status.to_str().unwrap(),
+        &url,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert_eq!(done.code, Some(0), "{done:?}");
+
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "run wrote its status through a link planted in {}",
+        collector.display()
+    );
+    assert!(
+        std::fs::symlink_metadata(&elsewhere).is_err(),
+        "run made a file through a dangling link planted in {}",
+        collector.display()
+    );
+    for path in [&metrics, &status] {
+        let kind = std::fs::symlink_metadata(path).unwrap().file_type();
+        assert!(kind.is_file(), "{} is not a regular file", path.display());
+    }
+    assert_eq!(
+        held_line(&metrics),
+        format!("bucket_lease_held{{key=\"{KEY}\"}} 0")
+    );
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
+    assert_eq!(after["state"], "released", "{after}");
+    for entry in std::fs::read_dir(&collector).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".tmp") {
+            let target = std::fs::read_link(entry.path())
+                .unwrap_or_else(|e| panic!("{name} is not a planted link ({e}): a temporary left"));
+            assert!(
+                target == victim || target == elsewhere,
+                "{name} -> {target:?}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -4,9 +4,19 @@
 //! What it promises:
 //!
 //! - **Whole files only.** Each write goes to a hidden temporary file
-//!   beside PATH (`.NAME.PID.tmp`, which the textfile collector skips: it
-//!   reads `*.prom`) and is renamed over PATH, so a reader sees the last
-//!   file or the new one, never half of one.
+//!   beside PATH (`.NAME.RANDOM.tmp`, which the textfile collector skips:
+//!   it reads `*.prom`) and is renamed over PATH, so a reader sees the last
+//!   file or the new one, never half of one. A failed write removes its
+//!   own temporary; one left by a crash between the write and the rename
+//!   is safe to remove.
+//! - **Nothing planted in the directory is followed** (issue 39). The
+//!   directory is often writable by a group (a textfile collector's). The
+//!   temporary's name is random, unpredictable to other processes, and it
+//!   is created exclusively, never through a link (`O_CREAT | O_EXCL |
+//!   O_NOFOLLOW`): a file or link already at that name is left alone and
+//!   another name is tried. When PATH itself is a symbolic link, the
+//!   rename replaces the link with a regular file; the link's target is
+//!   never written.
 //! - **Every renewal and change of state shows.** A thread of its own
 //!   looks at the lease's totals ([`bucket_lease::stats`]) every
 //!   [`LOOK_EVERY`] and writes when a renewal attempt, a loss or the state
@@ -31,7 +41,14 @@ use bucket_lease::channel::{self as crossbeam_channel, Receiver, Sender};
 use bucket_lease::stats::{prometheus_not_held, LeaseStats, LossReason, RenewalOutcome};
 use bucket_lease::{Lease, LeaseStatus};
 use serde_json::{json, Value};
+use std::collections::hash_map::RandomState;
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, OpenOptions};
+use std::hash::{BuildHasher, Hasher};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -328,22 +345,86 @@ fn stamp(at: SystemTime) -> String {
     bucket_lease::record::format_stamp(at)
 }
 
-/// Write `bytes` to a hidden temporary file beside `path`, then rename it
-/// over `path`.
+/// How many fresh names [`replace`] tries for its temporary file before it
+/// gives up: a name is taken only by a file someone else put there.
+const TEMPORARY_TRIES: usize = 8;
+
+/// Write `bytes` to a temporary file of ours beside `path`, then rename it
+/// over `path`, so a reader sees the old file or the new one, whole.
+///
+/// The temporary is made by [`create_temporary`]: a new file under a fresh
+/// random name, never an existing file or a link someone planted. When
+/// `path` is a link, the rename replaces the link itself with a regular
+/// file; what it pointed at is never written. On a failure after the
+/// temporary was made, that temporary is removed, and nothing else.
 fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path.file_name().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file")
     })?;
-    let mut temporary_name = std::ffi::OsString::from(".");
-    temporary_name.push(name);
-    temporary_name.push(format!(".{}.tmp", std::process::id()));
-    let temporary = path.with_file_name(temporary_name);
-    let written =
-        std::fs::write(&temporary, bytes).and_then(|()| std::fs::rename(&temporary, path));
-    if written.is_err() {
+    let (temporary, mut file) = create_temporary(path, || temporary_name(name))?;
+    let written = file.write_all(bytes);
+    drop(file);
+    let replaced = written.and_then(|()| std::fs::rename(&temporary, path));
+    if replaced.is_err() {
         let _ = std::fs::remove_file(&temporary);
     }
-    written
+    replaced
+}
+
+/// A new file beside `path` named by `fresh` (tried again with a new name,
+/// at most [`TEMPORARY_TRIES`] times, when the name is taken), and its path.
+///
+/// It is created exclusively and without following links (`O_CREAT |
+/// O_EXCL | O_NOFOLLOW`): whatever is already at the name, a file or a
+/// link to anywhere, is left as it is and another name is tried. Its mode
+/// is `0666` less the umask, as the files' were before, so a reader such as
+/// node_exporter reads it as it read them.
+fn create_temporary(
+    path: &Path,
+    mut fresh: impl FnMut() -> OsString,
+) -> std::io::Result<(PathBuf, File)> {
+    let mut options = OpenOptions::new();
+    options
+        .write(true)
+        .create_new(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+    for _ in 0..TEMPORARY_TRIES {
+        let temporary = path.with_file_name(fresh());
+        match options.open(&temporary) {
+            Ok(file) => return Ok((temporary, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!(
+            "{TEMPORARY_TRIES} fresh names for its temporary file were all taken in its \
+             directory (something is making files or links there at random names: find \
+             and stop it)"
+        ),
+    ))
+}
+
+/// A fresh name for the temporary file of the file `name`:
+/// `.NAME.RANDOM.tmp`, hidden and not `*.prom`, so the textfile collector
+/// skips it. RANDOM is 64 bits no other process can predict: the hash,
+/// under keys std draws from the operating system's random source
+/// ([`RandomState`]), of a count of the names made, the time and the pid.
+fn temporary_name(name: &OsStr) -> OsString {
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u64(MADE.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos()),
+    );
+    hasher.write_u32(std::process::id());
+    let mut temporary = OsString::from(".");
+    temporary.push(name);
+    temporary.push(format!(".{:016x}.tmp", hasher.finish()));
+    temporary
 }
 
 #[cfg(test)]
@@ -373,6 +454,161 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("lease.prom")]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The names in `dir`, sorted.
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The name the temporary of `file` had before issue 39: `.NAME.PID.tmp`,
+    /// which anyone who can write the directory could plant a link at.
+    fn predictable_name(file: &str) -> String {
+        format!(".{file}.{}.tmp", std::process::id())
+    }
+
+    #[test]
+    fn a_link_planted_where_the_temporary_used_to_go_is_never_followed() {
+        let dir = scratch("planted");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious\n").unwrap();
+        let elsewhere = dir.join("made-through-a-link");
+        let metrics = dir.join("lease.prom");
+        let status = dir.join("lease.json");
+        // One link at an existing file, one at a name that does not exist
+        // yet: neither may be written or made.
+        let planted = dir.join(predictable_name("lease.prom"));
+        let dangling = dir.join(predictable_name("lease.json"));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dangling).unwrap();
+
+        replace(&metrics, b"held 1\n").unwrap();
+        replace(&status, b"{}\n").unwrap();
+
+        assert_eq!(
+            std::fs::read(&victim).unwrap(),
+            b"precious\n",
+            "the victim was written through the link planted at {}",
+            planted.display()
+        );
+        assert!(
+            std::fs::symlink_metadata(&elsewhere).is_err(),
+            "a file was made through the link planted at {}",
+            dangling.display()
+        );
+        for (path, bytes) in [(&metrics, &b"held 1\n"[..]), (&status, &b"{}\n"[..])] {
+            let kind = std::fs::symlink_metadata(path).unwrap().file_type();
+            assert!(kind.is_file(), "{} is not a regular file", path.display());
+            assert_eq!(std::fs::read(path).unwrap(), bytes);
+        }
+        // The planted links are someone else's: left as they were.
+        assert_eq!(std::fs::read_link(&planted).unwrap(), victim);
+        assert_eq!(std::fs::read_link(&dangling).unwrap(), elsewhere);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_temporary_has_a_fresh_name_each_time() {
+        let name = std::ffi::OsStr::new("lease.prom");
+        let first = temporary_name(name);
+        let second = temporary_name(name);
+        assert_ne!(first, second, "two writes used one temporary name");
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..1000 {
+            let fresh = temporary_name(name).into_string().unwrap();
+            // Hidden and not `*.prom`, so the textfile collector skips it.
+            assert!(
+                fresh.starts_with(".lease.prom.") && fresh.ends_with(".tmp"),
+                "{fresh}"
+            );
+            assert_ne!(fresh, predictable_name("lease.prom"));
+            assert!(seen.insert(fresh.clone()), "{fresh} came twice");
+        }
+    }
+
+    #[test]
+    fn a_taken_name_is_left_alone_and_a_fresh_one_tried_a_bounded_number_of_times() {
+        let dir = scratch("taken");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious\n").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join(".taken.tmp")).unwrap();
+        let path = dir.join("lease.prom");
+
+        let mut names = [".taken.tmp", ".free.tmp"].into_iter().map(OsString::from);
+        let (temporary, file) = create_temporary(&path, || names.next().unwrap()).unwrap();
+        drop(file);
+        assert_eq!(temporary, dir.join(".free.tmp"));
+        let kind = std::fs::symlink_metadata(&temporary).unwrap().file_type();
+        assert!(kind.is_file(), "{kind:?}");
+        std::fs::remove_file(&temporary).unwrap();
+
+        let mut tries = 0;
+        let taken = create_temporary(&path, || {
+            tries += 1;
+            OsString::from(".taken.tmp")
+        })
+        .unwrap_err();
+        assert_eq!(tries, TEMPORARY_TRIES);
+        assert_eq!(taken.kind(), std::io::ErrorKind::AlreadyExists);
+        assert!(taken.to_string().contains("were all taken"), "{taken}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+        assert_eq!(names_in(&dir), [".taken.tmp", "victim"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_path_that_is_a_link_becomes_a_file_and_its_target_is_untouched() {
+        let dir = scratch("path-link");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious\n").unwrap();
+        let path = dir.join("lease.prom");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+
+        replace(&path, b"held 1\n").unwrap();
+
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+        let kind = std::fs::symlink_metadata(&path).unwrap().file_type();
+        assert!(kind.is_file(), "PATH is still a link: {kind:?}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"held 1\n");
+        assert_eq!(names_in(&dir), ["lease.prom", "victim"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_failed_rename_removes_its_own_temporary_and_nothing_else() {
+        let dir = scratch("rename-fails");
+        // A directory at PATH: the rename over it fails (EISDIR).
+        let path = dir.join("lease.prom");
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("inside"), b"x").unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious\n").unwrap();
+        let planted = dir.join(predictable_name("lease.prom"));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+
+        assert!(replace(&path, b"held 1\n").is_err());
+
+        assert_eq!(
+            std::fs::read(&victim).unwrap(),
+            b"precious\n",
+            "the victim was written through a planted link"
+        );
+        assert_eq!(
+            names_in(&dir),
+            [
+                predictable_name("lease.prom").as_str(),
+                "lease.prom",
+                "victim"
+            ],
+            "the temporary was left, or a name it did not make was removed"
+        );
+        assert_eq!(names_in(&path), ["inside"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
