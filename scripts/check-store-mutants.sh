@@ -23,6 +23,8 @@ finders=(
   "dir-lock-last-try-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::the_lock_is_never_taken_after_the_deadline"
   "dir-rename-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::a_write_paused_past_its_deadline_under_the_lock_publishes_nothing"
   "dir-remove-unchecked|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::a_delete_paused_past_its_deadline_under_the_lock_removes_nothing"
+  "dir-folder-links-followed|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::links::a_link_on_a_keys_path_is_refused_and_nothing_outside_is_touched"
+  "dir-file-links-followed|-p bucket-lease-backends --features fs,mutants --lib|fs::tests::links::a_link_at_a_keys_own_name_is_refused_and_never_read_through"
   "put-new-hashes-after-deadline|-p bucket-lease-core --features mutants --lib|fence::tests::put_new_hashes_the_body_before_it_takes_the_write_deadline"
   "turn-unsettled-on-panic|-p bucket-lease-core --features mutants --test write_interval|a_write_that_panicked_does_not_keep_its_keys_turn_forever"
   "spaced-probe-keeps-acquire-stamp|-p bucket-lease-core --features mutants --test write_interval|a_renewal_due_at_a_third_of_the_smallest_ttl_lands_before_the_fence"

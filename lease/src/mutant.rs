@@ -151,6 +151,14 @@ pub enum StoreMutant {
     /// The directory store removes an object with no check of the deadline
     /// after taking the lock, so a delete paused past its deadline removes.
     DirRemoveUnchecked,
+    /// The directory store opens the folders on a key's path as paths are
+    /// opened, following links (issue 39): a link planted in the bucket
+    /// takes a write, a read or a delete out of it.
+    DirFolderLinksFollowed,
+    /// The directory store opens an object file at its name following a
+    /// link there (issue 39): a read through a link answers another
+    /// bucket's object, one file two objects.
+    DirFileLinksFollowed,
     /// `FencedWriter::put_new` takes the write deadline before it hashes
     /// the body, so the hashing (seconds for a large body) is spent from
     /// the deadline, and the request leaves with its deadline passed.
@@ -183,7 +191,7 @@ pub enum StoreMutant {
 
 impl StoreMutant {
     /// Every store mutant, in the order the check script runs them.
-    pub const ALL: [StoreMutant; 17] = [
+    pub const ALL: [StoreMutant; 19] = [
         StoreMutant::TimeoutBeforeCredentials,
         StoreMutant::UnboundedProcessOutput,
         StoreMutant::UnboundedRefreshWait,
@@ -194,6 +202,8 @@ impl StoreMutant {
         StoreMutant::DirLockLastTryUnchecked,
         StoreMutant::DirRenameUnchecked,
         StoreMutant::DirRemoveUnchecked,
+        StoreMutant::DirFolderLinksFollowed,
+        StoreMutant::DirFileLinksFollowed,
         StoreMutant::PutNewHashesAfterDeadline,
         StoreMutant::TurnUnsettledOnPanic,
         StoreMutant::SpacedProbeKeepsAcquireStamp,
@@ -216,6 +226,8 @@ impl StoreMutant {
             StoreMutant::DirLockLastTryUnchecked => "dir-lock-last-try-unchecked",
             StoreMutant::DirRenameUnchecked => "dir-rename-unchecked",
             StoreMutant::DirRemoveUnchecked => "dir-remove-unchecked",
+            StoreMutant::DirFolderLinksFollowed => "dir-folder-links-followed",
+            StoreMutant::DirFileLinksFollowed => "dir-file-links-followed",
             StoreMutant::PutNewHashesAfterDeadline => "put-new-hashes-after-deadline",
             StoreMutant::TurnUnsettledOnPanic => "turn-unsettled-on-panic",
             StoreMutant::SpacedProbeKeepsAcquireStamp => "spaced-probe-keeps-acquire-stamp",

@@ -21,6 +21,7 @@
 //!   at a file's own name is not followed either, and a file the store
 //!   makes is made exclusively (`O_CREAT | O_EXCL`).
 
+use bucket_lease_core::mutant::StoreMutant;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use std::ffi::OsString;
 use std::fs::File;
@@ -77,7 +78,11 @@ pub(super) struct Folder {
 /// The flags every folder is opened with: to read (a folder must be open
 /// to be synced), never through a link at its own name.
 fn folder_flags() -> OFlags {
-    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    if StoreMutant::DirFolderLinksFollowed.on() {
+        return flags;
+    }
+    flags | OFlags::NOFOLLOW
 }
 
 impl Folder {
@@ -121,7 +126,10 @@ impl Folder {
         use std::sync::atomic::{AtomicBool, Ordering};
         /// Set once the kernel refused `openat2` itself: not asked again.
         static REFUSED: AtomicBool = AtomicBool::new(false);
-        if REFUSED.load(Ordering::Relaxed) || forced_walk() {
+        if REFUSED.load(Ordering::Relaxed)
+            || forced_walk()
+            || StoreMutant::DirFolderLinksFollowed.on()
+        {
             return None;
         }
         let joined = if segments.is_empty() {
@@ -183,7 +191,10 @@ impl Folder {
     /// `O_CLOEXEC` added): a link at the name is not followed, and fails
     /// with `ELOOP`.
     pub(super) fn open_file(&self, name: &str, flags: OFlags) -> io::Result<File> {
-        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut flags = flags | OFlags::CLOEXEC;
+        if !StoreMutant::DirFileLinksFollowed.on() {
+            flags |= OFlags::NOFOLLOW;
+        }
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o666))?;
         Ok(File::from(fd))
     }
