@@ -286,6 +286,37 @@ fn a_missing_directory_is_a_missing_bucket_and_exits_78() {
     }
 }
 
+/// A prefix whose folder is a link out of the bucket (issue 39): `run`
+/// exits 78 naming the link, runs nothing, and writes nothing where the
+/// link points; twice in a row, the same.
+#[test]
+fn a_prefix_through_a_link_out_of_the_bucket_exits_78_naming_it() {
+    let t = Target::fs("link-prefix");
+    let (bucket, outside) = (t.path("bucket"), t.path("outside"));
+    std::fs::create_dir_all(&bucket).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let link = bucket.join("nightly");
+    std::os::unix::fs::symlink("../outside", &link).unwrap();
+    let marker = t.path("ran");
+    let url = format!("file://{}//nightly", bucket.display());
+    for _ in 0..2 {
+        let script = format!("touch '{}'", marker.display());
+        let done = t.run(["run", url.as_str(), "--", "sh", "-c", &script]);
+        assert_eq!(done.code, Some(78), "{done:?}");
+        assert!(!marker.exists(), "the command ran: {done:?}");
+        assert!(
+            done.stderr
+                .contains(&format!("{} is a symbolic link", link.display())),
+            "{done:?}"
+        );
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "written through the link: {done:?}"
+        );
+    }
+}
+
 /// A file where the bucket's directory should be: exit 78, naming it.
 #[test]
 fn a_file_for_the_directory_exits_78() {

@@ -35,10 +35,26 @@
 //!   answers `NoSuchBucket` (permanent) when the store opens, and to a
 //!   write should it be removed later, and is never made; the folders
 //!   under it that keys with `/` need are made as writes need them;
+//! - no symbolic link beneath the bucket's directory is followed: every
+//!   key, prefix and file of the store's own is resolved from the open
+//!   directory through no link (on Linux one `openat2` with
+//!   `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, else `O_NOFOLLOW` on each
+//!   name), and a link on a key's
+//!   path, at its name, on a prefix's path or in `.bucket-lease/` is
+//!   refused, [`StoreErrorKind::Rejected`] with the code `SymbolicLink`,
+//!   [permanent](StoreError::is_permanent), naming the link; nothing
+//!   outside the bucket is read, written or removed. The directory's own
+//!   path, as its user names it, may run through links;
+//! - a failure of the local disk before anything was published or removed
+//!   names the file and what failed, and is
+//!   [`Delivery::NotSent`](bucket_lease_core::store::Delivery::NotSent):
+//!   the request took no effect;
 //! - a bucket never sits inside another: opening a directory under one
 //!   that holds the lock file, or for a prefix whose path holds a bucket's
 //!   directory, is refused, permanent, naming the URL in use (`/t//jobs`
-//!   and `/t/jobs` are one path, and must not be two leases);
+//!   and `/t/jobs` are one path, and must not be two leases); a prefix's
+//!   path holds no link, so it is the real one, and one file is never two
+//!   objects;
 //! - errors name the object as a `file://` URL, the directory and the `//`
 //!   that ends it, then the key (`GET file:///srv/bkt//jobs/LEASE`; see
 //!   `config` for the rule), while their key stays the plain key.
