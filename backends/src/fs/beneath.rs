@@ -113,7 +113,12 @@ impl Folder {
     /// [`Folder::open`], making each folder that is missing on the way
     /// (as `mkdir -p` does, but never through a link).
     pub(super) fn make(&self, segments: &[&str]) -> Result<Folder, Resolve> {
-        self.walk(segments, true)
+        // Opened at once where it is there, as it is for every write but
+        // a key's first.
+        match self.open(segments) {
+            Err(Resolve::Missing(_)) => self.walk(segments, true),
+            opened => opened,
+        }
     }
 
     /// One `openat2` for the whole path, beneath this folder and through
