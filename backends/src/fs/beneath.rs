@@ -62,6 +62,8 @@ pub(super) enum Resolve {
     NotFolder(PathBuf),
     /// A name on the way is not there.
     Missing(PathBuf),
+    /// A folder on the way is another bucket's directory.
+    Bucket(PathBuf),
     /// The file system failed.
     Io(PathBuf, io::Error),
 }
@@ -107,7 +109,14 @@ impl Folder {
         if let Some(opened) = self.open_in_one(segments) {
             return opened;
         }
-        self.walk(segments, false)
+        self.walk(segments, false, None)
+    }
+
+    /// [`Folder::open`] by the walk, refusing a folder on the way (this
+    /// one left out) that holds a name `own`: a folder of another bucket's
+    /// own, which makes the folder that bucket's ([`Resolve::Bucket`]).
+    pub(super) fn open_outside(&self, segments: &[&str], own: &str) -> Result<Folder, Resolve> {
+        self.walk(segments, false, Some(own))
     }
 
     /// [`Folder::open`], making each folder that is missing on the way
@@ -116,7 +125,7 @@ impl Folder {
         // Opened at once where it is there, as it is for every write but
         // a key's first.
         match self.open(segments) {
-            Err(Resolve::Missing(_)) => self.walk(segments, true),
+            Err(Resolve::Missing(_)) => self.walk(segments, true, None),
             opened => opened,
         }
     }
@@ -160,8 +169,9 @@ impl Folder {
     }
 
     /// Open (or, with `make`, make) each of `segments` in turn from this
-    /// folder, with `O_NOFOLLOW`.
-    fn walk(&self, segments: &[&str], make: bool) -> Result<Folder, Resolve> {
+    /// folder, with `O_NOFOLLOW`; with `own`, refuse a folder opened on
+    /// the way that holds that name ([`Resolve::Bucket`]).
+    fn walk(&self, segments: &[&str], make: bool, own: Option<&str>) -> Result<Folder, Resolve> {
         let mut fd = rustix::fs::openat(&self.fd, ".", folder_flags(), Mode::empty())
             .map_err(|e| Resolve::Io(self.path.clone(), e.into()))?;
         let mut path = self.path.clone();
@@ -178,6 +188,13 @@ impl Folder {
                 Ok(next) => next,
                 Err(e) => return Err(classify(fd.as_fd(), segment, path, e)),
             };
+            if let Some(own) = own {
+                match rustix::fs::statat(&fd, own, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(_) => return Err(Resolve::Bucket(path)),
+                    Err(rustix::io::Errno::NOENT) => {}
+                    Err(e) => return Err(Resolve::Io(path, e.into())),
+                }
+            }
         }
         Ok(Folder { fd, path })
     }

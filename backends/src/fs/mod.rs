@@ -53,8 +53,9 @@
 //!   that holds the lock file, or for a prefix whose path holds a bucket's
 //!   directory, is refused, permanent, naming the URL in use (`/t//jobs`
 //!   and `/t/jobs` are one path, and must not be two leases); a prefix's
-//!   path holds no link, so it is the real one, and one file is never two
-//!   objects;
+//!   path holds no link, so it is the real one; and a key whose path runs
+//!   through another bucket's directory (one made before this one, inside
+//!   it) is refused, code `NestedBucket`: one file is never two objects;
 //! - errors name the object as a `file://` URL, the directory and the `//`
 //!   that ends it, then the key (`GET file:///srv/bkt//jobs/LEASE`; see
 //!   `config` for the rule), while their key stays the plain key.
@@ -432,14 +433,15 @@ impl DirStore {
 
     /// The folder that holds `at`'s object, opened beneath `root`, or
     /// `None` when there is none (a name on the way is missing, or is a
-    /// file: no object can be under it). A link on the way is refused.
+    /// file: no object can be under it). A link on the way is refused, and
+    /// so is a folder that is another bucket's directory.
     fn find_folder(
         &self,
         request: &Request<'_>,
         root: &Folder,
         at: &Location<'_>,
     ) -> Result<Option<Folder>, StoreError> {
-        match root.open(&at.folders) {
+        match root.open_outside(&at.folders, STATE_DIR) {
             Ok(folder) => Ok(Some(folder)),
             Err(Resolve::Missing(_) | Resolve::NotFolder(_)) => Ok(None),
             Err(other) => Err(request.unresolved(other, "open the folder")),

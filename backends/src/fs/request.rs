@@ -6,7 +6,7 @@
 
 use super::attr;
 use super::beneath::{Folder, Kind, Resolve};
-use super::layout::{parse_header, Header};
+use super::layout::{parse_header, Header, STATE_DIR};
 use super::Location;
 use bucket_lease_core::store::{PutMode, StoreError, StoreErrorKind, Version};
 use rustix::fs::OFlags;
@@ -117,6 +117,7 @@ impl<'a> Request<'a> {
                 io::Error::new(io::ErrorKind::NotFound, "a folder on its path is missing"),
             ),
             Resolve::Io(path, e) => self.io_error(action, &path, e),
+            Resolve::Bucket(path) => self.nested(&path),
         }
     }
 
@@ -134,6 +135,23 @@ impl<'a> Request<'a> {
                  where one file would be two objects); nothing was done; remove the link (to use \
                  the directory it names, open that directory as a bucket of its own)",
                 path.display()
+            ))
+    }
+
+    /// `path`, a folder on this request's key's path, is the directory of
+    /// a bucket of its own (it holds `.bucket-lease`), so the key's file
+    /// would be an object of both buckets. Permanent.
+    pub(super) fn nested(&self, path: &Path) -> StoreError {
+        self.error(StoreErrorKind::Rejected)
+            .permanent()
+            .with_code("NestedBucket")
+            .with_message(format!(
+                "{} on the key's path is a bucket of its own (it holds {STATE_DIR}), so the key's \
+                 file would be an object of both buckets, one file two objects; nothing was \
+                 done; write the key through that bucket, file://{}//…, or choose a key outside \
+                 it",
+                path.display(),
+                crate::settings::url_text(&path.display().to_string())
             ))
     }
 
@@ -343,7 +361,7 @@ impl<'a> Request<'a> {
         at: &Location<'_>,
         mode: &PutMode,
     ) -> Result<Option<Folder>, StoreError> {
-        let folder = match root.open(&at.folders) {
+        let folder = match root.open_outside(&at.folders, STATE_DIR) {
             Ok(folder) => Some(folder),
             // No object where no folder is, or under a file.
             Err(Resolve::Missing(_)) => None,

@@ -240,3 +240,34 @@ fn a_local_failure_before_publishing_says_the_disk_failed_and_nothing_was_sent()
     );
     assert!(shown.contains(&tmp.display().to_string()), "{shown}");
 }
+
+#[test]
+fn a_key_through_a_bucket_made_inside_this_one_is_refused() {
+    both_ways(|| {
+        let top = TempDir::new();
+        let inner = top.0.join("x/y");
+        fs::create_dir_all(&inner).unwrap();
+        // The inner bucket first: the outer one, opened later on a prefix
+        // above it, cannot see it when it opens.
+        let inner_store = DirStore::open(&inner).unwrap();
+        put(&inner_store, "foo", b"inner's", PutMode::Create).unwrap();
+        let outer = DirStore::open_for(&top.0, "x").unwrap();
+        for answer in [
+            put(&outer, "x/y/foo", b"outer's", PutMode::Overwrite).map(drop),
+            put(&outer, "x/y/new", b"outer's", PutMode::Create).map(drop),
+            outer.get("x/y/foo", None).map(drop),
+            outer
+                .delete("x/y/foo", &DeleteMode::Unconditional, None)
+                .map(drop),
+        ] {
+            let e = answer.unwrap_err();
+            assert_eq!(e.code(), Some("NestedBucket"), "{e}");
+            assert!(e.is_permanent() && !e.may_have_landed(), "{e}");
+            assert!(e.to_string().contains(&inner.display().to_string()), "{e}");
+        }
+        assert_eq!(inner_store.get("foo", None).unwrap().body, b"inner's");
+        assert!(!inner.join("new").exists());
+        // Keys beside it are the outer bucket's as ever.
+        put(&outer, "x/LEASE", b"outer's", PutMode::Create).unwrap();
+    });
+}
