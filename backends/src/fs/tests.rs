@@ -16,6 +16,7 @@ use std::time::Duration;
 mod links;
 mod migrate;
 mod review;
+mod review_links;
 mod uploads;
 
 /// A fresh directory under the system's temporary directory, removed on
