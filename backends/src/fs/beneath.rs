@@ -177,6 +177,11 @@ impl Folder {
         let mut path = self.path.clone();
         for segment in segments {
             path.push(segment);
+            // One name each, going down only (keys refuse these already).
+            if matches!(*segment, "" | "." | "..") || segment.contains('/') {
+                let invalid = io::Error::new(io::ErrorKind::InvalidInput, "not one folder's name");
+                return Err(Resolve::Io(path, invalid));
+            }
             if make {
                 match rustix::fs::mkdirat(&fd, *segment, Mode::from_raw_mode(0o777)) {
                     Ok(()) | Err(rustix::io::Errno::EXIST) => {}

@@ -117,10 +117,18 @@ fn check_attributes(request: &Request<'_>, root: &Folder) -> Result<(), StoreErr
         return Ok(());
     };
     let lock = state.path().join(LOCK);
-    let file = match state.open_file(LOCK, OFlags::RDONLY) {
+    // Without waiting: a FIFO someone put there answers at once, and is
+    // refused as no lock file.
+    let file = match state.open_file(LOCK, OFlags::RDONLY | OFlags::NONBLOCK) {
         Ok(file) => file,
+        Err(e) if matches!(state.kind(LOCK), Ok(Some(Kind::Link))) => {
+            return Err(request.file_error("open the lock file", &state, LOCK, e))
+        }
         Err(_) => return Ok(()),
     };
+    if !file.metadata().is_ok_and(|meta| meta.is_file()) {
+        return Err(request.not_a_file(&lock));
+    }
     let found = match attr::get(&file) {
         Err(e) if attr::is_unsupported(&e) => return Err(request.no_attributes(&lock, &e)),
         found => found,
@@ -154,7 +162,8 @@ fn refuse_first_layout(request: &Request<'_>, root: &Folder) -> Result<(), Store
                  its ETag and metadata kept",
                 root = root.path().display()
             ))),
-        Ok(Some(Kind::Link | Kind::Other)) => Err(request.link(&root.path().join(V1_LOCK))),
+        Ok(Some(Kind::Link)) => Err(request.link(&root.path().join(V1_LOCK))),
+        Ok(Some(Kind::Other)) => Err(request.not_a_file(&root.path().join(V1_LOCK))),
         _ => Ok(()),
     }
 }

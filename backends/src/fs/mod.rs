@@ -617,7 +617,7 @@ impl DirStore {
         let path = state.path().join(LOCK);
         let file = state
             .open_file(LOCK, OFlags::RDWR | OFlags::CREATE)
-            .map_err(|e| request.io_error("open the lock file", &path, e))?;
+            .map_err(|e| request.file_error("open the lock file", &state, LOCK, e))?;
         let started = Instant::now();
         // `None` only when MAX_LOCK_WAIT from now is past what an Instant
         // can hold, and there is no deadline: no bound can be reached then.

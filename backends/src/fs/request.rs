@@ -155,6 +155,19 @@ impl<'a> Request<'a> {
             ))
     }
 
+    /// `path`, one of the store's own files (or the first layout's lock),
+    /// is a FIFO, a socket or a device someone put there: refused at once,
+    /// never opened to wait on. Permanent.
+    pub(super) fn not_a_file(&self, path: &Path) -> StoreError {
+        self.error(StoreErrorKind::Rejected)
+            .permanent()
+            .with_message(format!(
+                "{} is not a regular file or folder of the store's own (a FIFO, a socket or a \
+                 device was put there); nothing was done; move it out of the bucket directory",
+                path.display()
+            ))
+    }
+
     /// `action` on the file `name` in `folder` failed with `error`: a link
     /// at the name (which `O_NOFOLLOW` refuses) is refused as one, any
     /// other failure as the disk's.

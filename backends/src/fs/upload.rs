@@ -359,9 +359,12 @@ impl DirStore {
         let request = self.request("POST", key);
         request.check_deadline(deadline)?;
         // The key is checked now, as S3 checks it, though the upload's
-        // file is not beside its object.
-        self.locate(&request)?;
+        // file is not beside its object: its spelling, and its path (a
+        // link or another bucket on it is refused now, not after every
+        // part was written; the completion checks again).
+        let at = self.locate(&request)?;
         let root = self.root_folder(&request)?;
+        self.find_folder(&request, &root, &at)?;
         let upload = random_hex(&request, "an upload id")?;
         let attribute = encode_header(Some(key), &Mark::NONE.text(), metadata);
         let file = self.write_own(
@@ -390,7 +393,7 @@ impl DirStore {
     ) -> Result<UploadedPart, StoreError> {
         let request = self.request("PUT", key);
         request.check_deadline(deadline)?;
-        self.locate(&request)?;
+        let at = self.locate(&request)?;
         check_id(&request, upload)?;
         if !(1..=MAX_PARTS).contains(&number) {
             return Err(request
@@ -400,6 +403,7 @@ impl DirStore {
                 )));
         }
         let root = self.root_folder(&request)?;
+        self.find_folder(&request, &root, &at)?;
         let folder = self.own_folder(&request, &root, UPLOAD_DIR)?;
         let mut open = OpenUpload::open(&request, folder, upload)?;
         let next = open.last.number + 1;
@@ -555,11 +559,15 @@ impl DirStore {
         let path = folder.path().join(upload);
         // Only an upload of this key: an id begun for another key aborts
         // nothing, as an id never given does.
-        let file = match folder.open_file(upload, OFlags::RDONLY) {
+        // Without waiting: a FIFO someone put at the name answers at once.
+        let file = match folder.open_file(upload, OFlags::RDONLY | OFlags::NONBLOCK) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(request.file_error("open", &folder, upload, e)),
         };
+        if !file.metadata().is_ok_and(|meta| meta.is_file()) {
+            return Err(request.not_a_file(&path));
+        }
         let header = attr::get(&file)
             .ok()
             .flatten()

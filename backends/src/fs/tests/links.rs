@@ -97,10 +97,24 @@ fn a_link_on_a_keys_path_is_refused_and_nothing_outside_is_touched() {
             store.open("nightly/parts/precious", None).map(|r| r.object),
             &link,
         );
+        assert_link_refused(
+            "an upload begun through the link",
+            store.begin_upload("nightly/parts/big", &[], None),
+            &link,
+        );
+        // An upload begun before the link was planted: its part is taken
+        // (the upload's file is the store's own), its completion refused.
+        fs::remove_file(&link).unwrap();
         let upload = store.begin_upload("nightly/parts/big", &[], None).unwrap();
         let part = store
             .upload_part("nightly/parts/big", &upload, 1, b"part", None)
             .unwrap();
+        std::os::unix::fs::symlink(&outside.0, &link).unwrap();
+        assert_link_refused(
+            "a part through the link",
+            store.upload_part("nightly/parts/big", &upload, 2, b"part", None),
+            &link,
+        );
         assert_link_refused(
             "a completion through the link",
             store.complete_upload(

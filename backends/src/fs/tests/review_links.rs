@@ -158,15 +158,27 @@ fn review_a_prefix_with_a_bucket_inside_it_is_not_opened() {
     fs::create_dir_all(&inner_root).unwrap();
     let inner = DirStore::open(&inner_root).unwrap();
     put(&inner, "LEASE", b"inner's record", PutMode::Create).unwrap();
+    // Opened (a bucket below the prefix cannot be seen when it opens
+    // without reading the whole tree), but no key through it is the outer
+    // store's: each is refused, NestedBucket.
     if let Ok(outer) = DirStore::open_for(&top.0, "jobs") {
         let shared = outer.get("jobs/x/LEASE", None).map(|o| o.body);
-        panic!(
+        assert!(
+            shared
+                .as_ref()
+                .is_err_and(|e| e.code() == Some("NestedBucket")),
             "open_for({}, \"jobs\") was accepted although {} (inside the prefix) is a \
              bucket; the outer store reads the inner bucket's LEASE as its own \
              jobs/x/LEASE: {shared:?}",
             top.0.display(),
             inner_root.display()
         );
+        let written = put(&outer, "jobs/x/LEASE", b"outer's", PutMode::Overwrite);
+        assert!(
+            written.is_err_and(|e| e.code() == Some("NestedBucket")),
+            "the outer store wrote the inner bucket's LEASE"
+        );
+        assert_eq!(inner.get("LEASE", None).unwrap().body, b"inner's record");
     }
 }
 
