@@ -212,6 +212,18 @@ impl Folder {
         }
     }
 
+    /// Whether `name` in this folder is the very file `file` has open (the
+    /// same device and inode), a link at the name not followed: `false`
+    /// when nothing, or another file, is there now.
+    pub(super) fn holds(&self, name: &str, file: &File) -> io::Result<bool> {
+        let open = rustix::fs::fstat(file)?;
+        match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(at) => Ok(at.st_dev == open.st_dev && at.st_ino == open.st_ino),
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Open the file `name` in this folder with `flags` (`O_NOFOLLOW` and
     /// `O_CLOEXEC` added): a link at the name is not followed, and fails
     /// with `ELOOP`.

@@ -436,22 +436,6 @@ impl<'a> Request<'a> {
             ))
         })
     }
-
-    /// Sync `dir`, so a rename or removal in it survives a crash. Only Unix
-    /// can open a directory to sync it. It is synced after the bucket's
-    /// lock is let go, so another request may have removed it meanwhile (a
-    /// delete that emptied it): then there is nothing of ours left in it
-    /// to sync, and whoever removed it synced its parent.
-    pub(super) fn sync_dir(&self, dir: &Path) -> Result<(), StoreError> {
-        if cfg!(unix) {
-            match File::open(dir).and_then(|d| d.sync_all()) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(self.io_error("sync directory", dir, e)),
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Whether an object with `etag` is the version `wanted`. This store keeps

@@ -5,8 +5,9 @@
 //! What it promises: every object keeps its bytes, ETag and metadata, so a
 //! lease held across the migration keeps its version; it refuses with
 //! nothing changed when the directory holds what it cannot move (exit 78,
-//! naming it); run again after a failure it goes on where it stopped; on a
-//! bucket of the plain-file layout it says so and exits 0.
+//! naming it); stopped anywhere (a failure of the disk, a kill, a crash),
+//! run again it goes on where it stopped, as its errors say; on a bucket
+//! of the plain-file layout it says so and exits 0.
 
 use crate::args::{require_url, set_url, Arg, Args, Opt, Spec};
 use crate::cli::{exit, store_error_code, Failure};
@@ -21,9 +22,10 @@ bytes, with its ETag and metadata in the extended attribute
 user.bucket-lease. Versions are kept, so leases stay as they were. Stop
 every process that uses the bucket first: the migration holds the
 bucket's lock, and waits for it at most 30s. It changes nothing when the
-bucket holds a file the first layout never made, or keys a file system
-cannot hold together (`a` and `a/b`): it names them (exit 78). Run again
-after a failure, it goes on where it stopped.
+bucket holds a file the first layout never made, a symbolic link, or keys
+a file system cannot hold together (`a` and `a/b`): it names them (exit
+78). Stopped anywhere (a failure of the disk, a kill, a crash), run it
+again: it goes on where it stopped.
 ";
 
 /// `migrate-dir` has no options of its own.
