@@ -20,7 +20,8 @@
 #
 # `start` installs what is missing (a Python venv in .venv from PyPI, s3rver
 # from npm in .ci/tmp/node, Debian's ceph-mon ceph-osd radosgw ceph-common
-# and chromium (for the bench plot's test, not a server)
+# and chromium (for the bench plot's test, not a server) and strace (for
+# the fault sweep of migrate-dir, tests/migrate_faults.rs, nor a server)
 # with apt-get, which runs `apt-get update` only when the install needs it),
 # starts each server on a free port (Ceph's daemons as plain processes, no
 # systemd, everything under .ci/tmp/servers/ceph: configuration, keyrings,
@@ -56,8 +57,10 @@ rgw_secret=rgw-test-secret-0123456789
 # prometheus_client is no server either: tests/cli_metrics.rs reads the
 # metrics files of `run --metrics-file` with its parser.
 # Chromium is not a server: the test that looks at a bench plot
-# (tests/cli_bench_plot.rs) opens it there.
-debian_packages=(ceph-mon ceph-osd radosgw ceph-common chromium)
+# (tests/cli_bench_plot.rs) opens it there. Nor is strace: the fault sweep
+# of migrate-dir (tests/migrate_faults.rs) fails or kills the command at
+# each of its file system calls with it.
+debian_packages=(ceph-mon ceph-osd radosgw ceph-common chromium strace)
 requirements=("moto[s3]==5.2.5" "flask" "flask-cors" "werkzeug" "waitress==3.0.2" "botocore" "localbucket==1.2.1" "nanio==0.1.7" "prometheus_client==0.26.0")
 
 # start_time PID: the process's start time (clock ticks after boot, field
@@ -147,7 +150,7 @@ install() {
   install_debian_packages
 }
 
-# Debian's packages (Ceph, Chromium), when one is missing: apt-get update only if the
+# Debian's packages (Ceph, Chromium, strace), when one is missing: apt-get update only if the
 # install fails without it (a stale or empty package list).
 install_debian_packages() {
   local missing=() package
