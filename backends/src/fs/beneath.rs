@@ -23,9 +23,11 @@
 
 use bucket_lease_core::mutant::StoreMutant;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 /// What a name in a folder is, as `lstat` sees it (a link is not
@@ -263,6 +265,35 @@ impl Folder {
     /// Remove the folder `name` from this folder, if it is empty.
     pub(super) fn remove_folder(&self, name: &str) -> io::Result<()> {
         rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR).map_err(Into::into)
+    }
+
+    /// The names in this folder (`.` and `..` left out), each with its
+    /// kind as `lstat` sees it.
+    pub(super) fn entries(&self) -> io::Result<Vec<(OsString, Kind)>> {
+        let mut entries = Vec::new();
+        // `read_from` reads through a descriptor of its own, opened anew,
+        // so this folder's position is never moved.
+        for entry in rustix::fs::Dir::read_from(&self.fd)? {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let name = OsString::from_vec(name.to_vec());
+            // The kind the listing gave, or, where the file system gives
+            // none, the one `lstat` does.
+            let kind = match entry.file_type() {
+                FileType::Unknown => match name.to_str().map(|n| self.kind(n)) {
+                    Some(Ok(Some(kind))) => kind,
+                    Some(Ok(None)) => continue,
+                    Some(Err(e)) => return Err(e),
+                    None => Kind::Other,
+                },
+                file_type => Kind::of(file_type),
+            };
+            entries.push((name, kind));
+        }
+        Ok(entries)
     }
 
     /// Sync the folder, so a rename or removal in it survives a crash.

@@ -827,6 +827,7 @@ impl<'a> Run<'a> {
                 io::Error::new(io::ErrorKind::NotFound, "a folder on its path is missing"),
             ),
             Resolve::Io(path, e) => self.disk(action, &path, e),
+            Resolve::Bucket(path) => self.with_again(self.request.nested(&path)),
         }
     }
 
