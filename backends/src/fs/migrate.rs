@@ -793,6 +793,11 @@ impl<'a> Run<'a> {
     /// `action` on `path` failed on the local disk with `error`: the
     /// migration stopped there, every object kept.
     fn disk(&self, action: &str, path: &Path, error: io::Error) -> StoreError {
+        self.with_again(self.local(action, path, error))
+    }
+
+    /// [`Run::disk`]'s error, without the advice to run again.
+    fn local(&self, action: &str, path: &Path, error: io::Error) -> StoreError {
         use io::ErrorKind as E;
         let (kind, advice) = match error.kind() {
             E::PermissionDenied | E::ReadOnlyFilesystem => (
@@ -805,30 +810,19 @@ impl<'a> Run<'a> {
         self.request.error(kind).with_message(format!(
             "the local disk refused to {action} {}: {error}; the migration stopped there, with \
              every object kept (in its first-layout file, in the staging tree \
-             {STATE_DIR}/{STAGING}, or in its place); {advice}, then {}",
+             {STATE_DIR}/{STAGING}, or in its place); {advice}",
             path.display(),
-            self.again()
         ))
     }
 
     /// A folder beneath the root could not be opened (or made) for
-    /// `action`: a link is refused as one, anything else is the disk's.
+    /// `action`: refused as the store refuses it (a link, another
+    /// bucket), or the disk's failure.
     fn unresolved(&self, failure: Resolve, action: &str) -> StoreError {
-        match failure {
-            Resolve::Link(path) => self.link(&path),
-            Resolve::NotFolder(path) => self.disk(
-                action,
-                &path,
-                io::Error::new(io::ErrorKind::NotADirectory, "it is a file, not a folder"),
-            ),
-            Resolve::Missing(path) => self.disk(
-                action,
-                &path,
-                io::Error::new(io::ErrorKind::NotFound, "a folder on its path is missing"),
-            ),
-            Resolve::Io(path, e) => self.disk(action, &path, e),
-            Resolve::Bucket(path) => self.with_again(self.request.nested(&path)),
-        }
+        let error = self
+            .request
+            .resolve_error(failure, |path, e| self.local(action, path, e));
+        self.with_again(error)
     }
 
     /// `action` on the file `name` in `folder` failed with `error`: a link
@@ -840,11 +834,10 @@ impl<'a> Run<'a> {
         name: &str,
         error: io::Error,
     ) -> StoreError {
-        let path = folder.path().join(name);
-        if matches!(folder.kind(name), Ok(Some(Kind::Link))) {
-            return self.link(&path);
-        }
-        self.disk(action, &path, error)
+        let error = self
+            .request
+            .open_error(folder, name, error, |path, e| self.local(action, path, e));
+        self.with_again(error)
     }
 
     /// `path` is a symbolic link, which the store never follows.

@@ -104,20 +104,29 @@ impl<'a> Request<'a> {
     /// be opened (or made) for `action`: a link is refused as one; a
     /// failure of the disk is said so.
     pub(super) fn unresolved(&self, failure: Resolve, action: &str) -> StoreError {
+        self.resolve_error(failure, |path, e| self.io_error(action, path, e))
+    }
+
+    /// `failure` to reach a folder as an error: a link or another bucket
+    /// on the way refused as such, and a failure of the disk (a file in the
+    /// way, a folder missing, an error) as `disk` says it.
+    pub(super) fn resolve_error(
+        &self,
+        failure: Resolve,
+        disk: impl FnOnce(&Path, io::Error) -> StoreError,
+    ) -> StoreError {
         match failure {
             Resolve::Link(path) => self.link(&path),
-            Resolve::NotFolder(path) => self.io_error(
-                action,
+            Resolve::Bucket(path) => self.nested(&path),
+            Resolve::NotFolder(path) => disk(
                 &path,
                 io::Error::new(io::ErrorKind::NotADirectory, "it is a file, not a folder"),
             ),
-            Resolve::Missing(path) => self.io_error(
-                action,
+            Resolve::Missing(path) => disk(
                 &path,
                 io::Error::new(io::ErrorKind::NotFound, "a folder on its path is missing"),
             ),
-            Resolve::Io(path, e) => self.io_error(action, &path, e),
-            Resolve::Bucket(path) => self.nested(&path),
+            Resolve::Io(path, e) => disk(&path, e),
         }
     }
 
@@ -178,11 +187,26 @@ impl<'a> Request<'a> {
         name: &str,
         error: io::Error,
     ) -> StoreError {
+        self.open_error(folder, name, error, |path, e| {
+            self.io_error(action, path, e)
+        })
+    }
+
+    /// Opening (or making) the file `name` in `folder` failed with `error`:
+    /// a link at the name refused as one, any other failure as `disk`
+    /// says it.
+    pub(super) fn open_error(
+        &self,
+        folder: &Folder,
+        name: &str,
+        error: io::Error,
+        disk: impl FnOnce(&Path, io::Error) -> StoreError,
+    ) -> StoreError {
         let path = folder.path().join(name);
         if matches!(folder.kind(name), Ok(Some(Kind::Link))) {
             return self.link(&path);
         }
-        self.io_error(action, &path, error)
+        disk(&path, error)
     }
 
     pub(super) fn corrupt(&self, path: &Path, detail: &str) -> StoreError {
