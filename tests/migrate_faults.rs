@@ -468,3 +468,43 @@ fn migrate_dir_recovers_from_a_failure_or_a_kill_at_every_file_system_call() {
         outcomes.len()
     );
 }
+
+/// Promise: migrate-dir takes "PATH (a path, or a file:// URL naming the
+/// bucket's directory)", and its errors name the bucket as such a URL
+/// (`MIGRATE file:///srv/a%25b//`). Schedule: a bucket of the first layout
+/// in the directory `a%b`, named as the store's URLs name it,
+/// `file:///…/a%25b//` (percent-decoded by `StoreUrl::parse`), and as
+/// `file://localhost/…/a%25b//` (which `StoreUrl::parse` also takes):
+/// migrate-dir decodes nothing and keeps `localhost`, so it looks for
+/// `…/a%25b` (or the relative `localhost/…`) and answers "not a bucket of
+/// the first directory layout", exit 78.
+#[test]
+fn review_a_file_url_is_not_percent_decoded_nor_localhost_taken() {
+    let dir = std::env::temp_dir().join(format!("review-migrate-cli-{}", std::process::id()));
+    for url_of in [
+        |path: &str| format!("file://{}//", path.replace('%', "%25")),
+        |path: &str| format!("file://localhost{}//", path.replace('%', "%25")),
+    ] {
+        let _ = fs::remove_dir_all(&dir);
+        let bucket = dir.join("a%b");
+        fs::create_dir_all(&bucket).unwrap();
+        fs::write(bucket.join(".bucket-lease.lock"), b"").unwrap();
+        fs::write(
+            bucket.join("k.obj"),
+            b"bucket-lease object v1\netag \"e1\"\n\nbody",
+        )
+        .unwrap();
+        let url = url_of(bucket.to_str().unwrap());
+        let out = Command::new(env!("CARGO_BIN_EXE_bucket-lease"))
+            .args(["migrate-dir", &url])
+            .output()
+            .unwrap();
+        let _ = fs::remove_dir_all(&dir);
+        assert!(
+            out.status.success(),
+            "migrate-dir {url} exited {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

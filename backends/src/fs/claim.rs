@@ -6,7 +6,7 @@
 
 use super::beneath::{Folder, Kind, Resolve};
 use super::layout::{LOCK, MAGIC, STATE_DIR, TEMP_DIR, UPLOAD_DIR, V1_LOCK};
-use super::{attr, Request};
+use super::{attr, shell_word, Request};
 use crate::settings::url_text;
 use bucket_lease_core::store::{StoreError, StoreErrorKind};
 use rustix::fs::OFlags;
@@ -158,9 +158,10 @@ fn refuse_first_layout(request: &Request<'_>, root: &Folder) -> Result<(), Store
                  (objects as NAME.obj files starting with a header, folders as NAME.dir; it \
                  holds {V1_LOCK} as a file), which this version neither reads nor writes; stop \
                  every process that uses it, then migrate it in place with `bucket-lease \
-                 migrate-dir {root}`: each object becomes a plain file holding its bytes, with \
+                 migrate-dir {word}`: each object becomes a plain file holding its bytes, with \
                  its ETag and metadata kept",
-                root = root.path().display()
+                root = root.path().display(),
+                word = shell_word(root.path()),
             ))),
         Ok(Some(Kind::Link)) => Err(request.link(&root.path().join(V1_LOCK))),
         Ok(Some(Kind::Other)) => Err(request.not_a_file(&root.path().join(V1_LOCK))),

@@ -43,7 +43,12 @@
 //!    `migrated.new`, synced, renamed).
 //! 2. *Remove.* The first layout's files (objects, and the temporary and
 //!    upload files of writes it never finished) and its `NAME.dir` folders
-//!    are removed, and the root synced. Mark: `swapping`.
+//!    are removed, and the root synced. An object is removed only once the
+//!    staging tree holds it with the ETag its file has now: one written
+//!    since step 1 (by a store of the first layout, between two runs) or
+//!    missing from the tree is staged first, and the tree synced, so no
+//!    mark, however it came, makes a run remove an object it has not
+//!    copied. Mark: `swapping`.
 //! 3. *Swap.* Each entry of the staging tree is renamed into the root, the
 //!    root synced, the empty staging folder removed, the store's folder
 //!    synced.
@@ -66,7 +71,10 @@
 //!
 //! Anything else is no bucket being migrated, and is refused with nothing
 //! changed: a directory with neither a lock file nor a mark is no bucket
-//! of the first layout. A run that waited for a lock another run held
+//! of the first layout, and `swapping` without `migrated` (no run leaves
+//! it) is refused, as what was staged cannot be told. A FIFO or device at
+//! a mark's name, or at the store's folder's, is refused at once, never
+//! waited on. A run that waited for a lock another run held
 //! looks at the bucket again once it has it, and goes on from there.
 //!
 //! A store of the first layout that opened the lock file before the
@@ -78,8 +86,8 @@
 use super::attr;
 use super::beneath::{Folder, Kind, Resolve};
 use super::layout::{
-    encode_header, parse_header, split_key, LOCK, MAGIC, MAGIC_V1, STATE_DIR, TEMP_DIR, UPLOAD_DIR,
-    V1_LOCK,
+    encode_header, parse_header, split_key, Header, LOCK, MAGIC, MAGIC_V1, STATE_DIR, TEMP_DIR,
+    UPLOAD_DIR, V1_LOCK,
 };
 use super::request::Request;
 use super::{shell_word, DirStore};
@@ -89,7 +97,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The staging tree, in the store's own folder.
@@ -253,8 +261,13 @@ impl<'a> Run<'a> {
             }
             // Step 5, or step 4 between its two calls.
             Some(Kind::Folder) if marks.any() => {}
-            None if marks.swapping => {}
+            None if marks.swapping && marks.staged.is_some() => {}
             _ => return Err(self.not_a_bucket()),
+        }
+        // `swapping` is made only once `migrated` is: alone, it is no mark
+        // a run left, and the first layout's files may not all be staged.
+        if old_kind != Some(Kind::Folder) && marks.swapping && marks.staged.is_none() {
+            return Err(self.unknown_marks(&state));
         }
         // Step 1 refuses what it cannot move before anything changes.
         let survey = match (&old_lock, &marks) {
@@ -281,7 +294,7 @@ impl<'a> Run<'a> {
             done = self.stage_all(root, &state, &survey)?;
         }
         if old_lock.is_some() && !marks.swapping {
-            self.remove_old(root)?;
+            self.remove_old(root, &state)?;
             self.mark(&state, SWAPPING)?;
         }
         self.swap(root, &state)?;
@@ -296,6 +309,8 @@ impl<'a> Run<'a> {
         match root.open(&[STATE_DIR]) {
             Ok(state) => Ok(Some(state)),
             Err(Resolve::Missing(_)) => Ok(None),
+            // A file, a FIFO: nothing a store of either layout made.
+            Err(Resolve::NotFolder(path)) => Err(self.unexpected(&path)),
             Err(e) => Err(self.unresolved(e, "open the store's folder")),
         }
     }
@@ -314,10 +329,10 @@ impl<'a> Run<'a> {
     /// (it is made whole, by a rename, so only a hand can damage it).
     fn read_counts(&self, state: &Folder) -> Result<Migration, StoreError> {
         let mut raw = Vec::new();
-        state
-            .open_file(STAGED, OFlags::RDONLY)
-            .and_then(|file| file.take(256).read_to_end(&mut raw))
-            .map_err(|e| self.file_error("read", state, STAGED, e))?;
+        self.open_regular(state, STAGED, OFlags::RDONLY)?
+            .take(256)
+            .read_to_end(&mut raw)
+            .map_err(|e| self.disk("read", &state.path().join(STAGED), e))?;
         let text = String::from_utf8_lossy(&raw);
         let count = |name: &str| {
             text.lines()
@@ -390,13 +405,14 @@ impl<'a> Run<'a> {
             already: false,
         };
         let text = format!("objects {}\nleftovers {}\n", done.objects, done.leftovers);
-        state
-            .open_file(STAGED_NEW, OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC)
-            .and_then(|mut file| {
-                file.write_all(text.as_bytes())?;
-                file.sync_all()
-            })
-            .map_err(|e| self.file_error("write", state, STAGED_NEW, e))?;
+        let mut file = self.open_regular(
+            state,
+            STAGED_NEW,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC,
+        )?;
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| self.disk("write", &state.path().join(STAGED_NEW), e))?;
         state
             .rename(STAGED_NEW, state, STAGED)
             .map_err(|e| self.disk("rename", &state.path().join(STAGED_NEW), e))?;
@@ -407,11 +423,20 @@ impl<'a> Run<'a> {
     /// Write `object` into the staging tree as this layout's file: its
     /// body, and its ETag and metadata as its attribute, synced.
     fn stage(&self, root: &Folder, object: &OldFile, staging: &Folder) -> Result<(), StoreError> {
+        let (header, reader, source) = self.read_old(root, object)?;
+        self.write_staged(object, &header, reader, &source, staging)
+    }
+
+    /// The first layout's object file of `object`, opened, its header read
+    /// (the reader is left at its body), and its path.
+    fn read_old(
+        &self,
+        root: &Folder,
+        object: &OldFile,
+    ) -> Result<(Header, BufReader<File>, PathBuf), StoreError> {
         let folder = self.open(root, &object.folders)?;
         let source = folder.path().join(&object.name);
-        let file = folder
-            .open_file(&object.name, OFlags::RDONLY)
-            .map_err(|e| self.file_error("open", &folder, &object.name, e))?;
+        let file = self.open_regular(&folder, &object.name, OFlags::RDONLY)?;
         let mut reader = BufReader::new(file);
         let mut raw = Vec::new();
         loop {
@@ -443,6 +468,20 @@ impl<'a> Run<'a> {
                     self.again()
                 )));
         };
+        Ok((header, reader, source))
+    }
+
+    /// Write the object read from `source` (its `header`, then its body
+    /// from `reader`) into the staging tree, replacing a copy staged
+    /// before, synced.
+    fn write_staged(
+        &self,
+        object: &OldFile,
+        header: &Header,
+        mut reader: BufReader<File>,
+        source: &Path,
+        staging: &Folder,
+    ) -> Result<(), StoreError> {
         let segments = split_key(&object.key).map_err(|reason| self.refused_key(object, reason))?;
         let Some((name, folders)) = segments.split_last() else {
             return Err(self.refused_key(object, "the key is empty"));
@@ -451,6 +490,12 @@ impl<'a> Run<'a> {
             .make(folders)
             .map_err(|e| self.unresolved(e, "create the folder"))?;
         let target = target_folder.path().join(name);
+        match target_folder.remove_file(name) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(self.disk("remove the copy staged before", &target, e))
+            }
+            _ => {}
+        }
         let mut file = target_folder
             .create_new(name)
             .map_err(|e| self.file_error("create", &target_folder, name, e))?;
@@ -461,10 +506,47 @@ impl<'a> Run<'a> {
         file.sync_all().map_err(|e| self.disk("sync", &target, e))
     }
 
+    /// Whether the staging tree holds `object` with the ETag `etag`: a
+    /// copy staged of the file as it is now.
+    fn is_staged(&self, object: &OldFile, etag: &str, staging: &Folder) -> bool {
+        let Ok(segments) = split_key(&object.key) else {
+            return false;
+        };
+        let Some((name, folders)) = segments.split_last() else {
+            return false;
+        };
+        let Ok(folder) = staging.open(folders) else {
+            return false;
+        };
+        let Ok(file) = folder.open_file(name, OFlags::RDONLY | OFlags::NONBLOCK) else {
+            return false;
+        };
+        matches!(attr::get(&file), Ok(Some(raw))
+            if parse_header(&raw).is_ok_and(|staged| staged.etag == etag && staged.key.is_none()))
+    }
+
     /// Step 2: remove the first layout's files and folders, then mark it
-    /// done.
-    fn remove_old(&self, root: &Folder) -> Result<(), StoreError> {
+    /// done. An object is removed only once the staging tree holds it as
+    /// it is now: one written since the staging (by a store of the first
+    /// layout, between two runs), or missing from the tree (a mark left
+    /// without it), is staged first, and the tree synced.
+    fn remove_old(&self, root: &Folder, state: &Folder) -> Result<(), StoreError> {
         let survey = self.survey(root)?;
+        self.refuse_keys(&survey.objects)?;
+        self.make_folder(state, STAGING)?;
+        let staging = self.open(state, &[STAGING])?;
+        let mut restaged = false;
+        for object in &survey.objects {
+            let (header, reader, source) = self.read_old(root, object)?;
+            if !self.is_staged(object, &header.etag, &staging) {
+                self.write_staged(object, &header, reader, &source, &staging)?;
+                restaged = true;
+            }
+        }
+        if restaged {
+            self.sync_tree(&staging)?;
+            self.sync(state)?;
+        }
         for file in survey.objects.iter().chain(&survey.leftovers) {
             let folder = self.open(root, &file.folders)?;
             folder
@@ -543,10 +625,49 @@ impl<'a> Run<'a> {
     /// Make the empty file `name` in `state` (a mark of a step done), and
     /// sync the folder.
     fn mark(&self, state: &Folder, name: &str) -> Result<(), StoreError> {
-        state
-            .open_file(name, OFlags::WRONLY | OFlags::CREATE)
-            .map_err(|e| self.file_error("create", state, name, e))?;
+        self.open_regular(state, name, OFlags::WRONLY | OFlags::CREATE)?;
         self.sync(state)
+    }
+
+    /// Open the file `name` in `folder` with `flags`, without waiting: a
+    /// FIFO or device someone put at the name answers at once, and is
+    /// refused as no file of the migration's (nothing changed).
+    fn open_regular(&self, folder: &Folder, name: &str, flags: OFlags) -> Result<File, StoreError> {
+        let path = folder.path().join(name);
+        let file = folder
+            .open_file(name, flags | OFlags::NONBLOCK)
+            .map_err(
+                |e| match e.raw_os_error().map(rustix::io::Errno::from_raw_os_error) {
+                    // A FIFO opened to write with no reader.
+                    Some(rustix::io::Errno::NXIO) => self.unexpected(&path),
+                    _ => self.file_error("open", folder, name, e),
+                },
+            )?;
+        match file.metadata() {
+            Ok(meta) if meta.is_file() => Ok(file),
+            Ok(_) => Err(self.unexpected(&path)),
+            Err(e) => Err(self.disk("inspect", &path, e)),
+        }
+    }
+
+    /// A run found marks no run leaves (`swapping` without `migrated`):
+    /// refused with nothing changed, as it cannot tell what was staged.
+    fn unknown_marks(&self, state: &Option<Folder>) -> StoreError {
+        let at = state.as_ref().map_or_else(
+            || self.path.join(STATE_DIR),
+            |state| state.path().to_path_buf(),
+        );
+        self.request
+            .error(StoreErrorKind::Rejected)
+            .permanent()
+            .with_message(format!(
+                "{} holds the mark {SWAPPING} without {STAGED}, which no run of the migration \
+                 leaves (was the folder restored or edited by hand?), so nothing was changed: \
+                 the first layout's files may not all be staged; if the bucket's objects are \
+                 all still its NAME.obj files, remove {SWAPPING}, then {}",
+                at.display(),
+                self.again()
+            ))
     }
 
     /// The first layout's objects under `root` (with their keys), its
@@ -562,6 +683,9 @@ impl<'a> Run<'a> {
                 let name = self.utf8(&folder, name)?;
                 if kind == Kind::Link {
                     return Err(self.link(&path));
+                }
+                if folders.is_empty() && name == STATE_DIR && kind != Kind::Folder {
+                    return Err(self.unexpected(&path));
                 }
                 if folders.is_empty() && (name == V1_LOCK || name == STATE_DIR) {
                     // Looked at on their own: the lock, and the store's
@@ -676,7 +800,16 @@ impl<'a> Run<'a> {
     fn lock_old(&self, root: &Folder) -> Result<Option<File>, StoreError> {
         match root.open_file(V1_LOCK, OFlags::RDWR) {
             Ok(file) => self.take(file, &root.path().join(V1_LOCK)).map(Some),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            // Gone, or made a folder, by another run since this one looked:
+            // look again.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::IsADirectory
+                ) =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(self.file_error("open the lock file", root, V1_LOCK, e)),
         }
     }

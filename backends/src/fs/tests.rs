@@ -17,6 +17,7 @@ mod links;
 mod migrate;
 mod review;
 mod review_links;
+mod review_migrate;
 mod uploads;
 
 /// A fresh directory under the system's temporary directory, removed on

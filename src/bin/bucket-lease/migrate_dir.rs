@@ -65,16 +65,25 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
 
 #[cfg(feature = "fs")]
 fn migrate(command: &'static str, given: &str) -> Result<u8, Failure> {
+    use bucket_lease::backends::config::StoreUrl;
     use bucket_lease::backends::fs::DirStore;
-    let text = given.strip_prefix("file://").unwrap_or(given);
-    let text = text.strip_suffix("//").unwrap_or(text);
-    if text.contains("//") {
-        return Err(Failure::usage(
-            command,
-            format!("{given:?} names a prefix; name the bucket's directory alone"),
-        ));
-    }
-    let dir = std::path::Path::new(text);
+    // A URL is read as the store reads one (percent-decoded, `localhost`
+    // taken, the directory ending at the first `//`); a path as it is.
+    let dir = if given.starts_with("file://") {
+        match StoreUrl::parse(given) {
+            Ok(StoreUrl::File { dir, prefix }) if prefix.is_empty() => dir,
+            Ok(_) => {
+                return Err(Failure::usage(
+                    command,
+                    format!("{given:?} names a prefix; name the bucket's directory alone"),
+                ))
+            }
+            Err(e) => return Err(Failure::usage(command, e.to_string())),
+        }
+    } else {
+        std::path::PathBuf::from(given)
+    };
+    let dir = dir.as_path();
     match DirStore::migrate_first_layout(dir) {
         Ok(done) if done.already => {
             println!(
