@@ -39,6 +39,35 @@ impl Drop for TempDir {
     }
 }
 
+/// Make a FIFO at `path`.
+fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        0,
+    )
+    .unwrap();
+}
+
+/// Wake whatever waits to open the FIFO at `path` to read or to write (a
+/// writer and a reader come and go, a few times), so the thread a failed
+/// test left hanging ends.
+fn release_fifo(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    for _ in 0..20 {
+        for write in [true, false] {
+            let _ = OpenOptions::new()
+                .write(write)
+                .read(!write)
+                .custom_flags(OFlags::NONBLOCK.bits() as i32)
+                .open(path);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn store() -> (TempDir, DirStore) {
     let dir = TempDir::new();
     let store = DirStore::open(&dir.0).unwrap();

@@ -6,31 +6,6 @@
 use super::*;
 use bucket_lease_core::store::Store;
 
-/// Make a FIFO at `path`.
-fn mkfifo(path: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o666),
-        0,
-    )
-    .unwrap();
-}
-
-/// Wake whatever waits to open the FIFO at `path` (a writer comes and
-/// goes, a few times), so the thread a failed test left hanging ends.
-fn release_fifo(path: &Path) {
-    use std::os::unix::fs::OpenOptionsExt;
-    for _ in 0..20 {
-        let _ = OpenOptions::new()
-            .write(true)
-            .custom_flags(OFlags::NONBLOCK.bits() as i32)
-            .open(path);
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Promise: "whatever they leave in it (a link, a FIFO, a half-finished
 /// write)" the store handles; a FIFO is "refused at once", never waited
 /// on. Schedule: someone replaces `.bucket-lease/lock` with a FIFO (it is

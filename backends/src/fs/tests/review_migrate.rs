@@ -61,35 +61,6 @@ fn kept(root: &Path, old_file: &str, key: &str, body: &[u8]) -> bool {
         .is_some_and(|object| object.body == body)
 }
 
-/// Make a FIFO at `path`.
-fn mkfifo(path: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o666),
-        0,
-    )
-    .unwrap();
-}
-
-/// Wake whatever waits to open the FIFO at `path` to read or to write,
-/// so the thread a failed test left hanging ends.
-fn release_fifo(path: &Path) {
-    use std::os::unix::fs::OpenOptionsExt;
-    for _ in 0..20 {
-        let _ = OpenOptions::new()
-            .write(true)
-            .custom_flags(OFlags::NONBLOCK.bits() as i32)
-            .open(path);
-        let _ = OpenOptions::new()
-            .read(true)
-            .custom_flags(OFlags::NONBLOCK.bits() as i32)
-            .open(path);
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Run the migration of `root` on a thread; its answer if it came within
 /// `wait`, `None` if it still waits (then `fifo` is released so the
 /// thread ends).
