@@ -2,7 +2,11 @@
 # The deterministic simulation of the lease (the crate bucket-lease-sim in
 # sim/, not published), built in release mode.
 #
-# usage: bash scripts/simulate.sh RUNS [MUTANT]     RUNS seeded runs (seeds 1..RUNS;
+# usage: bash scripts/simulate.sh --ci             what CI runs (scripts/test.sh): 10,000 seeds,
+#                                                   each mutant found within 2,000, the exhaustive
+#                                                   search at CI's bounds, and each mutant found by
+#                                                   it with no preemption
+#        bash scripts/simulate.sh RUNS [MUTANT]     RUNS seeded runs (seeds 1..RUNS;
 #                                                   SIM_FIRST_SEED=N starts at N)
 #        bash scripts/simulate.sh --mutants          the mutant names, one a line
 #        bash scripts/simulate.sh --replay SEED [MUTANT]   the trace of one run
@@ -20,37 +24,28 @@
 #
 # The last line of a batch is "simulation: R runs, V violations"; the exit
 # status is non-zero when V > 0. Each failing seed is printed with the
-# command that replays it. The unmutated code is built without the sim
-# crate's `mutants` feature; a mutant (and --mutants, --check-mutants) with it,
-# in a target directory of its own so the two builds do not evict each other.
+# command that replays it. One build serves every use: the sim crate with
+# its `mutants` feature, in the `sim` profile (optimised, no whole-program
+# LTO). A mutant is switched on at run time by its name; with none named,
+# no mutant's branch is taken and the code is the real code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-needs_mutants=0
 case "${1:-}" in
-  --mutants | --check-mutants) needs_mutants=1 ;;
-  --exhaustive)
-    # A mutant: --check-mutants, or a replay naming one after its choices.
-    args=("$@")
-    for i in "${!args[@]}"; do
-      case "${args[$i]}" in
-        --check-mutants) needs_mutants=1 ;;
-        --replay) [ -n "${args[$((i + 3))]:-}" ] && needs_mutants=1 ;;
-      esac
-    done
+  --ci)
+    self=$0
+    echo "== the deterministic simulation: 10,000 seeds on the real code"
+    bash "$self" 10000
+    echo "== the simulation finds each reintroduced defect within 2,000 seeds"
+    bash "$self" --check-mutants 2000
+    echo "== the exhaustive search: every schedule of a small scope on the real code"
+    bash "$self" --exhaustive
+    echo "== the exhaustive search finds each mutant its scope can show, with no preemption"
+    bash "$self" --exhaustive --preemptions 0 --faults 1 --clock-steps 1 --check-mutants
+    exit 0
     ;;
-  --replay) [ -n "${3:-}" ] && needs_mutants=1 ;;
-  "") echo "usage: bash scripts/simulate.sh RUNS [MUTANT] | --mutants | --replay SEED [MUTANT] | --check-mutants [RUNS] | --exhaustive [BOUNDS] [--by-case | --check-mutants | --replay CASE CHOICES [MUTANT]]" >&2; exit 2 ;;
-  *) [ -n "${2:-}" ] && needs_mutants=1 ;;
+  "") echo "usage: bash scripts/simulate.sh --ci | RUNS [MUTANT] | --mutants | --replay SEED [MUTANT] | --check-mutants [RUNS] | --exhaustive [BOUNDS] [--by-case | --check-mutants | --replay CASE CHOICES [MUTANT]]" >&2; exit 2 ;;
 esac
 
-if [ "$needs_mutants" = 1 ]; then
-  features=(--features mutants)
-  target="${CARGO_TARGET_DIR:-target}/sim-mutants"
-else
-  features=()
-  target="${CARGO_TARGET_DIR:-target}/sim"
-fi
-CARGO_TARGET_DIR="$target" cargo build --quiet --release -p bucket-lease-sim \
-  ${features[@]+"${features[@]}"} --bin bucket-lease-sim
-exec "$target/release/bucket-lease-sim" "$@"
+cargo build --quiet --profile sim -p bucket-lease-sim --features mutants --bin bucket-lease-sim
+exec "${CARGO_TARGET_DIR:-target}/sim/bucket-lease-sim" "$@"

@@ -712,9 +712,13 @@ impl BucketLock {
 /// `--wait` gets the lease once the first has finished and released it.
 pub fn second_run_is_held_then_waits(t: &Target) {
     let url = t.url("two-runs");
+    // A TTL of 6 s, well beyond the command's 1.5 s: with 2 s, a renewal
+    // slowed by a loaded machine (moto's one lock behind eight tests) let
+    // the record run out while the first still ran, and the waiter took
+    // it over rather than after the release.
     let first = t.spawn_holder(
         &url,
-        2,
+        6,
         "echo $$ > \"$DIR/first\"; sleep 1.5; touch \"$DIR/first-done\"",
     );
     wait_for_file(&t.path("first"), Duration::from_secs(10));
