@@ -492,6 +492,15 @@ pub fn options_text(spec: &Spec) -> String {
     out
 }
 
+/// Print the help of `spec`, the URL and exit code tables after it; exit 0.
+pub fn print_help(spec: &Spec) -> u8 {
+    println!(
+        "{}",
+        help_text(spec, crate::cli::URL_HELP, crate::cli::EXIT_CODES_HELP)
+    );
+    crate::cli::exit::OK
+}
+
 /// The whole `--help` of `spec`, the URL and exit code tables after it.
 pub fn help_text(spec: &Spec, url_help: &str, exit_help: &str) -> String {
     let title = if spec.name.is_empty() {

@@ -218,7 +218,7 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     let mut compare = None;
     while let Some(arg) = p.next(OPTIONS, true)? {
         match arg {
-            Arg::Help => return Ok(crate::print_help(&spec())),
+            Arg::Help => return Ok(crate::args::print_help(&spec())),
             Arg::Opt(key, value) => {
                 let value = given(value);
                 match key {

@@ -114,7 +114,7 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     let (mut url, mut holder, mut json, mut limit) = (None, None, false, DEFAULT_TIMEOUT);
     while let Some(arg) = p.next(OPTIONS, true)? {
         match arg {
-            Arg::Help => return Ok(crate::print_help(&spec())),
+            Arg::Help => return Ok(crate::args::print_help(&spec())),
             Arg::Opt(Key::Json, _) => json = true,
             Arg::Opt(Key::Holder, id) => {
                 let id = given(id);

@@ -1,8 +1,10 @@
-//! What every command module shares: the exit codes, [`Failure`], the
-//! meaning of a failed request as an exit code, the parsers of option
-//! values (durations, the TTL, exit codes) and the opening of a store with
-//! the AWS CLI's flags laid over the environment ([`StoreFlags`]). Nothing
-//! here depends on a command module or on `main.rs`.
+//! What every command module shares: the exit codes and the help's tables
+//! of them and of the URLs ([`EXIT_CODES_HELP`], [`URL_HELP`]),
+//! [`Failure`] and how it is printed at the end ([`finish`]), the meaning
+//! of a failed request as an exit code, the parsers of option values
+//! (durations, the TTL, exit codes) and the opening of a store with the
+//! AWS CLI's flags laid over the environment ([`StoreFlags`]). Nothing here
+//! depends on a command module or on `main.rs`.
 
 use bucket_lease::backends::config::{self, ConfigError};
 use bucket_lease::lease::DEFAULT_CALL_TIMEOUT;
@@ -40,6 +42,42 @@ pub mod exit {
     pub const NOT_FOUND: u8 = 127;
 }
 
+/// The exit codes, after every help ([`crate::args::help_text`]).
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0        success; `inspect`: the lease was read (free or held)
+  N        `run`: the command's own exit status; 128+N when signal N killed it
+  1        `break` refused: the lease is free, names another holder, or is no lease record
+  64       usage: a bad or missing argument
+  69       a store request failed, or the store ignores conditional writes
+  75       `run`: held by another instance (after --wait; -E N makes it N); `break`: it
+           changed meanwhile
+  76       `run`: the lease was lost or fenced while the command ran (it was stopped),
+           or before it could start (it was not started)
+  77       the service refused the credentials or the permissions
+  78       configuration: the URL or the environment cannot make a store, the bucket
+           does not exist, the server's certificate is not trusted, or the proxy refuses
+  126/127  `run`: the command could not be executed / was not found
+  130/143/129  `run`: interrupted by SIGINT / SIGTERM / SIGHUP (unless the command exited
+           by itself)";
+
+/// The URLs and the environment, after every help ([`crate::args::help_text`]).
+pub const URL_HELP: &str = "\
+URL names the store and the prefix the lease is on ({prefix}/LEASE):
+  s3://bucket/prefix      AWS S3: AWS_REGION (or AWS_DEFAULT_REGION); AWS_ENDPOINT_URL[_S3]
+                          points it at another S3-compatible endpoint
+  r2://bucket/prefix      Cloudflare R2: R2_ACCOUNT_ID [R2_JURISDICTION], or AWS_ENDPOINT_URL
+  minio://bucket/prefix   MinIO: AWS_ENDPOINT_URL (required), AWS_REGION
+  file:///dir//prefix     the directory /dir used as a bucket (one machine only); it must
+                          exist. The first // ends the directory: file:///dir alone is the
+                          directory /dir with an empty prefix (LEASE)
+Credentials, the first source configured: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY
+  [AWS_SESSION_TOKEN]; the profile AWS_PROFILE (else default) of ~/.aws/credentials and
+  ~/.aws/config (static keys or credential_process); web identity (AWS_WEB_IDENTITY_TOKEN_FILE,
+  AWS_ROLE_ARN); container credentials (AWS_CONTAINER_CREDENTIALS_*); EC2 instance metadata
+  (IMDSv2; AWS_EC2_METADATA_DISABLED=true turns it off). -v names the source.
+Logging: -v (info), -vv (debug), -q (errors only), or BUCKET_LEASE_LOG=error|warn|info|debug|trace|off.";
+
 /// Why a command ended early: the exit code and what to say on stderr.
 #[derive(Debug)]
 pub struct Failure {
@@ -74,6 +112,43 @@ impl Failure {
             usage_of: Some(command),
         }
     }
+
+    /// Say on stderr what failed, and for a usage error which help to
+    /// read.
+    pub fn print(&self) {
+        // Messages quote records and service answers: escape what they hold.
+        // Through the log's queue: a stderr nobody reads never holds it.
+        crate::log::line(format!(
+            "bucket-lease: {}",
+            crate::text::printable_lines(&self.message)
+        ));
+        match self.usage_of {
+            Some("") => crate::log::line("try `bucket-lease --help`".to_string()),
+            Some(command) => crate::log::line(format!("try `bucket-lease {command} --help`")),
+            None => {}
+        }
+    }
+}
+
+/// The exit code of a command that ended with `result`: a failure is
+/// printed (or left to a [`Timeout::watchdog`] that is ending the process),
+/// then the log's queue gets [`EXIT_LOG_BOUND`](crate::log::EXIT_LOG_BOUND)
+/// to reach stderr.
+pub fn finish(result: Result<u8, Failure>) -> u8 {
+    let code = match result {
+        Ok(code) => code,
+        Err(failure) => {
+            // The watchdog's log is bounded by EXIT_LOG_BOUND: twice that
+            // is long enough for it to exit.
+            if let Some(code) = yield_to_watchdog(2 * crate::log::EXIT_LOG_BOUND) {
+                return code;
+            }
+            failure.print();
+            failure.code
+        }
+    };
+    crate::log::finish(crate::log::EXIT_LOG_BOUND);
+    code
 }
 
 /// The exit code for a failed store request: [`exit::NO_PERMISSION`] for
@@ -369,7 +444,7 @@ static WATCHDOG_FIRED: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
 /// failure, bounded, and exits), and return its code should it not have
 /// within `bound`. A failure the watchdog caused (a credentials source it
 /// killed, say) must not be reported in its place, nor exit first.
-pub fn yield_to_watchdog(bound: Duration) -> Option<u8> {
+fn yield_to_watchdog(bound: Duration) -> Option<u8> {
     let code = *WATCHDOG_FIRED.get()?;
     std::thread::sleep(bound);
     Some(code)
@@ -456,7 +531,7 @@ impl Timeout {
                     let _ = WATCHDOG_FIRED.set(failure.code);
                     kill_credential_helpers();
                     failure.print();
-                    crate::log::finish(crate::EXIT_LOG_BOUND);
+                    crate::log::finish(crate::log::EXIT_LOG_BOUND);
                     std::process::exit(i32::from(failure.code));
                 }
             });

@@ -431,13 +431,15 @@ mod tests {
         let outputs: Vec<(String, String)> = KINDS
             .iter()
             .map(|k| {
-                let text = generate(k, &specs, crate::URL_HELP, crate::EXIT_CODES_HELP).unwrap();
+                let text =
+                    generate(k, &specs, crate::cli::URL_HELP, crate::cli::EXIT_CODES_HELP).unwrap();
                 (k.to_string(), text)
             })
             .collect();
         let mut seen = 0;
         for spec in &specs {
-            let help = crate::args::help_text(spec, crate::URL_HELP, crate::EXIT_CODES_HELP);
+            let help =
+                crate::args::help_text(spec, crate::cli::URL_HELP, crate::cli::EXIT_CODES_HELP);
             for doc in &spec.options {
                 seen += 1;
                 assert!(

@@ -173,7 +173,7 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     let (mut watch, mut interval) = (false, None);
     while let Some(arg) = p.next(OPTIONS, true)? {
         match arg {
-            Arg::Help => return Ok(crate::print_help(&spec())),
+            Arg::Help => return Ok(crate::args::print_help(&spec())),
             Arg::Opt(Key::Json, _) => json = true,
             Arg::Opt(Key::Timeout, value) => {
                 limit = parse_duration(p.command, "--timeout", &given(value))?;

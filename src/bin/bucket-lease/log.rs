@@ -42,6 +42,11 @@ use std::time::{Duration, Instant};
 /// How many lines may wait for stderr before more are dropped.
 pub const QUEUE_LINES: usize = 256;
 
+/// How long the command waits at exit for its log lines to reach stderr
+/// ([`finish`]): what it said is seen, and a stderr nobody reads holds it
+/// no longer.
+pub const EXIT_LOG_BOUND: Duration = Duration::from_secs(1);
+
 /// The lines on their way to stderr, and what became of those that did
 /// not fit.
 struct Queue {

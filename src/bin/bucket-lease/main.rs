@@ -59,42 +59,6 @@ use cli::{exit, Failure};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-/// The exit codes, after every help.
-pub const EXIT_CODES_HELP: &str = "\
-Exit codes:
-  0        success; `inspect`: the lease was read (free or held)
-  N        `run`: the command's own exit status; 128+N when signal N killed it
-  1        `break` refused: the lease is free, names another holder, or is no lease record
-  64       usage: a bad or missing argument
-  69       a store request failed, or the store ignores conditional writes
-  75       `run`: held by another instance (after --wait; -E N makes it N); `break`: it
-           changed meanwhile
-  76       `run`: the lease was lost or fenced while the command ran (it was stopped),
-           or before it could start (it was not started)
-  77       the service refused the credentials or the permissions
-  78       configuration: the URL or the environment cannot make a store, the bucket
-           does not exist, the server's certificate is not trusted, or the proxy refuses
-  126/127  `run`: the command could not be executed / was not found
-  130/143/129  `run`: interrupted by SIGINT / SIGTERM / SIGHUP (unless the command exited
-           by itself)";
-
-/// The URLs and the environment, after every help.
-pub const URL_HELP: &str = "\
-URL names the store and the prefix the lease is on ({prefix}/LEASE):
-  s3://bucket/prefix      AWS S3: AWS_REGION (or AWS_DEFAULT_REGION); AWS_ENDPOINT_URL[_S3]
-                          points it at another S3-compatible endpoint
-  r2://bucket/prefix      Cloudflare R2: R2_ACCOUNT_ID [R2_JURISDICTION], or AWS_ENDPOINT_URL
-  minio://bucket/prefix   MinIO: AWS_ENDPOINT_URL (required), AWS_REGION
-  file:///dir//prefix     the directory /dir used as a bucket (one machine only); it must
-                          exist. The first // ends the directory: file:///dir alone is the
-                          directory /dir with an empty prefix (LEASE)
-Credentials, the first source configured: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY
-  [AWS_SESSION_TOKEN]; the profile AWS_PROFILE (else default) of ~/.aws/credentials and
-  ~/.aws/config (static keys or credential_process); web identity (AWS_WEB_IDENTITY_TOKEN_FILE,
-  AWS_ROLE_ARN); container credentials (AWS_CONTAINER_CREDENTIALS_*); EC2 instance metadata
-  (IMDSv2; AWS_EC2_METADATA_DISABLED=true turns it off). -v names the source.
-Logging: -v (info), -vv (debug), -q (errors only), or BUCKET_LEASE_LOG=error|warn|info|debug|trace|off.";
-
 /// The options of `bucket-lease` itself, before the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum MainKey {
@@ -123,10 +87,6 @@ const MAIN: &[Opt<MainKey>] = &[
 
 /// The commands, in the order help lists them.
 const COMMANDS: &str = "run, inspect, break, bench or migrate-dir";
-
-/// How long the command waits at exit for its log lines to reach stderr:
-/// what it said is seen, and a stderr nobody reads holds it no longer.
-pub const EXIT_LOG_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn main_spec() -> Spec {
     Spec::new(
@@ -166,30 +126,17 @@ fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     if args.first().is_some_and(|a| a == child::SUPERVISE) {
         let code = supervise::main(&args[1..]);
-        log::finish(EXIT_LOG_BOUND);
+        log::finish(log::EXIT_LOG_BOUND);
         return ExitCode::from(code);
     }
-    let code = match dispatch(Args::new(args)) {
-        Ok(code) => code,
-        Err(failure) => {
-            // The watchdog's log is bounded by EXIT_LOG_BOUND: twice that
-            // is long enough for it to exit.
-            if let Some(code) = cli::yield_to_watchdog(2 * EXIT_LOG_BOUND) {
-                return ExitCode::from(code);
-            }
-            failure.print();
-            failure.code
-        }
-    };
-    log::finish(EXIT_LOG_BOUND);
-    ExitCode::from(code)
+    ExitCode::from(cli::finish(dispatch(Args::new(args))))
 }
 
 fn dispatch(mut args: Args) -> Result<u8, Failure> {
     // `-v` and `-q` before the command are taken by `next`.
     let word = match args.next(MAIN, false)? {
         None => return Err(Failure::usage("", format!("no command given ({COMMANDS})"))),
-        Some(Arg::Help) => return Ok(print_help(&main_spec())),
+        Some(Arg::Help) => return Ok(args::print_help(&main_spec())),
         Some(Arg::Opt(MainKey::Version, _)) => {
             // Nothing may follow (`-V=1` leaves `=1` to read).
             if let Some(Arg::Word(word)) = args.next(MAIN, false)? {
@@ -201,7 +148,7 @@ fn dispatch(mut args: Args) -> Result<u8, Failure> {
             if let Some(Arg::Word(word)) = args.next(MAIN, false)? {
                 return Err(args.unexpected(&word));
             }
-            return generate::print(&given(kind), &specs(), URL_HELP, EXIT_CODES_HELP);
+            return generate::print(&given(kind), &specs(), cli::URL_HELP, cli::EXIT_CODES_HELP);
         }
         Some(Arg::Word(word)) => word.to_string_lossy().into_owned(),
     };
@@ -250,13 +197,7 @@ fn help_for(args: &mut Args) -> Result<u8, Failure> {
     if let Some(Arg::Word(extra)) = args.next(NONE, false)? {
         return Err(args.unexpected(&extra));
     }
-    Ok(print_help(&spec))
-}
-
-/// Print the help of `spec`; exit 0.
-pub fn print_help(spec: &Spec) -> u8 {
-    println!("{}", args::help_text(spec, URL_HELP, EXIT_CODES_HELP));
-    exit::OK
+    Ok(args::print_help(&spec))
 }
 
 fn print_version() -> u8 {
@@ -276,21 +217,4 @@ fn print_version() -> u8 {
         features.join(", ")
     );
     exit::OK
-}
-
-// The printing stays here: the struct lives in `cli`, beside the exit codes.
-impl Failure {
-    fn print(&self) {
-        // Messages quote records and service answers: escape what they hold.
-        // Through the log's queue: a stderr nobody reads never holds it.
-        log::line(format!(
-            "bucket-lease: {}",
-            text::printable_lines(&self.message)
-        ));
-        match self.usage_of {
-            Some("") => log::line("try `bucket-lease --help`".to_string()),
-            Some(command) => log::line(format!("try `bucket-lease {command} --help`")),
-            None => {}
-        }
-    }
 }

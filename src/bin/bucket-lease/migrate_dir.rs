@@ -53,7 +53,7 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     let mut path = None;
     while let Some(arg) = p.next(OPTIONS, true)? {
         match arg {
-            Arg::Help => return Ok(crate::print_help(&spec())),
+            Arg::Help => return Ok(crate::args::print_help(&spec())),
             Arg::Opt((), _) => unreachable!("the table is empty"),
             Arg::Word(word) => set_url(p.command, &mut path, word)?,
         }

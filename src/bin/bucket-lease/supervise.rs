@@ -43,7 +43,7 @@
 //! by the signal that killed COMMAND (raised again on itself, with core
 //! dumps off), so `run` reads COMMAND's status from it unchanged; either
 //! way once its messages went out, or after at most
-//! [`EXIT_LOG_BOUND`](crate::EXIT_LOG_BOUND) when stderr takes nothing. A kill
+//! [`EXIT_LOG_BOUND`](crate::log::EXIT_LOG_BOUND) when stderr takes nothing. A kill
 //! that cannot finish (a process in uninterruptible sleep, or one it may
 //! not signal) ends after [`KILL_BOUND`], naming the processes left.
 
@@ -580,7 +580,7 @@ fn mirror(status: Option<WaitStatus>) -> u8 {
     );
     // Raising the signal ends this process here: what it said goes out
     // first, within the bound (`main`'s own drain never comes).
-    crate::log::finish(crate::EXIT_LOG_BOUND);
+    crate::log::finish(crate::log::EXIT_LOG_BOUND);
     let _ = signal_hook::low_level::emulate_default_handler(sig);
     // A signal that does not kill by default (or that could not be
     // raised): the status a shell would give.

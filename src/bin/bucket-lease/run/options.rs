@@ -218,7 +218,7 @@ pub(super) fn parse(p: &mut Args) -> Result<Option<Options>, Failure> {
         };
         match arg {
             Arg::Help => {
-                crate::print_help(&spec());
+                crate::args::print_help(&spec());
                 return Ok(None);
             }
             Arg::Opt(key, value) => {
