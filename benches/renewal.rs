@@ -26,7 +26,7 @@
 //! Every row runs one batch per repetition (`BUCKET_LEASE_BENCH_REPS`,
 //! default 5), the rows interleaved (their order rotated each repetition),
 //! so that a noisy neighbour hits every row alike. The table
-//! (`src/bin/bucket-lease/measure.rs`, shared with `bucket-lease bench`)
+//! (`src/bin/bucket-lease-bench/measure.rs`, shared with `bucket-lease bench`)
 //! gives latency percentiles, whole-process CPU per operation (median over
 //! batches and range), system calls per operation (from `strace -f -c`
 //! slopes, when `strace` is installed and `BUCKET_LEASE_BENCH_STRACE` is
@@ -40,7 +40,7 @@
 //! each renewal's start minus (the previous renewal's start + 1 s).
 
 #[allow(dead_code)] // bucket-lease bench uses some functions the bench does not
-#[path = "../src/bin/bucket-lease/measure.rs"]
+#[path = "../src/bin/bucket-lease-bench/measure.rs"]
 mod measure;
 
 #[cfg(feature = "minio")]

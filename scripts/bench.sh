@@ -2,9 +2,9 @@
 # Regenerate docs/BENCHMARKS.md's figures: start the test servers, run the
 # renewal bench with the HTTP rows and the floor on moto, and print its
 # Markdown table, punctuality line and histograms; then renewal as it is
-# lived: `bucket-lease bench` over TLS with a 20 ms round trip to a server
-# that closes connections idle for 5 s (scripts/wan_proxy.py in front of
-# moto), back to back and then at a 10 s cadence, open loop, side by side
+# lived: `bucket-lease-bench` (what `bucket-lease bench` runs) over TLS
+# with a 20 ms round trip to a server that closes connections idle for 5 s
+# (scripts/wan_proxy.py in front of moto), back to back and then at a 10 s cadence, open loop, side by side
 # (`bench --compare`), with the warm-connection goal (cadence p50 at most
 # 1.1x the back-to-back p50) said met or missed, and the plot written to
 # target/bench-cadence.svg (BUCKET_LEASE_BENCH_CADENCE_SECS, default 120,
@@ -59,17 +59,17 @@ python3 scripts/wan_proxy.py --upstream "${BUCKET_LEASE_TEST_MOTO_URL#http://}" 
 wan_pid=$!
 trap 'kill "$wan_pid" 2>/dev/null; bash scripts/test-servers.sh stop' EXIT
 for _ in $(seq 50); do [ -s "$wan/port" ] && break; sleep 0.1; done
-cargo build --release --features cli --bin bucket-lease
+cargo build --release --features cli --bin bucket-lease-bench
 bl() {
   AWS_ENDPOINT_URL="https://127.0.0.1:$(cat "$wan/port")" AWS_CA_BUNDLE="$wan/ca.pem" \
     AWS_ACCESS_KEY_ID=test-key AWS_SECRET_ACCESS_KEY=test-secret AWS_REGION=us-east-1 \
-    AWS_EC2_METADATA_DISABLED=true target/release/bucket-lease "$@"
+    AWS_EC2_METADATA_DISABLED=true target/release/bucket-lease-bench "$@"
 }
 url="s3://$BUCKET_LEASE_TEST_BUCKET/bench-wan"
-bl bench -q --iters 5 --renewals 20 --json "$url" > target/bench-back-to-back.json
-bl bench -q --ttl 30 --interval 10s --duration "${BUCKET_LEASE_BENCH_CADENCE_SECS:-120}s" \
+bl -q --iters 5 --renewals 20 --json "$url" > target/bench-back-to-back.json
+bl -q --ttl 30 --interval 10s --duration "${BUCKET_LEASE_BENCH_CADENCE_SECS:-120}s" \
   --json --csv target/bench-cadence.csv --plot target/bench-cadence.svg "$url" > target/bench-cadence.json
-bl bench --compare target/bench-back-to-back.json target/bench-cadence.json
+bl --compare target/bench-back-to-back.json target/bench-cadence.json
 python3 - target/bench-back-to-back.json target/bench-cadence.json <<'PY'
 import json, sys
 back, cad = (json.load(open(p)) for p in sys.argv[1:3])

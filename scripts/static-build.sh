@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the fully static command (glibc linked in, `+crt-static`) with every
-# store, check that it is static, and run it against moto: take, inspect,
-# release and bench a lease on an s3:// URL pointed at the local server.
+# store, and bucket-lease-bench beside it, check that both are static, and
+# run them against moto: take, inspect, release and bench a lease on an
+# s3:// URL pointed at the local server (`bench` through the command,
+# which runs bucket-lease-bench).
 #
 # usage: bash scripts/static-build.sh
 #
@@ -17,12 +19,15 @@ RUSTFLAGS="-C target-feature=+crt-static" \
   cargo build --release --features cli --target "$target"
 bin="${CARGO_TARGET_DIR:-target}/$target/release/bucket-lease"
 
-linked=$(ldd "$bin" 2>&1 || true)
-case "$linked" in
-  *"not a dynamic executable"* | *"statically linked"*) ;;
-  *) echo "static-build: $bin is not static; ldd says:" >&2; echo "$linked" >&2; exit 1 ;;
-esac
-echo "static-build: $bin is static ($(stat -c %s "$bin") bytes)"
+# The job command and bucket-lease-bench beside it (`bench` runs it).
+for program in "$bin" "$bin-bench"; do
+  linked=$(ldd "$program" 2>&1 || true)
+  case "$linked" in
+    *"not a dynamic executable"* | *"statically linked"*) ;;
+    *) echo "static-build: $program is not static; ldd says:" >&2; echo "$linked" >&2; exit 1 ;;
+  esac
+  echo "static-build: $program is static ($(stat -c %s "$program") bytes)"
+done
 
 if [ -z "${BUCKET_LEASE_TEST_MOTO_URL:-}" ]; then
   bash scripts/test-servers.sh start

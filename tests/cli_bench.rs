@@ -1,12 +1,14 @@
-//! `bucket-lease bench` leaves nothing behind: every scratch lease it
+//! `bucket-lease-bench` leaves nothing behind: every scratch lease it
 //! takes is released, and the scratch `LEASE` object itself is removed,
 //! on a `file://` bucket and on moto. It prints the table of the cargo
-//! bench (measure.rs) with every operation counted. No test looks at a time.
+//! bench (measure.rs) with every operation counted. `bucket-lease bench`
+//! runs it, or says how to install it when it is not beside the command.
+//! No test looks at a time.
 
 #[path = "cli_common/mod.rs"]
 mod cli_common;
 
-use cli_common::Target;
+use cli_common::{Done, Target, USAGE};
 use std::path::Path;
 
 /// Every file or folder under `dir` whose path mentions a bench scratch
@@ -32,7 +34,7 @@ fn bench_leftovers(dir: &Path) -> Vec<String> {
 fn bench_removes_its_scratch_lease_on_a_directory() {
     let t = Target::fs("bench-cleanup");
     let url = t.url("job");
-    let done = t.run(["bench", "--iters", "3", "--ttl", "5", url.as_str()]);
+    let done = t.bench(["--iters", "3", "--ttl", "5", url.as_str()]);
     assert_eq!(done.code, Some(0), "{}", done.stderr);
     let dir = t.bucket_dir().unwrap();
     assert_eq!(bench_leftovers(&dir), Vec::<String>::new());
@@ -45,7 +47,7 @@ fn bench_removes_its_scratch_lease_on_moto() {
         return;
     };
     let url = t.url("job");
-    let done = t.run(["bench", "--iters", "2", "--json", url.as_str()]);
+    let done = t.bench(["--iters", "2", "--json", url.as_str()]);
     assert_eq!(done.code, Some(0), "{}", done.stderr);
     let report: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
     let scratch = report["prefix"].as_str().expect("the scratch prefix");
@@ -61,15 +63,7 @@ fn bench_removes_its_scratch_lease_on_moto() {
 fn bench_prints_the_shared_table_and_counts_every_operation() {
     let t = Target::fs("bench-table");
     let url = t.url("job");
-    let done = t.run([
-        "bench",
-        "-q",
-        "--iters",
-        "3",
-        "--renewals",
-        "4",
-        url.as_str(),
-    ]);
+    let done = t.bench(["-q", "--iters", "3", "--renewals", "4", url.as_str()]);
     assert_eq!(done.code, Some(0), "{}", done.stderr);
     let header = done
         .stdout
@@ -95,15 +89,7 @@ fn bench_prints_the_shared_table_and_counts_every_operation() {
     assert_eq!(ops("release"), "3");
     assert!(done.stdout.contains("\nrenew latency\n"), "{}", done.stdout);
 
-    let done = t.run([
-        "bench",
-        "--iters",
-        "2",
-        "--renewals",
-        "3",
-        "--json",
-        url.as_str(),
-    ]);
+    let done = t.bench(["--iters", "2", "--renewals", "3", "--json", url.as_str()]);
     assert_eq!(done.code, Some(0), "{}", done.stderr);
     let report: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
     assert_eq!(report["iterations"], 2);
@@ -123,7 +109,7 @@ fn bench_prints_the_shared_table_and_counts_every_operation() {
 fn bench_refuses_zero_renewals() {
     let t = Target::fs("bench-usage");
     let url = t.url("job");
-    let done = t.run(["bench", "--renewals", "0", url.as_str()]);
+    let done = t.bench(["--renewals", "0", url.as_str()]);
     assert_ne!(done.code, Some(0));
     assert!(done.stderr.contains("--renewals"), "{}", done.stderr);
 }
@@ -135,15 +121,7 @@ fn bench_refuses_zero_renewals() {
 fn bench_prints_no_empty_fields_or_columns() {
     let t = Target::fs("bench-empty");
     let url = t.url("job");
-    let done = t.run([
-        "bench",
-        "--iters",
-        "2",
-        "--renewals",
-        "2",
-        "--json",
-        url.as_str(),
-    ]);
+    let done = t.bench(["--iters", "2", "--renewals", "2", "--json", url.as_str()]);
     assert_eq!(done.code, Some(0), "{}", done.stderr);
     let report: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
     for op in ["acquire", "renew", "release"] {
@@ -152,15 +130,7 @@ fn bench_prints_no_empty_fields_or_columns() {
             assert!(!value.is_null(), "{op}.{field} is null: {report}");
         }
     }
-    let done = t.run([
-        "bench",
-        "-q",
-        "--iters",
-        "2",
-        "--renewals",
-        "2",
-        url.as_str(),
-    ]);
+    let done = t.bench(["-q", "--iters", "2", "--renewals", "2", url.as_str()]);
     assert_eq!(done.code, Some(0), "{}", done.stderr);
     let lines: Vec<&str> = done.stdout.lines().collect();
     let header = lines
@@ -177,4 +147,95 @@ fn bench_prints_no_empty_fields_or_columns() {
             done.stdout
         );
     }
+}
+
+/// `bucket-lease [-q] bench ARGS` runs bucket-lease-bench with ARGS and the
+/// `-q` given before `bench`: its output, its exit codes, its help (the one
+/// `bucket-lease help bench` prints too).
+#[test]
+fn bucket_lease_bench_runs_bucket_lease_bench() {
+    let t = Target::fs("bench-handover");
+    let url = t.url("job");
+    let done = t.run(["-q", "bench", "--iters", "2", "--json", url.as_str()]);
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    assert_eq!(done.stderr, "", "-q did not reach the bench");
+    let report: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(report["iterations"], 2, "{report}");
+    let loud = t.run(["bench", "--iters", "1", url.as_str()]);
+    assert_eq!(loud.code, Some(0), "{}", loud.stderr);
+    assert!(loud.stderr.contains("bench: 1/1 rounds"), "{loud:?}");
+
+    let misuse = t.run(["bench", "--bogus", url.as_str()]);
+    assert_eq!(misuse.code, Some(USAGE), "{misuse:?}");
+    assert!(
+        misuse.stderr.contains("bench: unknown option --bogus")
+            && misuse.stderr.contains("try `bucket-lease bench --help`"),
+        "{misuse:?}"
+    );
+
+    let own = t.bench(["--help"]);
+    assert_eq!(own.code, Some(0), "{own:?}");
+    assert!(
+        own.stdout.contains("bucket-lease-bench [OPTIONS] URL"),
+        "{}",
+        own.stdout
+    );
+    assert_eq!(t.run(["bench", "--help"]).stdout, own.stdout);
+    assert_eq!(t.run(["help", "bench"]).stdout, own.stdout);
+}
+
+/// Without bucket-lease-bench beside it, `bucket-lease bench` runs nothing
+/// and says where it looked and how to install it: 127 as a shell's
+/// command not found, 126 for a file there that cannot be executed.
+/// `bucket-lease help bench` needs no second program.
+#[test]
+fn bench_without_its_program_names_it_and_how_to_install_it() {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bench-alone-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let alone = dir.join("bucket-lease");
+    // The same file system as the build: a link, not a copy of the binary.
+    std::fs::hard_link(env!("CARGO_BIN_EXE_bucket-lease"), &alone)
+        .or_else(|_| std::fs::copy(env!("CARGO_BIN_EXE_bucket-lease"), &alone).map(drop))
+        .unwrap();
+    let t = Target::fs("bench-alone");
+    let url = t.url("job");
+    let run = |args: &[&str]| -> Done {
+        Done::from(
+            t.command_of(alone.to_str().unwrap(), args)
+                .output()
+                .unwrap(),
+        )
+    };
+    let sibling = dir.join("bucket-lease-bench");
+    let missing = run(&["bench", url.as_str()]);
+    assert_eq!(missing.code, Some(127), "{missing:?}");
+    for needle in [
+        sibling.to_str().unwrap(),
+        "`bench` is the program bucket-lease-bench",
+        "`cargo install bucket-lease --features cli`",
+    ] {
+        assert!(missing.stderr.contains(needle), "{needle}: {missing:?}");
+    }
+    assert_eq!(missing.stdout, "");
+
+    std::fs::write(&sibling, "not a program").unwrap();
+    let unusable = run(&["bench", url.as_str()]);
+    assert_eq!(unusable.code, Some(126), "{unusable:?}");
+    assert!(
+        unusable
+            .stderr
+            .contains("`cargo install bucket-lease --features cli`"),
+        "{unusable:?}"
+    );
+
+    let help = run(&["help", "bench"]);
+    assert_eq!(help.code, Some(0), "{help:?}");
+    assert!(
+        help.stdout.contains("bucket-lease-bench [OPTIONS] URL"),
+        "{}",
+        help.stdout
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

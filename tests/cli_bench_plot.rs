@@ -246,8 +246,7 @@ fn bench_plot_shows_in_a_browser() {
     let t = Target::fs("bench-plot");
     let url = t.url("job");
     let (svg, csv, png) = (t.path("out.svg"), t.path("out.csv"), t.path("out.png"));
-    let done = t.run([
-        "bench",
+    let done = t.bench([
         "--ttl",
         "3",
         "--interval",

@@ -258,7 +258,36 @@ impl Target {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bucket-lease"));
+        self.command_of(env!("CARGO_BIN_EXE_bucket-lease"), args)
+    }
+
+    /// `bucket-lease-bench ARGS` (what `bucket-lease bench ARGS` runs), as
+    /// [`command`](Self::command) sets it up.
+    pub fn bench_command<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.command_of(env!("CARGO_BIN_EXE_bucket-lease-bench"), args)
+    }
+
+    /// Run `bucket-lease-bench ARGS` to the end.
+    pub fn bench<I, S>(&self, args: I) -> Done
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Done::from(output_within(&mut self.bench_command(args), COMMAND_LIMIT))
+    }
+
+    /// The program at `program` given ARGS, as [`command`](Self::command)
+    /// sets it up.
+    pub fn command_of<I, S>(&self, program: &str, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut cmd = Command::new(program);
         for var in [
             "AWS_ENDPOINT_URL",
             "AWS_ENDPOINT_URL_S3",
@@ -786,11 +815,11 @@ fn runs_twice(t: &Target, name: &str, script: &str) {
     }
 }
 
-/// `bench -q --iters 3 --json` succeeds on a conditional service and
-/// removes its scratch lease.
+/// `bucket-lease-bench -q --iters 3 --json` succeeds on a conditional
+/// service and removes its scratch lease.
 pub fn bench_runs_and_leaves_the_lease_free(t: &Target) {
     let url = t.url("bench");
-    let done = t.run(["bench", "-q", "--iters", "3", "--json", url.as_str()]);
+    let done = t.bench(["-q", "--iters", "3", "--json", url.as_str()]);
     assert_eq!(done.code, Some(0), "{done:?}");
     let json: Value = serde_json::from_str(&done.stdout).expect("JSON");
     assert_eq!(json["iterations"], 3, "{json}");

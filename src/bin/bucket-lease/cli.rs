@@ -4,7 +4,8 @@
 //! of a failed request as an exit code, the parsers of option values
 //! (durations, the TTL, exit codes) and the opening of a store with the
 //! AWS CLI's flags laid over the environment ([`StoreFlags`]). Nothing here
-//! depends on a command module or on `main.rs`.
+//! depends on a command module or on `main.rs`: `bucket-lease-bench`
+//! compiles in the same file.
 
 use bucket_lease::backends::config::{self, ConfigError};
 use bucket_lease::lease::DEFAULT_CALL_TIMEOUT;
@@ -57,7 +58,8 @@ Exit codes:
   77       the service refused the credentials or the permissions
   78       configuration: the URL or the environment cannot make a store, the bucket
            does not exist, the server's certificate is not trusted, or the proxy refuses
-  126/127  `run`: the command could not be executed / was not found
+  126/127  `run`: the command could not be executed / was not found; `bench`: likewise
+           bucket-lease-bench, beside this program
   130/143/129  `run`: interrupted by SIGINT / SIGTERM / SIGHUP (unless the command exited
            by itself)";
 
@@ -357,6 +359,7 @@ pub fn parse_exit_code(command: &'static str, option: &str, value: &str) -> Resu
 /// # Errors
 ///
 /// A usage failure naming the option, the value and the range.
+#[allow(dead_code, reason = "bucket-lease-bench's options alone take counts")]
 pub fn parse_count(command: &'static str, option: &str, value: &str) -> Result<u64, Failure> {
     match value.parse::<u64>() {
         Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
@@ -477,6 +480,7 @@ impl Timeout {
 
     /// The deadline of one call: the library's default bound for a call
     /// ([`DEFAULT_CALL_TIMEOUT`]), or this bound if it comes first.
+    #[allow(dead_code, reason = "bucket-lease-bench's calls alone take it")]
     pub fn call_deadline(&self) -> Option<Instant> {
         let call = Instant::now().checked_add(DEFAULT_CALL_TIMEOUT);
         match (call, self.end) {

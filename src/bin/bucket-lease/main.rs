@@ -5,11 +5,15 @@
 //! (through the table [`MAIN`]), prints the help, the version and the
 //! generated completions and man page ([`generate`]), and hands the rest of
 //! the command line to one module per command: [`run`], [`inspect`],
-//! [`brk`] (`break`) and [`bench`]. What they share lives below them:
+//! [`brk`] (`break`) and [`migrate_dir`]; [`bench`] hands `bench` to the
+//! program `bucket-lease-bench` beside this one, which measures (its
+//! option table, [`bench_options`], is here too, for the help, the
+//! completions and the man page). What they share lives below them:
 //! [`cli`] (exit codes, [`Failure`](cli::Failure), option values, opening
 //! a store) and [`args`] (the option tables and the parsing, help and
 //! generators they drive). [`log`] prints the library's warnings on
-//! stderr.
+//! stderr. `bucket-lease-bench` compiles in `args`, `cli`, `log`, `text`
+//! and `bench_options` as modules of its own.
 //!
 //! # Exit codes
 //!
@@ -24,7 +28,7 @@
 //! | 76 | `run`: the lease was lost or fenced while the command ran (the command was stopped), or before it could start (it was not started) |
 //! | 77 | the service refused the credentials or the permissions (`AccessDenied`, `InvalidAccessKeyId`, `SignatureDoesNotMatch`) |
 //! | 78 | configuration: the URL, the environment or the store's settings cannot be used, the bucket does not exist, the server's certificate is not trusted, or the proxy refuses |
-//! | 126, 127 | `run`: the command could not be executed, or was not found |
+//! | 126, 127 | `run`: the command could not be executed, or was not found; `bench`: likewise `bucket-lease-bench`, beside this program |
 //! | 130, 143, 129 | `run`: interrupted by SIGINT, SIGTERM or SIGHUP, the command stopped by a signal |
 //!
 //! Text that came from the bucket or the service is escaped before it
@@ -33,8 +37,8 @@
 
 mod args;
 mod bench;
+mod bench_options;
 mod brk;
-mod cadence;
 mod child;
 mod cli;
 mod generate;
@@ -42,9 +46,6 @@ mod ids;
 mod inspect;
 mod log;
 mod migrate_dir;
-// Shared with benches/renewal.rs, which uses what `bench` does not.
-#[allow(dead_code)]
-mod measure;
 #[cfg(target_os = "linux")]
 mod procs;
 mod run;
@@ -98,7 +99,8 @@ Commands:
   run       take the lease, run COMMAND while keeping it, release it when COMMAND exits
   inspect   show who holds the lease, how old it is and whether it is fresh
   break     take the lease away from a named (dead) holder, with a conditional write
-  bench     measure acquire, renew and release latency against a scratch prefix
+  bench     measure acquire, renew and release latency against a scratch prefix (the
+            program bucket-lease-bench, installed beside this one)
   migrate-dir  move a directory bucket of the first layout to plain files
   help      this help, or a command's (as `bucket-lease COMMAND --help`)",
         "",
@@ -114,7 +116,7 @@ pub fn specs() -> Vec<Spec> {
         run::spec(),
         inspect::spec(),
         brk::spec(),
-        bench::spec(),
+        bench_options::spec(),
         migrate_dir::spec(),
     ]
 }
@@ -183,7 +185,7 @@ fn help_for(args: &mut Args) -> Result<u8, Failure> {
             "run" => run::spec(),
             "inspect" => inspect::spec(),
             "break" => brk::spec(),
-            "bench" => bench::spec(),
+            "bench" => bench_options::spec(),
             "migrate-dir" => migrate_dir::spec(),
             other => {
                 return Err(Failure::usage(

@@ -1,7 +1,7 @@
-//! The measuring code shared by `bucket-lease bench` and the cargo bench
-//! `benches/renewal.rs` (which includes this file with `#[path]`), so that
-//! a number printed by one means what the same number printed by the other
-//! means.
+//! The measuring code shared by `bucket-lease-bench` (`bucket-lease
+//! bench`) and the cargo bench `benches/renewal.rs` (which includes this
+//! file with `#[path]`), so that a number printed by one means what the
+//! same number printed by the other means.
 //!
 //! What is measured, per row (an operation on one store):
 //!
