@@ -223,6 +223,19 @@ pub struct Args {
     pub shared: Shared,
 }
 
+/// Which option of a command's table the token `--long` or `-short` names:
+/// its index in the table, and whether it takes a value.
+type Lookup<'a> = dyn Fn(Option<&str>, Option<char>) -> Option<(usize, bool)> + 'a;
+
+/// Whether the token `--long` or `-short` names the option `long_name`
+/// (`-letter`).
+fn matches(long: Option<&str>, short: Option<char>, long_name: &str, letter: Option<char>) -> bool {
+    match (long, short) {
+        (Some(l), _) => l == long_name,
+        (None, c) => c.is_some() && c == letter,
+    }
+}
+
 /// How a token was written: `--name` or `-c`.
 fn spelled(long: Option<&str>, short: Option<char>) -> String {
     match (long, short) {
@@ -259,6 +272,25 @@ impl Args {
         own: &'static [Opt<K>],
         store: bool,
     ) -> Result<Option<Arg<K>>, Failure> {
+        // The work is done once for every table (`next_in`), not once per
+        // key type: the command is smaller by the copies it does not have.
+        let find = |long: Option<&str>, short: Option<char>| {
+            let i = own
+                .iter()
+                .position(|o| matches(long, short, o.long, o.short))?;
+            Some((i, own[i].value.is_some()))
+        };
+        Ok(match self.next_in(&find, store)? {
+            None => None,
+            Some(Arg::Opt(i, value)) => Some(Arg::Opt(own[i].key, value)),
+            Some(Arg::Word(word)) => Some(Arg::Word(word)),
+            Some(Arg::Help) => Some(Arg::Help),
+        })
+    }
+
+    /// [`next`](Self::next) with the command's table as `own`: the index
+    /// of the option a token names, and whether it takes a value.
+    fn next_in(&mut self, own: &Lookup<'_>, store: bool) -> Result<Option<Arg<usize>>, Failure> {
         loop {
             let (long, short) = match self.parser.next() {
                 Ok(None) => return Ok(None),
@@ -268,13 +300,12 @@ impl Args {
                 Err(e) => return Err(self.failure(e)),
             };
             let name = spelled(long.as_deref(), short);
-            let matches = |long_name: &str, letter: Option<char>| match (&long, short) {
-                (Some(l), _) => l == long_name,
-                (None, c) => c.is_some() && c == letter,
+            let matches = |long_name: &str, letter: Option<char>| {
+                matches(long.as_deref(), short, long_name, letter)
             };
-            if let Some(opt) = own.iter().find(|o| matches(o.long, o.short)) {
-                let value = self.value_of(&name, long.is_some(), opt.value.is_some())?;
-                return Ok(Some(Arg::Opt(opt.key, value)));
+            if let Some((i, takes_value)) = own(long.as_deref(), short) {
+                let value = self.value_of(&name, long.is_some(), takes_value)?;
+                return Ok(Some(Arg::Opt(i, value)));
             }
             if let Some(opt) = STORE.iter().find(|o| store && matches(o.long, o.short)) {
                 let value = self
