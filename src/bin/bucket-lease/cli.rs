@@ -12,6 +12,7 @@ use bucket_lease::lease::DEFAULT_CALL_TIMEOUT;
 use bucket_lease::store::{StoreError, StoreErrorKind};
 use bucket_lease::{LeaseError, Store};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -519,30 +520,47 @@ impl Timeout {
     /// step that takes no deadline (opening a store asks its credentials
     /// source once, for up to 30 s).
     pub fn watchdog(&self, doing: &'static str, slack: Duration) -> Watchdog {
-        let (disarm, disarmed) = std::sync::mpsc::channel::<()>();
+        // A flag and a park rather than a channel: the same wait, without
+        // a copy of std's channel code for one message that never comes.
+        let disarmed = Arc::new(AtomicBool::new(false));
         let fire = self.end.and_then(|end| end.checked_add(slack));
         let this = *self;
+        let flag = Arc::clone(&disarmed);
         let spawned = std::thread::Builder::new()
             .name("timeout".to_string())
             .spawn(move || {
                 let Some(fire) = fire else { return };
-                let left = fire.saturating_duration_since(Instant::now());
-                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = disarmed.recv_timeout(left)
-                {
-                    let failure = this.failure(doing);
-                    // First: the main thread, woken by the kill below with
-                    // an error of its own, leaves the exit to this thread.
-                    let _ = WATCHDOG_FIRED.set(failure.code);
-                    kill_credential_helpers();
-                    failure.print();
-                    crate::log::finish(crate::log::EXIT_LOG_BOUND);
-                    std::process::exit(i32::from(failure.code));
+                // A park may end early (unparked by the disarm, or for no
+                // reason): the flag and the clock decide.
+                loop {
+                    if flag.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let left = fire.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    std::thread::park_timeout(left);
                 }
+                let failure = this.failure(doing);
+                // First: the main thread, woken by the kill below with an
+                // error of its own, leaves the exit to this thread.
+                let _ = WATCHDOG_FIRED.set(failure.code);
+                kill_credential_helpers();
+                failure.print();
+                crate::log::finish(crate::log::EXIT_LOG_BOUND);
+                std::process::exit(i32::from(failure.code));
             });
-        if let Err(e) = spawned {
-            log::warn!("cannot start the --timeout thread ({e}): the requests keep their bounds");
-        }
-        Watchdog { _disarm: disarm }
+        let thread = match spawned {
+            Ok(handle) => Some(handle.thread().clone()),
+            Err(e) => {
+                log::warn!(
+                    "cannot start the --timeout thread ({e}): the requests keep their bounds"
+                );
+                None
+            }
+        };
+        Watchdog { disarmed, thread }
     }
 }
 
@@ -563,7 +581,19 @@ pub fn kill_credential_helpers() {
 /// See [`Timeout::watchdog`]: dropping it disarms it.
 #[derive(Debug)]
 pub struct Watchdog {
-    _disarm: std::sync::mpsc::Sender<()>,
+    disarmed: Arc<AtomicBool>,
+    /// The watchdog's thread, to wake when disarmed (none if it could not
+    /// start).
+    thread: Option<std::thread::Thread>,
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.disarmed.store(true, Ordering::SeqCst);
+        if let Some(thread) = &self.thread {
+            thread.unpark();
+        }
+    }
 }
 
 /// A number of seconds for people: `850 ms`, `3.2 s`, `4 min 5 s`, `5.1 h`,
