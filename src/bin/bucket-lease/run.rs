@@ -192,7 +192,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGTSTP};
 use signal_hook::iterator::Signals;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How often the supervising loop looks at the command and the signals, at
@@ -364,6 +364,39 @@ fn release_timeout(ttl_s: u64) -> Duration {
 
 // ------------------------------------------------------------- acquiring
 
+/// What the acquire thread hands back, once: a slot and a condition
+/// variable (a channel would do, for more code in the command).
+struct Answer<T> {
+    slot: Mutex<Option<T>>,
+    ready: Condvar,
+}
+
+impl<T> Default for Answer<T> {
+    fn default() -> Self {
+        Answer {
+            slot: Mutex::new(None),
+            ready: Condvar::new(),
+        }
+    }
+}
+
+impl<T> Answer<T> {
+    fn give(&self, value: T) {
+        *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(value);
+        self.ready.notify_all();
+    }
+
+    /// The answer, if it is given within `limit`.
+    fn within(&self, limit: Duration) -> Option<T> {
+        let slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut slot, _) = self
+            .ready
+            .wait_timeout_while(slot, limit, |slot| slot.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        slot.take()
+    }
+}
+
 /// Take the lease, waiting as `--wait` says. See the [module docs](self).
 fn acquire(
     store: &Arc<dyn Store>,
@@ -399,12 +432,13 @@ fn acquire(
             .map_err(|e| Failure::usage("run", e))?;
     }
     let id = contender.instance_id().to_string();
-    let (sender, results) = mpsc::channel();
-    std::thread::Builder::new()
+    let answer = Arc::new(Answer::default());
+    let given = Arc::clone(&answer);
+    let worker = std::thread::Builder::new()
         .name("acquire".to_string())
         .spawn(move || {
             let result = take(&mut contender, start, wait.as_ref());
-            let _ = sender.send((contender, result));
+            given.give((contender, result));
         })
         .map_err(|e| Failure::new(exit::STORE, format!("run: cannot start a thread: {e}")))?;
     let (contender, result) = loop {
@@ -416,20 +450,20 @@ fn acquire(
             cancel.cancel();
             // The attempt in flight ends by its deadline; give it a moment,
             // then hand back whatever of ours it may have written.
-            match results.recv_timeout(ABANDON_TIMEOUT) {
-                Ok((_, Ok(lease))) => {
+            match answer.within(ABANDON_TIMEOUT) {
+                Some((_, Ok(lease))) => {
                     let deadline = Instant::now().checked_add(ABANDON_TIMEOUT);
                     if let Err(e) = lease.release_before(deadline) {
                         log::warn!("could not release the lease taken as the signal came: {e}");
                     }
                 }
-                Ok((contender, Err(_))) => abandon(&contender),
+                Some((contender, Err(_))) => abandon(&contender),
                 // The attempt still has the contender, and is still in
                 // flight: one built anew under its id has this process's
                 // nonce too. run exits now, so nothing of this process
                 // writes after it: the record the attempt may have
                 // written is freed whatever claims it.
-                Err(_) => {
+                None => {
                     let contender = Contender::new(Arc::clone(store), prefix, options.clone())
                         .with_instance_id(id.clone());
                     let deadline = Instant::now().checked_add(ABANDON_TIMEOUT);
@@ -440,14 +474,20 @@ fn acquire(
             }
             return Err(interrupted(sig));
         }
-        match results.recv_timeout(TICK) {
-            Ok(done) => break done,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(Failure::new(
-                    exit::STORE,
-                    "run: the attempt to take the lease panicked",
-                ))
+        if let Some(done) = answer.within(TICK) {
+            break done;
+        }
+        // Ended without an answer (looked at once more: it may have given
+        // one just before it ended).
+        if worker.is_finished() {
+            match answer.within(Duration::ZERO) {
+                Some(done) => break done,
+                None => {
+                    return Err(Failure::new(
+                        exit::STORE,
+                        "run: the attempt to take the lease panicked",
+                    ))
+                }
             }
         }
     };
