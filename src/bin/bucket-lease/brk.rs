@@ -30,10 +30,10 @@ use crate::cli::{
     exit, open_store, parse_duration, store_error_code, store_error_summary, Failure, Timeout,
     WATCHDOG_SLACK,
 };
-use crate::text::printable;
+use crate::text::{object, printable};
 use bucket_lease::inspect::{break_lease_before, BreakError, Broken};
 use bucket_lease::SystemClock;
-use serde_json::json;
+use serde_json::Value;
 use std::time::Duration;
 
 /// What `break` does, for its help and the man page.
@@ -168,34 +168,44 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     }
 }
 
-fn to_json(url: &str, b: &Broken) -> serde_json::Value {
-    json!({
-        "url": url,
-        "key": b.key,
-        "broken": true,
-        "replaced": {
-            "holder": b.replaced.instance_id,
-            "acquired_at": b.replaced.acquired_at,
-            "renewed_at": b.replaced.renewed_at,
-            "ttl_s": b.replaced.ttl_s,
-            "epoch": b.replaced.epoch,
-            "fresh": b.was_fresh,
-            "etag": b.replaced_version.etag,
-            "version_id": b.replaced_version.version_id,
-        },
-        "record": {
-            "holder": b.record.instance_id,
-            "acquired_at": b.record.acquired_at,
-            "renewed_at": b.record.renewed_at,
-            "ttl_s": b.record.ttl_s,
-            "epoch": b.record.epoch,
-            "etag": b.version.etag,
-            "version_id": b.version.version_id,
-        },
-    })
+fn to_json(url: &str, b: &Broken) -> Value {
+    let (old, new) = (&b.replaced, &b.record);
+    object(vec![
+        ("url", url.into()),
+        ("key", b.key.as_str().into()),
+        ("broken", true.into()),
+        (
+            "replaced",
+            object(vec![
+                ("holder", old.instance_id.as_str().into()),
+                ("acquired_at", old.acquired_at.as_str().into()),
+                ("renewed_at", old.renewed_at.as_str().into()),
+                ("ttl_s", old.ttl_s.into()),
+                ("epoch", old.epoch.into()),
+                ("fresh", b.was_fresh.into()),
+                ("etag", b.replaced_version.etag.as_deref().into()),
+                (
+                    "version_id",
+                    b.replaced_version.version_id.as_deref().into(),
+                ),
+            ]),
+        ),
+        (
+            "record",
+            object(vec![
+                ("holder", new.instance_id.as_str().into()),
+                ("acquired_at", new.acquired_at.as_str().into()),
+                ("renewed_at", new.renewed_at.as_str().into()),
+                ("ttl_s", new.ttl_s.into()),
+                ("epoch", new.epoch.into()),
+                ("etag", b.version.etag.as_deref().into()),
+                ("version_id", b.version.version_id.as_deref().into()),
+            ]),
+        ),
+    ])
 }
 
-fn refusal_json(url: &str, e: &BreakError) -> serde_json::Value {
+fn refusal_json(url: &str, e: &BreakError) -> Value {
     let (reason, holder) = match e {
         BreakError::Free { .. } => ("free", None),
         BreakError::Unreadable { .. } => ("unreadable", None),
@@ -203,14 +213,14 @@ fn refusal_json(url: &str, e: &BreakError) -> serde_json::Value {
         BreakError::Changed { holder, .. } => ("changed", holder.clone()),
         _ => ("store-error", None),
     };
-    json!({
-        "url": url,
-        "key": e.key(),
-        "broken": false,
-        "reason": reason,
-        "holder": holder,
-        "error": e.to_string(),
-    })
+    object(vec![
+        ("url", url.into()),
+        ("key", e.key().into()),
+        ("broken", false.into()),
+        ("reason", reason.into()),
+        ("holder", holder.into()),
+        ("error", e.to_string().into()),
+    ])
 }
 
 fn print_human(url: &str, b: &Broken) {

@@ -64,12 +64,12 @@ use crate::cli::{
     exit, human_secs, open_store, parse_duration, store_error_code, store_error_summary, Failure,
     Timeout, WATCHDOG_SLACK,
 };
-use crate::text::printable;
+use crate::text::{object, printable};
 use bucket_lease::inspect::{inspect_before, Inspection};
 use bucket_lease::record::{format_stamp, LeaseRecord};
 use bucket_lease::watch::{Change, Watcher};
 use bucket_lease::{versioned, Cancel, LeaseError, Store, SystemClock, Wait};
-use serde_json::{json, Value};
+use serde_json::Value;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::io::Write;
@@ -341,8 +341,8 @@ fn print_change(url: &str, key: &str, change: &Change) -> std::io::Result<()> {
     let _printing = PRINTING.lock().unwrap_or_else(|e| e.into_inner());
     let mut line = to_json(url, key, change.inspection.as_ref());
     if let Value::Object(fields) = &mut line {
-        fields.insert("change".to_string(), json!(change.kind.name()));
-        fields.insert("seen_at".to_string(), json!(format_stamp(change.seen_at)));
+        fields.insert("change".to_string(), change.kind.name().into());
+        fields.insert("seen_at".to_string(), format_stamp(change.seen_at).into());
     }
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", crate::text::json_line(&line))?;
@@ -366,33 +366,44 @@ fn millis(s: Option<f64>) -> Option<f64> {
 /// The `--json` object.
 pub fn to_json(url: &str, key: &str, seen: Option<&Inspection>) -> Value {
     let released = seen.is_some_and(Inspection::is_released);
-    let mut out = json!({ "url": url, "key": key, "state": state(seen), "released": released });
-    let Some(s) = seen else { return out };
-    let fields = json!({
-        "holder": s.holder(),
-        "holder_name": s.holder_name(),
-        "payload": s.payload(),
-        "instance_nonce": s.record.as_ref().and_then(|r| r.instance_nonce.clone()),
-        "acquired_at": s.record.as_ref().map(|r| r.acquired_at.clone()),
-        "renewed_at": s.record.as_ref().map(|r| r.renewed_at.clone()),
-        "released_at": s.released_at(),
-        "ttl_s": s.record.as_ref().map(|r| r.ttl_s),
-        "epoch": s.record.as_ref().map(|r| r.epoch),
+    let mut fields = vec![
+        ("url", url.into()),
+        ("key", key.into()),
+        ("state", state(seen).into()),
+        ("released", released.into()),
+    ];
+    let Some(s) = seen else {
+        return object(fields);
+    };
+    let record = s.record.as_ref();
+    fields.extend([
+        ("holder", s.holder().into()),
+        ("holder_name", s.holder_name().into()),
+        ("payload", s.payload().into()),
+        (
+            "instance_nonce",
+            record.and_then(|r| r.instance_nonce.as_deref()).into(),
+        ),
+        ("acquired_at", record.map(|r| r.acquired_at.as_str()).into()),
+        ("renewed_at", record.map(|r| r.renewed_at.as_str()).into()),
+        ("released_at", s.released_at().into()),
+        ("ttl_s", record.map(|r| r.ttl_s).into()),
+        ("epoch", record.map(|r| r.epoch).into()),
         // A released record's renewed_at is the epoch: no age to speak of.
-        "age_s": millis(s.age_s().filter(|_| !s.is_released())),
-        "expires_in_s": millis(s.expires_in_s()),
-        "fresh": s.fresh,
-        "suspect": s.suspect,
-        "broken": s.is_broken(),
-        "etag": s.version.etag,
-        "version_id": s.version.version_id,
-        "versioned": s.is_versioned(),
-        "read_at": format_stamp(s.read_at),
-    });
-    if let (Value::Object(out), Value::Object(fields)) = (&mut out, fields) {
-        out.extend(fields);
-    }
-    out
+        (
+            "age_s",
+            millis(s.age_s().filter(|_| !s.is_released())).into(),
+        ),
+        ("expires_in_s", millis(s.expires_in_s()).into()),
+        ("fresh", s.fresh.into()),
+        ("suspect", s.suspect.into()),
+        ("broken", s.is_broken().into()),
+        ("etag", s.version.etag.as_deref().into()),
+        ("version_id", s.version.version_id.as_deref().into()),
+        ("versioned", s.is_versioned().into()),
+        ("read_at", format_stamp(s.read_at).into()),
+    ]);
+    object(fields)
 }
 
 fn print_human(url: &str, key: &str, seen: Option<&Inspection>) {

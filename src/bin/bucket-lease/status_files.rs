@@ -37,10 +37,11 @@
 //!   at the next change.
 
 use crate::cli::{exit, Failure};
+use crate::text::object;
 use bucket_lease::channel::{self as crossbeam_channel, Receiver, Sender};
 use bucket_lease::stats::{prometheus_not_held, LeaseStats, LossReason, RenewalOutcome};
 use bucket_lease::{Lease, LeaseStatus};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::hash_map::RandomState;
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
@@ -263,15 +264,15 @@ impl Writer {
     /// acquire) or `exited` (run ends without having taken it).
     fn write_not_held(&self, state: &str) -> Result<(), String> {
         let metrics = prometheus_not_held(&self.key);
-        let status = json!({
-            "url": self.url,
-            "key": self.key,
-            "state": state,
-            "held": false,
-            "seconds_to_fence": 0.0,
-            "updated_at": stamp(SystemTime::now()),
-            "pid": std::process::id(),
-        });
+        let status = object(vec![
+            ("url", self.url.as_str().into()),
+            ("key", self.key.as_str().into()),
+            ("state", state.into()),
+            ("held", false.into()),
+            ("seconds_to_fence", 0.0.into()),
+            ("updated_at", stamp(SystemTime::now()).into()),
+            ("pid", std::process::id().into()),
+        ]);
         self.write_both(&metrics, &status)
     }
 
@@ -310,34 +311,40 @@ fn status_json(url: &str, stats: &LeaseStats) -> Value {
     let held = stats.is_held();
     let renewals: serde_json::Map<String, Value> = RenewalOutcome::ALL
         .iter()
-        .map(|o| (o.name().to_string(), json!(stats.renewals.get(*o))))
+        .map(|o| (o.name().to_string(), stats.renewals.get(*o).into()))
         .collect();
     let losses: serde_json::Map<String, Value> = LossReason::ALL
         .iter()
-        .map(|r| (r.name().to_string(), json!(stats.losses.get(*r))))
+        .map(|r| (r.name().to_string(), stats.losses.get(*r).into()))
         .collect();
     let lost_to = match &stats.status {
         LeaseStatus::Lost { holder } => holder.clone(),
         _ => None,
     };
-    json!({
-        "url": url,
-        "key": stats.key,
-        "state": stats.state_name(),
-        "held": held,
-        "epoch": stats.epoch,
-        "held_since": stamp(stats.held_since),
-        "seconds_to_fence": stats.to_fence.map_or(0.0, |d| d.as_secs_f64()),
-        "fence_at": stats.fence_at.map(stamp),
-        "lost_to": lost_to,
-        "renewals": renewals,
-        "retries": stats.retries,
-        "last_renewal_s": stats.last_renewal.map(|d| d.as_secs_f64()),
-        "losses": losses,
-        "transitions": stats.transitions,
-        "updated_at": stamp(SystemTime::now()),
-        "pid": std::process::id(),
-    })
+    object(vec![
+        ("url", url.into()),
+        ("key", stats.key.as_str().into()),
+        ("state", stats.state_name().into()),
+        ("held", held.into()),
+        ("epoch", stats.epoch.into()),
+        ("held_since", stamp(stats.held_since).into()),
+        (
+            "seconds_to_fence",
+            stats.to_fence.map_or(0.0, |d| d.as_secs_f64()).into(),
+        ),
+        ("fence_at", stats.fence_at.map(stamp).into()),
+        ("lost_to", lost_to.into()),
+        ("renewals", renewals.into()),
+        ("retries", stats.retries.into()),
+        (
+            "last_renewal_s",
+            stats.last_renewal.map(|d| d.as_secs_f64()).into(),
+        ),
+        ("losses", losses.into()),
+        ("transitions", stats.transitions.into()),
+        ("updated_at", stamp(SystemTime::now()).into()),
+        ("pid", std::process::id().into()),
+    ])
 }
 
 /// An instant as the record's stamps are written (RFC 3339, UTC).
