@@ -8,8 +8,9 @@
 //! bucket-lease --features cli` installs both, and `bucket-lease bench ARGS`
 //! runs this program with ARGS. It reads the same command line as
 //! `bucket-lease bench`, through the same option table
-//! (`bench_options.rs`), and speaks as it (`bucket-lease: bench: …`, `try
-//! `bucket-lease bench --help``): one command, whichever name started it.
+//! (`bench_options.rs`), and speaks as it: its messages start with
+//! `bucket-lease: bench:` and point at `bucket-lease bench --help`. One
+//! command, whichever name started it.
 //!
 //! The modules of `bucket-lease` it shares are compiled in from that
 //! program's folder (`#[path]`), never copied: the option parsing and the
@@ -19,8 +20,8 @@
 //! table).
 #![forbid(unsafe_code)]
 
-// Shared with bucket-lease, which uses what bench does not: these four are
-// allowed dead code here, as `measure` is in benches/renewal.rs.
+// Shared with bucket-lease, which uses what bench does not: four of these
+// are allowed dead code here, as `measure` is in benches/renewal.rs.
 #[allow(dead_code)]
 #[path = "../bucket-lease/args.rs"]
 mod args;
