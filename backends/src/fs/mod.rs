@@ -70,7 +70,10 @@
 //! reads take no lock. The lock is held only for the check, the folders a
 //! new key needs, and the rename: the slow part, writing and syncing the
 //! temporary file (in chunks, see [Deadlines](#deadlines)), happens before
-//! it.
+//! it. The requests of one handle and its clones (a pool's renewal
+//! threads) take turns before they try the file, each woken as soon as
+//! the one before it lets go; only a lock held by another process (or
+//! another handle) is tried again after a pause.
 //!
 //! # Layout
 //!
@@ -162,7 +165,8 @@
 //! - a write's temporary file is written in chunks of 4 MiB, each synced,
 //!   with the deadline checked before each chunk, so a large body stops at
 //!   the first chunk boundary after the deadline;
-//! - a write or delete then waits for the bucket's lock, trying it only
+//! - a write or delete then waits for the bucket's lock (its handle's
+//!   turn, then the file), trying it only
 //!   before its deadline (the try after the last pause included), and
 //!   never longer than [`MAX_LOCK_WAIT`] (which also bounds a request with
 //!   no deadline). A process that holds the lock longer (stopped, or hung
@@ -245,7 +249,7 @@ use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// The most bytes a read returns, as the HTTP stores' default cap. A
@@ -315,6 +319,62 @@ pub struct DirStore {
     /// The verdict on create-only completions, shared by clones: see
     /// [`Store::upload_conditions`] below.
     upload_conditions: Arc<UploadConditions>,
+    /// The turns of this handle's and its clones' requests at the
+    /// bucket's lock.
+    turns: Arc<Turns>,
+}
+
+/// The bucket's lock as the requests of one handle and its clones take
+/// turns at it: one at a time tries the lock file, and the next is woken
+/// as soon as it lets go. Without it, threads of one process (a pool's
+/// renewal threads) would find the file locked by each other and sleep
+/// before trying again, as they must for another process (a file lock
+/// has no wait bounded by a deadline), though the lock is held only for a
+/// check and a rename.
+#[derive(Debug, Default)]
+struct Turns {
+    taken: Mutex<bool>,
+    freed: Condvar,
+}
+
+/// One request's turn at the bucket's lock, given back on drop.
+struct Turn<'a>(&'a Turns);
+
+impl Turns {
+    /// Wait for the turn until `give_up` (with none, as long as it takes);
+    /// `None` when `give_up` came first.
+    fn take(&self, give_up: Option<Instant>) -> Option<Turn<'_>> {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        while *taken {
+            taken = match give_up {
+                None => self.freed.wait(taken).unwrap_or_else(|e| e.into_inner()),
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    let waited = self.freed.wait_timeout(taken, left);
+                    waited.unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        }
+        *taken = true;
+        Some(Turn(self))
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *self.0.taken.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.0.freed.notify_one();
+    }
+}
+
+/// The bucket's lock, held: the lock file, then this handle's turn, are
+/// let go on drop (in that order).
+struct Locked<'a> {
+    _file: File,
+    _turn: Turn<'a>,
 }
 
 impl PartialEq for DirStore {
@@ -414,6 +474,7 @@ impl DirStore {
             root,
             store_url,
             upload_conditions: Arc::default(),
+            turns: Arc::default(),
         })
     }
 
@@ -602,14 +663,16 @@ impl DirStore {
     }
 
     /// Take the bucket's lock, waiting no later than `deadline` and no
-    /// longer than [`MAX_LOCK_WAIT`]; it is released when the returned file
-    /// closes.
+    /// longer than [`MAX_LOCK_WAIT`]: this handle's turn first (woken when
+    /// the request before it lets go), then the lock file (tried again
+    /// after a pause while another process holds it). It is released when
+    /// the returned guard drops.
     fn lock(
         &self,
         request: &Request<'_>,
         root: &Folder,
         deadline: Option<Instant>,
-    ) -> Result<File, StoreError> {
+    ) -> Result<Locked<'_>, StoreError> {
         let state = root.make(&[STATE_DIR]).map_err(|e| match e {
             Resolve::Missing(_) => self.bucket_gone(request),
             other => request.unresolved(other, "open the store's folder"),
@@ -643,6 +706,14 @@ impl DirStore {
                 )
             })
         };
+        let Some(turn) = self.turns.take(give_up) else {
+            return Err(request.deadline_passed(format!(
+                "the lock at {} was held by this process's other requests on the bucket for \
+                 the {} ms this request could wait, so nothing was done",
+                path.display(),
+                started.elapsed().as_millis()
+            )));
+        };
         let mut pause = Duration::from_millis(1);
         let mut tried = false;
         loop {
@@ -657,7 +728,10 @@ impl DirStore {
             match file.try_lock() {
                 Ok(()) => {
                     reached(Step::Locked);
-                    return Ok(file);
+                    return Ok(Locked {
+                        _file: file,
+                        _turn: turn,
+                    });
                 }
                 Err(std::fs::TryLockError::WouldBlock) => {}
                 Err(std::fs::TryLockError::Error(e)) => {

@@ -850,6 +850,54 @@ fn the_lock_is_never_taken_after_the_deadline() {
     assert_eq!((listing(&dir.0), leftovers(&dir.0)), (vec![], vec![]));
 }
 
+/// Two writes of one store (a handle and its clone) on two threads take
+/// turns at the bucket's lock: the second waits for the first to let go
+/// and is woken then, never finding the lock file taken and sleeping
+/// before it tries again (a pool's renewal threads share a store).
+#[test]
+fn writes_of_one_store_wait_for_the_lock_without_polling() {
+    let (_dir, store) = store();
+    let (locked_tx, locked) = std::sync::mpsc::channel();
+    let (go_tx, go) = std::sync::mpsc::channel::<()>();
+    let first = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let hook = move |step| {
+                if step == Step::Locked {
+                    locked_tx.send(()).unwrap();
+                    go.recv().unwrap();
+                }
+            };
+            with_hook(hook, || put(&store, "a", b"first", PutMode::Create))
+        })
+    };
+    locked.recv().unwrap();
+    let second = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let slept = Rc::new(Cell::new(0));
+            let hook = {
+                let slept = slept.clone();
+                move |step| {
+                    if step == Step::LockSlept {
+                        slept.set(slept.get() + 1);
+                    }
+                }
+            };
+            let answer = with_hook(hook, || put(&store, "b", b"second", PutMode::Create));
+            (answer, slept.get())
+        })
+    };
+    // Time for the second write to reach the lock while the first holds it.
+    std::thread::sleep(Duration::from_millis(100));
+    go_tx.send(()).unwrap();
+    first.join().unwrap().unwrap();
+    let (answer, slept) = second.join().unwrap();
+    answer.unwrap();
+    assert_eq!(slept, 0, "the second write polled the lock file");
+    assert_eq!(store.get("b", None).unwrap().body, b"second");
+}
+
 #[test]
 fn an_object_over_the_cap_is_too_large_and_carries_its_version() {
     const CAP: usize = 64 * 1024;
