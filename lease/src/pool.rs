@@ -614,8 +614,9 @@ struct Kept {
     /// The lease ended (fenced or lost): nothing to renew.
     ended: bool,
     /// What it ended with, which a remove or stop returns: it leaves the
-    /// pool by itself once released.
-    loss: Option<LeaseError>,
+    /// pool by itself once released. Boxed: set only at the end, and a
+    /// `LeaseError` is larger than the rest of a kept lease's state.
+    loss: Option<Box<LeaseError>>,
     /// Release it once nothing of it is out.
     removing: bool,
     /// Bumped at each scheduling, so stale wake-ups are skipped.
@@ -779,7 +780,7 @@ impl PoolSchedule {
                     id,
                     key: kept.lease.key().to_string(),
                     released,
-                    loss: kept.loss,
+                    loss: kept.loss.map(|loss| *loss),
                 })
             }
         }
@@ -901,13 +902,13 @@ fn end(kept: &mut Kept, id: LeaseId, event: Event, events: &mut Vec<PoolEvent>) 
         note_end(&kept.lease, &event);
         return;
     }
-    kept.loss = match &event {
-        Event::Lost { holder, .. } => Some(LeaseError::Lost {
+    kept.loss = Some(Box::new(match &event {
+        Event::Lost { holder, .. } => LeaseError::Lost {
             key: key.clone(),
             holder: holder.clone(),
-        }),
-        _ => Some(LeaseError::Fenced { key: key.clone() }),
-    };
+        },
+        _ => LeaseError::Fenced { key: key.clone() },
+    }));
     note_end(&kept.lease, &event);
     if event == Event::Fenced {
         // Renewed no more: a renewal still out, landing late, must not let
