@@ -260,17 +260,17 @@ pub struct LatencyHistogram {
     sum: Duration,
 }
 
-impl LatencyHistogram {
-    fn record(&mut self, duration: Duration) {
-        let seconds = duration.as_secs_f64();
-        let slot = LATENCY_BUCKETS_S
-            .iter()
-            .position(|&le| seconds <= le)
-            .unwrap_or(LATENCY_BUCKETS_S.len());
-        self.counts[slot] += 1;
-        self.sum = self.sum.saturating_add(duration);
-    }
+/// The bucket of [`LATENCY_BUCKETS_S`] a renewal that took `duration`
+/// falls in (the last, `+Inf`, past every bound).
+fn bucket_of(duration: Duration) -> usize {
+    let seconds = duration.as_secs_f64();
+    LATENCY_BUCKETS_S
+        .iter()
+        .position(|&le| seconds <= le)
+        .unwrap_or(LATENCY_BUCKETS_S.len())
+}
 
+impl LatencyHistogram {
     fn add(&mut self, other: &LatencyHistogram) {
         for (mine, theirs) in self.counts.iter_mut().zip(other.counts) {
             *mine += theirs;
@@ -367,18 +367,26 @@ pub(crate) struct Recorder {
     counts: Mutex<Counts>,
 }
 
+/// What a lease counted so far. Kept small, as a pool keeps one per lease:
+/// 32-bit counters, saturating (a lease renewed every second would take
+/// 136 years to fill one), widened to [`LeaseStats`]' 64 bits in a
+/// snapshot.
 #[derive(Debug)]
 struct Counts {
     /// Whether the lease was held when last looked at.
     held: bool,
-    transitions: u64,
-    renewals: RenewalCounts,
-    retries: u64,
     last_failed: bool,
-    losses: LossCounts,
-    ended: bool,
+    /// Why the lease ended, once it did: a lease ends once.
+    loss: Option<LossReason>,
+    transitions: u32,
+    /// Attempts by outcome, in [`RenewalOutcome::ALL`]'s order.
+    renewals: [u32; RenewalOutcome::ALL.len()],
+    retries: u32,
     last_renewal: Option<Duration>,
-    latency: LatencyHistogram,
+    /// Attempts per bucket of [`LATENCY_BUCKETS_S`], not cumulative; the
+    /// last is `+Inf`.
+    latency: [u32; LATENCY_BUCKETS_S.len() + 1],
+    latency_sum: Duration,
 }
 
 impl Recorder {
@@ -388,14 +396,14 @@ impl Recorder {
             held_since,
             counts: Mutex::new(Counts {
                 held: true,
-                transitions: 1,
-                renewals: RenewalCounts::default(),
-                retries: 0,
                 last_failed: false,
-                losses: LossCounts::default(),
-                ended: false,
+                loss: None,
+                transitions: 1,
+                renewals: [0; RenewalOutcome::ALL.len()],
+                retries: 0,
                 last_renewal: None,
-                latency: LatencyHistogram::default(),
+                latency: [0; LATENCY_BUCKETS_S.len() + 1],
+                latency_sum: Duration::ZERO,
             }),
         }
     }
@@ -407,13 +415,19 @@ impl Recorder {
     /// One renewal attempt that took `duration`.
     pub(crate) fn renewal(&self, outcome: RenewalOutcome, duration: Duration) {
         let mut c = self.counts();
-        *c.renewals.slot(outcome) += 1;
+        let slot = RenewalOutcome::ALL
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or_default();
+        c.renewals[slot] = c.renewals[slot].saturating_add(1);
         if c.last_failed {
-            c.retries += 1;
+            c.retries = c.retries.saturating_add(1);
         }
         c.last_failed = outcome != RenewalOutcome::Ok;
         c.last_renewal = Some(duration);
-        c.latency.record(duration);
+        let bucket = bucket_of(duration);
+        c.latency[bucket] = c.latency[bucket].saturating_add(1);
+        c.latency_sum = c.latency_sum.saturating_add(duration);
     }
 
     /// Whether the lease is held now: a change from what was last looked
@@ -422,7 +436,7 @@ impl Recorder {
         let mut c = self.counts();
         if c.held != held {
             c.held = held;
-            c.transitions += 1;
+            c.transitions = c.transitions.saturating_add(1);
         }
     }
 
@@ -430,9 +444,8 @@ impl Recorder {
     pub(crate) fn ended(&self, reason: LossReason) {
         self.observe(false);
         let mut c = self.counts();
-        if !c.ended {
-            c.ended = true;
-            *c.losses.slot(reason) += 1;
+        if c.loss.is_none() {
+            c.loss = Some(reason);
         }
     }
 
@@ -463,17 +476,28 @@ impl Lease {
         let recorder = self.recorder();
         recorder.observe(to_fence.is_some());
         let c = recorder.counts();
+        let mut renewals = RenewalCounts::default();
+        for (outcome, n) in RenewalOutcome::ALL.into_iter().zip(c.renewals) {
+            *renewals.slot(outcome) = u64::from(n);
+        }
+        let mut losses = LossCounts::default();
+        if let Some(reason) = c.loss {
+            *losses.slot(reason) = 1;
+        }
         LeaseStats {
             key: self.key().to_string(),
-            transitions: c.transitions,
+            transitions: u64::from(c.transitions),
             status,
             epoch: self.epoch(),
             held_since: recorder.held_since,
-            renewals: c.renewals,
-            retries: c.retries,
-            losses: c.losses,
+            renewals,
+            retries: u64::from(c.retries),
+            losses,
             last_renewal: c.last_renewal,
-            latency: c.latency.clone(),
+            latency: LatencyHistogram {
+                counts: c.latency.map(u64::from),
+                sum: c.latency_sum,
+            },
             fence_at: to_fence.and_then(|left| self.clock().wall().checked_add(left)),
             to_fence,
         }
