@@ -330,7 +330,12 @@ impl HttpStore {
     }
 
     fn url(&self, key: &str) -> String {
-        format!("{}/{}", self.base_url, encode_key(key))
+        let key = encode_key(key);
+        let mut url = String::with_capacity(self.base_url.len() + 1 + key.len());
+        url.push_str(&self.base_url);
+        url.push('/');
+        url.push_str(&key);
+        url
     }
 
     /// The unsigned request for `op` on `key`, its ETag spelled as the

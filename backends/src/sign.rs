@@ -457,12 +457,14 @@ fn trim_all(text: &str) -> Cow<'_, str> {
 /// Lower-case hexadecimal.
 fn hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
+    // Bytes, not chars: a renewal hashes twice, and pushing a `char` at a
+    // time costs a UTF-8 encoding each.
+    let mut out = Vec::with_capacity(bytes.len() * 2);
     for b in bytes {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 15)]));
+        out.push(HEX[usize::from(b >> 4)]);
+        out.push(HEX[usize::from(b & 15)]);
     }
-    out
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// A request's time in UTC, in the parts SigV4 writes: `YYYYMMDD` and

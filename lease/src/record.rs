@@ -473,8 +473,13 @@ impl LeaseRecord {
 
     /// The record as JSON bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        // Four strings and two integers: serialising cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+        // Strings and integers: serialising cannot fail. Room for a
+        // record's usual size at once, rather than growing from empty.
+        let mut bytes = Vec::with_capacity(512);
+        match serde_json::to_writer(&mut bytes, self) {
+            Ok(()) => bytes,
+            Err(_) => Vec::new(),
+        }
     }
 
     /// The same holder's record marked released at `at`: stale at once for
