@@ -444,7 +444,7 @@ impl KeeperPool {
     pub fn stats(&self) -> Vec<LeaseStats> {
         let registry = self.registry();
         let live: Vec<LeaseStats> = registry.live.values().map(|l| l.stats()).collect();
-        merge_by_key(registry.retired.iter().chain(&live))
+        merge_by_key(registry.retired.snapshots().iter().chain(&live))
     }
 
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {

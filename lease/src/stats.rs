@@ -71,6 +71,7 @@
 
 use crate::error::LeaseError;
 use crate::lease::{Lease, LeaseStatus, Released};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -757,12 +758,32 @@ fn escape_label(value: &str) -> String {
 /// One snapshot per key, in the order keys first appear: counters summed,
 /// gauges from the held snapshot, else the one acquired last.
 pub(crate) fn merge_by_key<'a>(stats: impl IntoIterator<Item = &'a LeaseStats>) -> Vec<LeaseStats> {
-    let mut merged: Vec<LeaseStats> = Vec::new();
+    let mut merged = ByKey::default();
     for s in stats {
-        let Some(into) = merged.iter_mut().find(|m| m.key == s.key) else {
-            merged.push(s.clone());
-            continue;
+        merged.add(s);
+    }
+    merged.merged
+}
+
+/// Snapshots merged one per key as [`merge_by_key`] merges them, one at a
+/// time: each found by its key at once, however many keys (a pool folds in
+/// each lease that leaves, on its scheduler thread).
+#[derive(Debug, Default)]
+pub(crate) struct ByKey {
+    merged: Vec<LeaseStats>,
+    /// Where each key's snapshot is in `merged`.
+    at: HashMap<String, usize>,
+}
+
+impl ByKey {
+    /// Fold `s` into its key's snapshot.
+    pub(crate) fn add(&mut self, s: &LeaseStats) {
+        let Some(&i) = self.at.get(&s.key) else {
+            self.at.insert(s.key.clone(), self.merged.len());
+            self.merged.push(s.clone());
+            return;
         };
+        let into = &mut self.merged[i];
         let newer = s.is_held() || (!into.is_held() && s.held_since >= into.held_since);
         let mut sum = if newer { s.clone() } else { into.clone() };
         let other = if newer { &*into } else { s };
@@ -773,5 +794,9 @@ pub(crate) fn merge_by_key<'a>(stats: impl IntoIterator<Item = &'a LeaseStats>) 
         sum.transitions += other.transitions;
         *into = sum;
     }
-    merged
+
+    /// One snapshot per key, in the order keys first came.
+    pub(crate) fn snapshots(&self) -> &[LeaseStats] {
+        &self.merged
+    }
 }

@@ -13,7 +13,7 @@ use crate::clock::Clock;
 use crate::error::LeaseError;
 use crate::keeper::{panic_message, Event, Loss};
 use crate::lease::{Lease, Released};
-use crate::stats::{merge_by_key, LeaseStats};
+use crate::stats::ByKey;
 use crossbeam_channel::{select, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -28,15 +28,15 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub(super) struct Registry {
     pub(super) live: BTreeMap<LeaseId, Arc<Lease>>,
-    pub(super) retired: Vec<LeaseStats>,
+    pub(super) retired: ByKey,
 }
 
 impl Registry {
-    /// Fold lease `id`'s totals into its key's, as it leaves the pool.
+    /// Fold lease `id`'s totals into its key's, as it leaves the pool: one
+    /// look-up, however many keys left before it.
     pub(super) fn retire(&mut self, id: LeaseId) {
         if let Some(lease) = self.live.remove(&id) {
-            let gone = lease.stats();
-            self.retired = merge_by_key(self.retired.iter().chain([&gone]));
+            self.retired.add(&lease.stats());
         }
     }
 }
