@@ -342,9 +342,11 @@ pub struct Contender {
     instance_id: String,
     /// Which process this is: [`process_nonce`] unless a test or the
     /// simulation, which run several processes in one, says otherwise.
-    nonce: String,
-    /// Who holds the lease, for people; never part of identity.
-    holder_name: Option<String>,
+    /// Shared: every lease of a process carries one copy ([`shared_nonce`]).
+    nonce: Arc<str>,
+    /// Who holds the lease, for people; never part of identity. The
+    /// default is shared as the nonce is.
+    holder_name: Option<Arc<str>>,
     /// The data every record of the lease carries for followers.
     payload: Option<String>,
     /// A suspect record's identity and when, on our monotonic clock, we
@@ -356,6 +358,22 @@ pub struct Contender {
     free_at: Option<Instant>,
 }
 
+/// This process's nonce ([`process_nonce`]), one allocation shared by
+/// every contender and lease of the process rather than a copy each (a
+/// pool keeps thousands).
+fn shared_nonce() -> Arc<str> {
+    static NONCE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    Arc::clone(NONCE.get_or_init(|| Arc::from(process_nonce())))
+}
+
+/// This process's default holder name ([`default_holder_name`]), shared as
+/// [`shared_nonce`] is.
+fn shared_holder_name() -> Option<Arc<str>> {
+    static NAME: std::sync::OnceLock<Option<Arc<str>>> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| default_holder_name().map(Arc::from))
+        .clone()
+}
+
 impl Contender {
     /// A contender for `{prefix}/LEASE` under a new random instance id.
     pub fn new(store: Arc<dyn Store>, prefix: &str, options: LeaseOptions) -> Self {
@@ -364,8 +382,8 @@ impl Contender {
             key: lease_key(prefix),
             options,
             instance_id: new_instance_id(),
-            nonce: process_nonce().to_string(),
-            holder_name: default_holder_name().map(str::to_string),
+            nonce: shared_nonce(),
+            holder_name: shared_holder_name(),
             payload: None,
             suspect_seen: None,
             free_at: None,
@@ -392,7 +410,7 @@ impl Contender {
     /// records of the one before.
     #[doc(hidden)]
     pub fn with_instance_nonce(mut self, nonce: impl Into<String>) -> Self {
-        self.nonce = nonce.into();
+        self.nonce = Arc::from(nonce.into());
         self
     }
 
@@ -410,7 +428,7 @@ impl Contender {
     pub fn with_holder_name(mut self, name: impl Into<String>) -> Result<Self, InvalidHolderName> {
         let name = name.into();
         check_holder_name(&name)?;
-        self.holder_name = Some(name);
+        self.holder_name = Some(Arc::from(name));
         Ok(self)
     }
 
@@ -540,8 +558,8 @@ pub struct Lease {
     clock: Arc<dyn Clock>,
     key: String,
     instance_id: String,
-    nonce: String,
-    holder_name: Option<String>,
+    nonce: Arc<str>,
+    holder_name: Option<Arc<str>>,
     payload: Option<String>,
     ttl_s: u64,
     acquired_at: String,

@@ -97,8 +97,8 @@ impl Contender {
                 ttl_s: self.options.ttl_s,
                 epoch,
                 released_at: None,
-                instance_nonce: Some(self.nonce.clone()),
-                holder_name: self.holder_name.clone(),
+                instance_nonce: Some(self.nonce.to_string()),
+                holder_name: self.holder_name.as_deref().map(str::to_string),
                 claim: Some(claim.id().to_string()),
                 payload: self.payload.clone(),
             };

@@ -158,8 +158,8 @@ impl Lease {
             ttl_s: self.ttl_s,
             epoch: self.epoch,
             released_at: None,
-            instance_nonce: Some(self.nonce.clone()),
-            holder_name: self.holder_name.clone(),
+            instance_nonce: Some(self.nonce.to_string()),
+            holder_name: self.holder_name.as_deref().map(str::to_string),
             claim: Some(self.claim.id().to_string()),
             payload: self.payload.clone(),
         }
