@@ -441,10 +441,11 @@ internal! {
 /// simulated time.
 #[derive(Debug)]
 pub struct RenewalSchedule {
-    interval: Duration,
     next: Instant,
     failures: u32,
-    lost_reason: Option<String>,
+    /// Why a renewal found the lease lost, for the next step's event.
+    /// Boxed: a pool keeps a schedule per lease, and this is seldom set.
+    lost_reason: Option<Box<str>>,
 }
 }
 
@@ -452,10 +453,8 @@ impl RenewalSchedule {
     /// The schedule of `lease`: the first renewal a third of a TTL after its
     /// last confirmed write.
     pub fn new(lease: &Lease) -> Self {
-        let interval = lease.renew_interval();
         RenewalSchedule {
-            interval,
-            next: lease.confirmed_at() + interval,
+            next: lease.confirmed_at() + lease.renew_interval(),
             failures: 0,
             lost_reason: None,
         }
@@ -466,10 +465,10 @@ impl RenewalSchedule {
         let deadline = match lease.status() {
             LeaseStatus::Held { deadline } => deadline,
             LeaseStatus::Lost { holder } => {
-                let reason = self
-                    .lost_reason
-                    .take()
-                    .unwrap_or_else(|| "a refused write marked it lost".to_string());
+                let reason = self.lost_reason.take().map_or_else(
+                    || "a refused write marked it lost".to_string(),
+                    String::from,
+                );
                 let holder_name = lease.lost_to_name();
                 return Step::End(Event::Lost {
                     holder,
@@ -506,19 +505,19 @@ impl RenewalSchedule {
         match attempt {
             Attempt::Renewed(latency) => {
                 self.failures = 0;
-                self.next = lease.confirmed_at() + self.interval;
+                self.next = lease.confirmed_at() + lease.renew_interval();
                 Some(Event::Renewed { latency })
             }
             Attempt::Lost { reason, .. } => {
                 lease.mark_lost(None);
-                self.lost_reason = Some(reason);
+                self.lost_reason = Some(reason.into_boxed_str());
                 None
             }
             Attempt::Failed(error) => {
                 self.failures = self.failures.saturating_add(1);
                 let pause = lease
                     .clock()
-                    .jitter(retry_pause(self.failures, self.interval));
+                    .jitter(retry_pause(self.failures, lease.renew_interval()));
                 self.next = lease.clock().now() + pause;
                 let retrying = lease.write_deadline().is_some_and(|d| self.next < d);
                 if retrying {

@@ -621,10 +621,18 @@ struct Kept {
     removing: bool,
     /// Bumped at each scheduling, so stale wake-ups are skipped.
     generation: u64,
-    /// The renewal instant a warm-up wake-up was set for.
-    warm_wake_for: Option<Instant>,
-    /// The renewal instant the store was last warmed up for.
-    warmed_for: Option<Instant>,
+    /// The renewal instant a warm-up wake-up was last set for, and whether
+    /// the store was warmed up for it since.
+    warm: Option<(Instant, Warm)>,
+}
+
+/// Where a lease's warm-up for one renewal instant stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Warm {
+    /// A wake-up is set for the warm-up.
+    Set,
+    /// The warm-up was handed out.
+    Done,
 }
 
 internal! {
@@ -666,8 +674,7 @@ impl PoolSchedule {
                 loss: None,
                 removing: false,
                 generation: 0,
-                warm_wake_for: None,
-                warmed_for: None,
+                warm: None,
             },
         );
         self.step(id, jobs, events);
@@ -806,13 +813,13 @@ impl PoolSchedule {
                 let lead = warm_up_lead(kept.lease.renew_interval());
                 let now = kept.lease.clock().now();
                 let wake = match until.checked_sub(lead) {
-                    _ if kept.warmed_for == Some(until) => until,
+                    _ if kept.warm == Some((until, Warm::Done)) => until,
                     Some(warm_at) if warm_at > now => {
-                        kept.warm_wake_for = Some(until);
+                        kept.warm = Some((until, Warm::Set));
                         warm_at
                     }
-                    Some(_) if kept.warm_wake_for == Some(until) => {
-                        kept.warmed_for = Some(until);
+                    Some(_) if kept.warm == Some((until, Warm::Set)) => {
+                        kept.warm = Some((until, Warm::Done));
                         jobs.push(Job::WarmUp(Arc::clone(&kept.lease), until));
                         until
                     }
