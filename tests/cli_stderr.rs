@@ -372,3 +372,26 @@ fn a_killed_run_on_a_suspended_terminal_leaves_no_command() {
     assert!(said, "the supervisor said so, after: {shown}");
     println!("--- the terminal session ---\n{shown}");
 }
+
+/// (Review of issue 40.) A COMMAND that does not exist exits 127, as the
+/// module docs of `run` promise, also when stderr is a pipe nobody reads
+/// any more (`run … 2>&1 | head -1` after `head` is done): the message
+/// may be lost, the exit code may not. The supervisor prints "cannot run"
+/// with `eprintln!`, which panics on EPIPE: 101 in a build that unwinds,
+/// and SIGABRT (134: "killed by signal 6") in the release build, whose
+/// `panic = "abort"` turns the panic into an abort.
+#[test]
+fn a_command_not_found_exits_127_with_stderr_a_closed_pipe() {
+    let t = Target::fs("not-found-closed-stderr");
+    let url = t.url("job");
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let status = t
+        .command(["run", url.as_str(), "--", "/nonexistent/bucket-lease-review-cmd"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .status()
+        .expect("run starts");
+    assert_eq!(status.code(), Some(127), "{status:?}");
+}
