@@ -109,8 +109,9 @@ alone() {
       --cargo-quiet --profile ci --test-threads 4
   done
 }
-# (setsid runs programs, not functions: a bash of its own runs it.)
-beside bash -c "$(declare -f alone); alone"
+# (setsid runs programs, not functions: a bash of its own runs it, with
+# -e, so that a failing pass fails the job, not only the last.)
+beside bash -c "set -euo pipefail; $(declare -f alone); alone"
 alone_pid=$pid alone_log=$log
 
 step "every test with every feature, against every server"

@@ -387,7 +387,12 @@ fn a_command_not_found_exits_127_with_stderr_a_closed_pipe() {
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
     let status = t
-        .command(["run", url.as_str(), "--", "/nonexistent/bucket-lease-review-cmd"])
+        .command([
+            "run",
+            url.as_str(),
+            "--",
+            "/nonexistent/bucket-lease-review-cmd",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(writer)

@@ -272,13 +272,21 @@ fn a_lease_outlives_many_credential_refreshes_and_is_fenced_once_they_cannot_be_
     // From now on no credentials can be had: once the current ones expire,
     // the renewal fails naming the source, and the lease is fenced.
     broken.store(true, Ordering::SeqCst);
-    let expires = store.credentials_expire().unwrap();
-    std::thread::sleep(
-        expires
-            .duration_since(SystemTime::now())
-            .unwrap_or_default()
-            + Duration::from_millis(100),
-    );
+    // A refresh the issuer answered before it broke may land after this
+    // read, with credentials good for 3 s more: wait out whichever are
+    // current until none newer arrive.
+    loop {
+        let expires = store.credentials_expire().unwrap();
+        std::thread::sleep(
+            expires
+                .duration_since(SystemTime::now())
+                .unwrap_or_default()
+                + Duration::from_millis(100),
+        );
+        if store.credentials_expire().unwrap() <= expires {
+            break;
+        }
+    }
     let e = lease.renew().unwrap_err().to_string();
     assert!(
         e.contains("container credentials") && e.contains("expired"),

@@ -269,7 +269,10 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
     }
     match interrupted {
         Some(sig) => {
-            eprintln!("bucket-lease: bench: interrupted after {rounds} rounds");
+            let _ = writeln!(
+                std::io::stderr(),
+                "bucket-lease: bench: interrupted after {rounds} rounds"
+            );
             Ok(crate::cli::signal_exit_code(sig))
         }
         None => Ok(exit::OK),
@@ -341,7 +344,7 @@ impl Progress {
 
     fn done(&self) {
         if !self.quiet && self.terminal {
-            eprintln!();
+            let _ = writeln!(std::io::stderr());
         }
     }
 }

@@ -59,6 +59,7 @@ use rustix::process::{
 use signal_hook::consts::{SIGCHLD, SIGCONT, SIGHUP, SIGINT, SIGTERM, SIGTSTP, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 use std::ffi::OsString;
+use std::io::Write as _;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -134,7 +135,10 @@ enum Phase {
 /// return when COMMAND was killed by a signal (it is raised on itself).
 pub fn main(args: &[OsString]) -> u8 {
     let [parent, grace_ms, log, terminal, program, rest @ ..] = args else {
-        eprintln!("bucket-lease: {SUPERVISE} is internal to `bucket-lease run`");
+        let _ = writeln!(
+            std::io::stderr(),
+            "bucket-lease: {SUPERVISE} is internal to `bucket-lease run`"
+        );
         return exit::USAGE;
     };
     let (verbose, quiet) = match log.to_str() {
@@ -177,7 +181,10 @@ pub fn main(args: &[OsString]) -> u8 {
     let child = match tty::spawn_with_terminal_stops(&mut command) {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("bucket-lease: run: cannot run {program:?}: {e}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "bucket-lease: run: cannot run {program:?}: {e}"
+            );
             return if e.kind() == std::io::ErrorKind::NotFound {
                 exit::NOT_FOUND
             } else {
@@ -207,7 +214,10 @@ pub fn main(args: &[OsString]) -> u8 {
 }
 
 fn setup_failed(what: &str, e: &dyn std::fmt::Display) -> u8 {
-    eprintln!("bucket-lease: run: {what}: {e}; the command was not started");
+    let _ = writeln!(
+        std::io::stderr(),
+        "bucket-lease: run: {what}: {e}; the command was not started"
+    );
     exit::CANNOT_EXECUTE
 }
 

@@ -8,6 +8,7 @@ use super::{plot, Plan, Stop};
 use crate::cli::{exit, lease_error_code, lease_error_summary, Failure, Timeout};
 use bucket_lease::{Contender, Lease, LeaseOptions, Store};
 use signal_hook::iterator::Signals;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -100,7 +101,10 @@ pub fn run(target: &Target<'_>, cadence: &Cadence, signals: &mut Signals) -> Res
     for (i, prefix) in target.scratch.prefixes().iter().enumerate() {
         if let Some(sig) = signals.pending().next() {
             released(&leases);
-            eprintln!("bucket-lease: bench: interrupted while taking the scratch leases");
+            let _ = writeln!(
+                std::io::stderr(),
+                "bucket-lease: bench: interrupted while taking the scratch leases"
+            );
             return Ok(crate::cli::signal_exit_code(sig));
         }
         let mut contender =
@@ -134,7 +138,8 @@ pub fn run(target: &Target<'_>, cadence: &Cadence, signals: &mut Signals) -> Res
         .to_string();
     let plan = cadence.plan;
     if !target.quiet {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "bench: renewing {} lease(s) every {} for {} ({} renewals each), open loop",
             leases.len(),
             crate::cli::human_secs(plan.interval.as_secs_f64()),
@@ -214,7 +219,7 @@ pub fn run(target: &Target<'_>, cadence: &Cadence, signals: &mut Signals) -> Res
     }
     match interrupted {
         Some(sig) => {
-            eprintln!("bucket-lease: bench: interrupted");
+            let _ = writeln!(std::io::stderr(), "bucket-lease: bench: interrupted");
             Ok(crate::cli::signal_exit_code(sig))
         }
         None => Ok(exit::OK),
