@@ -25,11 +25,12 @@
 
 use crate::record::new_instance_id;
 use std::collections::HashSet;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-/// The claims of this process's live acquire calls and `Lease` values.
-fn live() -> MutexGuard<'static, HashSet<String>> {
-    static LIVE: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+/// The claims of this process's live acquire calls and `Lease` values:
+/// the very allocations the claims hold (one per lease, not a copy).
+fn live() -> MutexGuard<'static, HashSet<Arc<str>>> {
+    static LIVE: OnceLock<Mutex<HashSet<Arc<str>>>> = OnceLock::new();
     LIVE.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -39,14 +40,14 @@ fn live() -> MutexGuard<'static, HashSet<String>> {
 /// docs](self).
 #[derive(Debug)]
 pub(crate) struct Claim {
-    id: String,
+    id: Arc<str>,
 }
 
 impl Claim {
     /// A new claim, live from now.
     pub(crate) fn draw() -> Claim {
-        let id = new_instance_id();
-        live().insert(id.clone());
+        let id: Arc<str> = new_instance_id().into();
+        live().insert(Arc::clone(&id));
         Claim { id }
     }
 
@@ -58,7 +59,7 @@ impl Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        live().remove(&self.id);
+        live().remove(&*self.id);
     }
 }
 
