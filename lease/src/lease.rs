@@ -509,13 +509,29 @@ enum State {
     /// The holder can no longer renew (an answer lacked the ETag the next
     /// swap needs), whatever the clocks say.
     Fenced,
-    Lost {
-        /// The new holder's instance id, when known.
-        holder: Option<String>,
-        /// Its name for people, when its record carries one.
-        holder_name: Option<String>,
-    },
+    /// Boxed: rare, and twice the size of the rest of the state, which
+    /// every lease of a pool holds (issue 40: 1 KiB per lease).
+    Lost(Box<LostTo>),
     Released,
+}
+
+/// Who took a lost lease over, as far as known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LostTo {
+    /// The new holder's instance id, when known.
+    holder: Option<String>,
+    /// Its name for people, when its record carries one.
+    holder_name: Option<String>,
+}
+
+impl State {
+    /// Lost to `holder` (named `holder_name`), as far as known.
+    fn lost(holder: Option<String>, holder_name: Option<String>) -> State {
+        State::Lost(Box::new(LostTo {
+            holder,
+            holder_name,
+        }))
+    }
 }
 
 /// Where a lease stands now: exactly one of four states, on the lease's
@@ -669,14 +685,14 @@ impl Lease {
     /// Whether the lease was found taken over or deleted, or marked lost.
     /// A lost lease never comes back.
     pub fn is_lost(&self) -> bool {
-        matches!(self.lock().state, State::Lost { .. })
+        matches!(self.lock().state, State::Lost(_))
     }
 
     /// Who took the lease over (its instance id), once it is lost and the
     /// record named anyone.
     pub fn lost_to(&self) -> Option<String> {
         match &self.lock().state {
-            State::Lost { holder, .. } => holder.clone(),
+            State::Lost(to) => to.holder.clone(),
             _ => None,
         }
     }
@@ -686,7 +702,7 @@ impl Lease {
     /// informational, beside [`lost_to`](Self::lost_to).
     pub fn lost_to_name(&self) -> Option<String> {
         match &self.lock().state {
-            State::Lost { holder_name, .. } => holder_name.clone(),
+            State::Lost(to) => to.holder_name.clone(),
             _ => None,
         }
     }
@@ -713,9 +729,9 @@ impl Lease {
         match &h.state {
             State::Held => {}
             State::Fenced => return LeaseStatus::Fenced,
-            State::Lost { holder, .. } => {
+            State::Lost(to) => {
                 return LeaseStatus::Lost {
-                    holder: holder.clone(),
+                    holder: to.holder.clone(),
                 }
             }
             State::Released => return LeaseStatus::Released,
@@ -771,10 +787,7 @@ impl Lease {
     pub fn mark_lost(&self, holder: Option<String>) {
         let mut h = self.lock();
         if matches!(h.state, State::Held | State::Fenced) {
-            h.state = State::Lost {
-                holder,
-                holder_name: None,
-            };
+            h.state = State::lost(holder, None);
         }
     }
 

@@ -68,16 +68,13 @@ impl Lease {
         let (exclusion, version, lost) = {
             let mut h = self.lock();
             let lost = match &h.state {
-                State::Lost {
-                    holder: Some(holder),
-                    holder_name,
-                } => {
+                State::Lost(to) if to.holder.is_some() => {
                     return Ok(Released::LeftAlone {
-                        holder: Some(holder.clone()),
-                        holder_name: holder_name.clone(),
+                        holder: to.holder.clone(),
+                        holder_name: to.holder_name.clone(),
                     })
                 }
-                State::Lost { holder: None, .. } => {
+                State::Lost(_) => {
                     h.state = State::Released;
                     true
                 }
@@ -308,10 +305,11 @@ impl ReleaseTarget<'_> {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let pending = matches!(
-            self.lock().state,
-            State::Held | State::Fenced | State::Lost { holder: None, .. }
-        );
+        let pending = match &self.lock().state {
+            State::Held | State::Fenced => true,
+            State::Lost(to) => to.holder.is_none(),
+            State::Released => false,
+        };
         if !pending {
             // Lost or released: only the probe's objects may be left.
             if !self.probe_objects().is_empty() && !std::thread::panicking() {

@@ -288,10 +288,7 @@ impl Lease {
                 Some(rec) => (Some(rec.instance_id), rec.holder_name),
                 None => (None, None),
             };
-            h.state = State::Lost {
-                holder,
-                holder_name,
-            };
+            h.state = State::lost(holder, holder_name);
         }
         self.state_error(&h.state)
     }
@@ -301,9 +298,9 @@ impl Lease {
         let key = self.key.clone();
         match state {
             State::Fenced => LeaseError::Fenced { key },
-            State::Lost { holder, .. } => LeaseError::Lost {
+            State::Lost(to) => LeaseError::Lost {
                 key,
-                holder: holder.clone(),
+                holder: to.holder.clone(),
             },
             State::Held | State::Released => LeaseError::Lost { key, holder: None },
         }
