@@ -621,9 +621,24 @@ struct Kept {
     removing: bool,
     /// Bumped at each scheduling, so stale wake-ups are skipped.
     generation: u64,
-    /// The renewal instant a warm-up wake-up was last set for, and whether
-    /// the store was warmed up for it since.
-    warm: Option<(Instant, Warm)>,
+    /// The renewal instant a warm-up wake-up was last set for (meaningless
+    /// while `warm` is `None`)…
+    warm_for: Instant,
+    /// …and whether the store was warmed up for it since. Two fields
+    /// rather than an `Option` of both: 8 bytes less per kept lease.
+    warm: Option<Warm>,
+}
+
+impl Kept {
+    /// Whether the warm-up for the renewal at `until` stands at `warm`.
+    fn warm_is(&self, until: Instant, warm: Warm) -> bool {
+        self.warm == Some(warm) && self.warm_for == until
+    }
+
+    /// The warm-up for the renewal at `until` stands at `warm` now.
+    fn set_warm(&mut self, until: Instant, warm: Warm) {
+        (self.warm_for, self.warm) = (until, Some(warm));
+    }
 }
 
 /// Where a lease's warm-up for one renewal instant stands.
@@ -664,6 +679,7 @@ impl PoolSchedule {
         events: &mut Vec<PoolEvent>,
     ) {
         let schedule = RenewalSchedule::new(&lease);
+        let warm_for = lease.confirmed_at();
         self.leases.insert(
             id,
             Kept {
@@ -674,6 +690,7 @@ impl PoolSchedule {
                 loss: None,
                 removing: false,
                 generation: 0,
+                warm_for,
                 warm: None,
             },
         );
@@ -813,13 +830,13 @@ impl PoolSchedule {
                 let lead = warm_up_lead(kept.lease.renew_interval());
                 let now = kept.lease.clock().now();
                 let wake = match until.checked_sub(lead) {
-                    _ if kept.warm == Some((until, Warm::Done)) => until,
+                    _ if kept.warm_is(until, Warm::Done) => until,
                     Some(warm_at) if warm_at > now => {
-                        kept.warm = Some((until, Warm::Set));
+                        kept.set_warm(until, Warm::Set);
                         warm_at
                     }
-                    Some(_) if kept.warm == Some((until, Warm::Set)) => {
-                        kept.warm = Some((until, Warm::Done));
+                    Some(_) if kept.warm_is(until, Warm::Set) => {
+                        kept.set_warm(until, Warm::Done);
                         jobs.push(Job::WarmUp(Arc::clone(&kept.lease), until));
                         until
                     }
