@@ -35,6 +35,14 @@ fn store_at(url: String) -> HttpStore {
 }
 
 /// `n` parts with ETags as S3 gives them (32 hex digits in quotes).
+/// What these schedules allow beyond [`DEADLINE_SLACK`] for the call's
+/// return: its thread, woken by the timeout, may wait that long for a core
+/// on a loaded 2-core machine (CI runs a dozen tests at once; one return
+/// came more than 200 ms late there). What they prove is where the bytes
+/// stopped, which no wait of the caller's changes; the conformance suite
+/// holds each store call to the slack itself.
+const WOKEN_LATE: Duration = Duration::from_millis(800);
+
 fn many_parts(n: u32) -> Vec<UploadedPart> {
     (1..=n)
         .map(|number| UploadedPart {
@@ -129,7 +137,11 @@ fn a_completions_bytes_never_reach_the_server_after_its_deadline() {
         .complete_upload("k", "u1", &parts, &PutMode::Create, Some(deadline))
         .unwrap_err();
     let returned = Instant::now();
-    assert!(returned <= deadline + DEADLINE_SLACK, "returned late: {e}");
+    assert!(
+        returned <= deadline + DEADLINE_SLACK + WOKEN_LATE,
+        "returned {:?} after the deadline: {e}",
+        returned.saturating_duration_since(deadline)
+    );
     assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
     let paused = seen.recv_timeout(Duration::from_secs(30)).unwrap();
     eprintln!("{paused:?}; the call returned {e}");
@@ -187,9 +199,9 @@ fn its_bytes_stopped_at_the_deadline(
 ) {
     let (started, returned) = (call.start, call.end);
     assert!(
-        returned <= deadline + DEADLINE_SLACK,
+        returned <= deadline + DEADLINE_SLACK + WOKEN_LATE,
         "returned {:?} after the deadline: {e}",
-        returned - deadline
+        returned.saturating_duration_since(deadline)
     );
     let paused = seen.recv_timeout(Duration::from_secs(30)).unwrap();
     eprintln!(
