@@ -77,9 +77,12 @@ impl Clock for SystemClock {
     }
 }
 
-/// The clock every lease uses unless told otherwise.
+/// The clock every lease uses unless told otherwise: one shared value, so
+/// that a lease on it allocates nothing for its clock (a pool keeps
+/// thousands).
 pub fn system_clock() -> Arc<dyn Clock> {
-    Arc::new(SystemClock)
+    static SYSTEM: std::sync::OnceLock<Arc<dyn Clock>> = std::sync::OnceLock::new();
+    Arc::clone(SYSTEM.get_or_init(|| Arc::new(SystemClock)))
 }
 
 /// A clock that moves only when a test moves it.

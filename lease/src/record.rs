@@ -133,7 +133,40 @@ pub fn max_prefix_bytes(limit: usize, probe: bool) -> usize {
 pub fn new_instance_id() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the operating system's random source failed");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex_digits(&bytes)
+        .iter()
+        .map(|&digit| char::from(digit))
+        .collect()
+}
+
+/// 128 bits as the 32 lower-case hex digits ids are written in.
+pub(crate) fn hex_digits(bits: &[u8; 16]) -> [u8; 32] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 32];
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bits) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0xf)];
+    }
+    out
+}
+
+/// The 128 bits that [`hex_digits`] wrote as `text`; `None` for any other
+/// spelling (upper case, another length, anything not a hex digit).
+pub(crate) fn parse_hex_digits(text: &str) -> Option<[u8; 16]> {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let text = text.as_bytes();
+    if text.len() != 32 {
+        return None;
+    }
+    let mut bits = [0u8; 16];
+    for (byte, pair) in bits.iter_mut().zip(text.chunks_exact(2)) {
+        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(bits)
 }
 
 /// This process's instance nonce: 128 random bits as 32 lower-case hex

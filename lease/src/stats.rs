@@ -299,7 +299,8 @@ impl LatencyHistogram {
         self.counts.iter().sum()
     }
 
-    /// Their durations added up.
+    /// Their durations added up. A lease's own totals stop growing at
+    /// 2^64 ns (584 years of renewal time), which no lease reaches.
     pub fn sum(&self) -> Duration {
         self.sum
     }
@@ -387,7 +388,9 @@ struct Counts {
     /// Attempts per bucket of [`LATENCY_BUCKETS_S`], not cumulative; the
     /// last is `+Inf`.
     latency: [u32; LATENCY_BUCKETS_S.len() + 1],
-    latency_sum: Duration,
+    /// Their durations added up, in nanoseconds: 8 bytes where a
+    /// `Duration` takes 16. Saturates at 2^64 ns (584 years of renewals).
+    latency_sum_ns: u64,
 }
 
 impl Recorder {
@@ -404,7 +407,7 @@ impl Recorder {
                 retries: 0,
                 last_renewal: None,
                 latency: [0; LATENCY_BUCKETS_S.len() + 1],
-                latency_sum: Duration::ZERO,
+                latency_sum_ns: 0,
             }),
         }
     }
@@ -428,7 +431,8 @@ impl Recorder {
         c.last_renewal = Some(duration);
         let bucket = bucket_of(duration);
         c.latency[bucket] = c.latency[bucket].saturating_add(1);
-        c.latency_sum = c.latency_sum.saturating_add(duration);
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        c.latency_sum_ns = c.latency_sum_ns.saturating_add(nanos);
     }
 
     /// Whether the lease is held now: a change from what was last looked
@@ -497,7 +501,7 @@ impl Lease {
             last_renewal: c.last_renewal,
             latency: LatencyHistogram {
                 counts: c.latency.map(u64::from),
-                sum: c.latency_sum,
+                sum: Duration::from_nanos(c.latency_sum_ns),
             },
             fence_at: to_fence.and_then(|left| self.clock().wall().checked_add(left)),
             to_fence,

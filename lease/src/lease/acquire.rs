@@ -5,6 +5,7 @@
 //! module](super) for what an acquire promises.
 
 use super::claim::{self, Claim};
+use super::names::Names;
 use super::release::{ReleaseTarget, Whose};
 use super::requests::{call_deadline, put_retrying, read_record, require_etag, Transient};
 use super::{Contender, Exclusion, Held, Lease, Released, State, ACQUIRE_RACES};
@@ -152,13 +153,11 @@ impl Contender {
             let lease = Lease {
                 store: Arc::clone(&self.store),
                 clock: Arc::clone(&clock),
-                key: self.key.clone(),
-                instance_id: self.instance_id.clone(),
+                names: Names::new(&self.key, &self.instance_id, &record.acquired_at),
                 nonce: self.nonce.clone(),
                 holder_name: self.holder_name.clone(),
-                payload: self.payload.clone(),
+                payload: self.payload.as_deref().map(Box::from),
                 ttl_s: self.options.ttl_s,
-                acquired_at: record.acquired_at.clone(),
                 epoch,
                 claim,
                 renewing: AtomicBool::new(false),
@@ -169,7 +168,7 @@ impl Contender {
                     exclusion,
                     state: State::Held,
                 }),
-                probe_objects: Mutex::new(Vec::new()),
+                probe_objects: Mutex::new(None),
                 recorder: Recorder::new(confirmed_wall),
             };
             if exclusion == Exclusion::Conditional {
@@ -360,7 +359,7 @@ impl Contender {
         if rec.is_released() || !rec.is_written_by(&self.instance_id, &self.nonce) {
             return Writer::Other;
         }
-        if rec.is_claimed_by(&self.instance_id, &self.nonce, claim.id()) {
+        if rec.is_claimed_by(&self.instance_id, &self.nonce, &claim.id()) {
             return Writer::ThisCall;
         }
         match rec.claim.as_deref() {

@@ -23,14 +23,17 @@
 //! release), which nobody can write under any more and which is taken over
 //! at once, at the next epoch.
 
-use crate::record::new_instance_id;
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::ops::Deref;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// The claims of this process's live acquire calls and `Lease` values:
-/// the very allocations the claims hold (one per lease, not a copy).
-fn live() -> MutexGuard<'static, HashSet<Arc<str>>> {
-    static LIVE: OnceLock<Mutex<HashSet<Arc<str>>>> = OnceLock::new();
+/// A claim's 128 bits, kept as bytes: 16 bytes in each `Lease` and in the
+/// live set, with no allocation of their own (a pool keeps one per lease).
+type Bits = [u8; 16];
+
+/// The claims of this process's live acquire calls and `Lease` values.
+fn live() -> MutexGuard<'static, HashSet<Bits>> {
+    static LIVE: OnceLock<Mutex<HashSet<Bits>>> = OnceLock::new();
     LIVE.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -40,32 +43,53 @@ fn live() -> MutexGuard<'static, HashSet<Arc<str>>> {
 /// docs](self).
 #[derive(Debug)]
 pub(crate) struct Claim {
-    id: Arc<str>,
+    bits: Bits,
 }
 
 impl Claim {
     /// A new claim, live from now.
+    ///
+    /// # Panics
+    ///
+    /// When the operating system has no random source, as
+    /// [`new_instance_id`](crate::record::new_instance_id).
     pub(crate) fn draw() -> Claim {
-        let id: Arc<str> = new_instance_id().into();
-        live().insert(Arc::clone(&id));
-        Claim { id }
+        let mut bits = Bits::default();
+        getrandom::fill(&mut bits).expect("the operating system's random source failed");
+        live().insert(bits);
+        Claim { bits }
     }
 
-    /// The id the record carries.
-    pub(crate) fn id(&self) -> &str {
-        &self.id
+    /// The id the record carries: the claim's bits as 32 lower-case hex
+    /// digits, written out on the stack.
+    pub(crate) fn id(&self) -> ClaimId {
+        ClaimId(crate::record::hex_digits(&self.bits))
     }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        live().remove(&*self.id);
+        live().remove(&self.bits);
     }
 }
 
-/// Whether a live acquire call or `Lease` of this process drew `claim`.
+/// A claim's id as its records spell it; reads as a `&str`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ClaimId([u8; 32]);
+
+impl Deref for ClaimId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+}
+
+/// Whether a live acquire call or `Lease` of this process drew `claim`:
+/// only the exact spelling a claim writes (32 lower-case hex digits) names
+/// one.
 pub(crate) fn is_live(claim: &str) -> bool {
-    live().contains(claim)
+    crate::record::parse_hex_digits(claim).is_some_and(|bits| live().contains(&bits))
 }
 
 #[cfg(test)]
@@ -78,9 +102,30 @@ mod tests {
         let second = Claim::draw();
         assert_ne!(first.id(), second.id());
         let id = first.id().to_string();
-        assert!(is_live(&id) && is_live(second.id()));
+        assert!(is_live(&id) && is_live(&second.id()));
         drop(first);
         assert!(!is_live(&id));
-        assert!(is_live(second.id()));
+        assert!(is_live(&second.id()));
+    }
+
+    /// Kept as bits, a claim still names itself exactly as the string it
+    /// was: 32 lower-case hex digits, and no other spelling of its bits.
+    #[test]
+    fn only_a_claims_own_spelling_names_it() {
+        let claim = Claim::draw();
+        let id = claim.id().to_string();
+        assert_eq!(id.len(), 32);
+        assert!(id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert!(is_live(&id));
+        let upper = id.to_ascii_uppercase();
+        if upper != id {
+            assert!(!is_live(&upper), "{upper} is not the claim's spelling");
+        }
+        for other in [&id[1..], &format!("{id}0"), &format!(" {}", &id[1..]), ""] {
+            assert!(!is_live(other), "{other:?} is not the claim's spelling");
+        }
+        assert_eq!(crate::record::parse_hex_digits(&id), Some(claim.bits));
     }
 }

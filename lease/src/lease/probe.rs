@@ -27,7 +27,7 @@ impl Lease {
             // refusals seen may have been of the old spelling. Once more.
             log::debug!(
                 "{}: the store's spelling of conditions changed; probing again",
-                self.key
+                self.key()
             );
             return self.probe_once(body, deadline);
         }
@@ -39,17 +39,17 @@ impl Lease {
         let fake = Version::etag(PROBE_ETAG);
         let checks = [
             (
-                self.key.clone(),
+                self.key().to_string(),
                 PutMode::Create,
                 IgnoredCondition::IfNoneMatch,
             ),
             (
-                self.key.clone(),
+                self.key().to_string(),
                 PutMode::Update(fake.clone()),
                 IgnoredCondition::IfMatch,
             ),
             (
-                probe_key(&self.key),
+                probe_key(self.key()),
                 PutMode::Update(fake),
                 IgnoredCondition::IfMatchOnAbsentKey,
             ),
@@ -66,13 +66,13 @@ impl Lease {
                 Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
                 Ok(_) => {
-                    if key != self.key {
+                    if key != self.key() {
                         if let Err(e) = self.store.delete(&key, &DeleteMode::Unconditional, bound) {
                             log::error!("{key}: could not remove the probe object: {e}");
                         }
                     }
                     return Err(LeaseError::ConditionsIgnored {
-                        key: self.key.clone(),
+                        key: self.key().to_string(),
                         condition,
                     });
                 }
@@ -86,7 +86,7 @@ impl Lease {
 
     /// The probe objects of a [spaced probe](Self::probe_spaced) not yet
     /// removed.
-    pub(super) fn probe_objects(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+    pub(super) fn probe_objects(&self) -> std::sync::MutexGuard<'_, super::ProbeObjects> {
         self.probe_objects
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
@@ -97,8 +97,8 @@ impl Lease {
     /// and at its release. One that cannot be removed is named in a
     /// warning and left (a few bytes, never read again).
     pub(super) fn remove_probe_objects(&self, deadline: Option<Instant>) {
-        let keys = std::mem::take(&mut *self.probe_objects());
-        for key in keys {
+        let keys = self.probe_objects().take().unwrap_or_default();
+        for key in *keys {
             if let Err(e) = self
                 .store
                 .delete(&key, &DeleteMode::Unconditional, deadline)
@@ -114,7 +114,7 @@ impl Lease {
     fn probe_bound(&self, deadline: Option<Instant>) -> Result<Option<Instant>, LeaseError> {
         let Some(fence) = self.write_deadline() else {
             return Err(LeaseError::Fenced {
-                key: self.key.clone(),
+                key: self.key().to_string(),
             });
         };
         Ok(Some(deadline.map_or(fence, |d| d.min(fence))))
@@ -130,7 +130,7 @@ impl Lease {
         bound: Option<Instant>,
     ) -> Result<Version, StoreError> {
         let mode = PutMode::Update(sent.clone());
-        put_resending(&*self.store, &*self.clock, &self.key, body, mode, bound)
+        put_resending(&*self.store, &*self.clock, self.key(), body, mode, bound)
     }
 
     /// What the answer to [`own_update`](Self::own_update), sent on
@@ -148,7 +148,7 @@ impl Lease {
     ) -> Result<(), LeaseError> {
         let refusal = match answer {
             Ok(version) => {
-                versioned::note_put(&*self.store, &self.key, self.ttl_s, &version);
+                versioned::note_put(&*self.store, self.key(), self.ttl_s, &version);
                 let version = self.known_version(version, "PUT")?;
                 self.lock().version = version;
                 return Ok(());
@@ -156,15 +156,15 @@ impl Lease {
             Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => e,
             Err(e) => return Err(e.into()),
         };
-        match read_record(&*self.store, &self.key, bound)? {
+        match read_record(&*self.store, self.key(), bound)? {
             Some((Some(rec), version)) if self.is_ours(&rec) => {
                 if version == *sent && !mutant::on(Mutant::OwnEtagRefusalTrusted) {
                     log::debug!(
                         "{}: probe write on our own ETag refused: {refusal}",
-                        self.key
+                        self.key()
                     );
                     return Err(LeaseError::OwnEtagRefused {
-                        key: self.key.clone(),
+                        key: self.key().to_string(),
                     });
                 }
                 self.lock().version = self.known_version(version, "GET")?;
@@ -193,7 +193,7 @@ impl Lease {
             .iter()
             .map(|(key, mode, _)| (key.clone(), mode.clone()))
             .collect();
-        writes.push((self.key.clone(), PutMode::Update(sent.clone())));
+        writes.push((self.key().to_string(), PutMode::Update(sent.clone())));
         let mut answers = self.send_together(&writes, body, bound);
         let own = answers.pop().expect("the own write's answer");
         let (probe_key, _, _) = &checks[2];
@@ -206,7 +206,7 @@ impl Lease {
             }
         }
         let conditions = checks.iter().map(|(_, _, condition)| *condition);
-        judge_refusals(&self.key, conditions.zip(answers))?;
+        judge_refusals(self.key(), conditions.zip(answers))?;
         self.judge_own_update(&sent, own, bound)
     }
 
@@ -230,13 +230,14 @@ impl Lease {
         let bound = self.probe_bound(deadline)?;
         let fake = Version::etag(PROBE_ETAG);
         let (over, wrong_etag, absent) = (
-            probe_key(&self.key),
-            probe_key(&self.key),
-            probe_key(&self.key),
+            probe_key(self.key()),
+            probe_key(self.key()),
+            probe_key(self.key()),
         );
         // Made, or perhaps made by a write whose answer was lost: removed
         // later either way.
         self.probe_objects()
+            .get_or_insert_default()
             .extend([over.clone(), wrong_etag.clone()]);
         let mut made = self
             .send_together(
@@ -262,13 +263,13 @@ impl Lease {
             .as_ref()
             .map_or_else(StoreError::may_have_landed, |_| true)
         {
-            self.probe_objects().push(absent);
+            self.probe_objects().get_or_insert_default().push(absent);
         }
         // Our record's second write is a renewal: a fresh stamp, the fence
         // dated from just before it goes out (after its turn), so that the
         // next renewal, a third of the TTL on, falls after its own turn.
         self.store
-            .await_write_turn(&self.key, self.probe_bound(deadline)?);
+            .await_write_turn(self.key(), self.probe_bound(deadline)?);
         let bound = self.probe_bound(deadline)?;
         let (confirmed, confirmed_wall) = (self.clock.now(), self.clock.wall());
         let keeps_stamp = StoreMutant::SpacedProbeKeepsAcquireStamp.on();
@@ -278,7 +279,7 @@ impl Lease {
             self.record(format_stamp(confirmed_wall)).to_bytes()
         };
         let sent = self.lock().version.clone();
-        let own_write = (self.key.clone(), PutMode::Update(sent.clone()));
+        let own_write = (self.key().to_string(), PutMode::Update(sent.clone()));
         let checks = [(over, PutMode::Create), (wrong_etag, PutMode::Update(fake))];
         // Our record first: on a store whose writes go one after another,
         // it leaves right after its stamp was taken, not after the others.
@@ -305,7 +306,7 @@ impl Lease {
             )
         };
         judge_refusals(
-            &self.key,
+            self.key(),
             [
                 (IgnoredCondition::IfNoneMatch, on_existing),
                 (IgnoredCondition::IfMatch, on_wrong_etag),

@@ -2,7 +2,7 @@
 //! conditional write, never a delete, and never another lease's record;
 //! also on drop. See the [parent module](super).
 
-use super::claim;
+use super::claim::{self, Claim};
 use super::requests::{
     call_deadline, live_holder, put_retrying, read_record, require_etag, Transient,
 };
@@ -97,7 +97,7 @@ impl Lease {
             && mutant::on(Mutant::ReleaseByDelete)
         {
             let mode = DeleteMode::IfVersion(version);
-            return match self.store.delete(&self.key, &mode, deadline) {
+            return match self.store.delete(self.key(), &mode, deadline) {
                 Ok(()) => Ok(Released::Freed),
                 Err(e) if e.is_refusal() => Ok(Released::left_alone(None)),
                 Err(e) => Err(e.into()),
@@ -108,7 +108,14 @@ impl Lease {
             let mode = PutMode::Update(version);
             let body = released.to_bytes();
             let mut transient = Transient::default();
-            match put_retrying(&*self.store, &*self.clock, &self.key, &body, mode, deadline) {
+            match put_retrying(
+                &*self.store,
+                &*self.clock,
+                self.key(),
+                &body,
+                mode,
+                deadline,
+            ) {
                 Ok(_) => return Ok(Released::Freed),
                 // Our version is stale (a lost answer?): look first.
                 Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}
@@ -129,10 +136,10 @@ impl Lease {
         ReleaseTarget {
             store: &*self.store,
             clock: &*self.clock,
-            key: &self.key,
-            instance_id: &self.instance_id,
+            key: self.key(),
+            instance_id: self.instance_id(),
             nonce: &self.nonce,
-            whose: Whose::Lease(self.claim.id()),
+            whose: Whose::Lease(&self.claim),
             exclusion,
         }
     }
@@ -158,7 +165,7 @@ impl Lease {
             }
             log::debug!(
                 "{}: handing the record back failed ({e}); again in {pause:?}",
-                self.key
+                self.key()
             );
             self.clock.sleep(pause);
             answer = self.own_record(exclusion).release_if_ours(Some(deadline));
@@ -174,7 +181,7 @@ impl Lease {
             h.confirmed_wall + std::time::Duration::from_secs(self.ttl_s)
         };
         LeaseError::RecordLeft {
-            key: self.key.clone(),
+            key: self.key().to_string(),
             cause: Box::new(cause),
             hand_back: Box::new(hand_back),
             blocks_until: format_stamp(blocks_until),
@@ -186,7 +193,7 @@ impl Lease {
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Whose<'a> {
     /// Only the one this lease's claim names.
-    Lease(&'a str),
+    Lease(&'a Claim),
     /// One that no live lease or acquire call of the process claims.
     Abandoned,
     /// Any: the process is about to exit, and nothing of it will write.
@@ -213,7 +220,7 @@ impl ReleaseTarget<'_> {
     /// that no live lease or acquire call of it claims.
     fn is_target(&self, rec: &LeaseRecord) -> bool {
         match self.whose {
-            Whose::Lease(claim) => rec.is_claimed_by(self.instance_id, self.nonce, claim),
+            Whose::Lease(claim) => rec.is_claimed_by(self.instance_id, self.nonce, &claim.id()),
             Whose::AtExit => rec.is_written_by(self.instance_id, self.nonce),
             Whose::Abandoned => {
                 rec.is_written_by(self.instance_id, self.nonce)
@@ -312,7 +319,7 @@ impl Drop for Lease {
         };
         if !pending {
             // Lost or released: only the probe's objects may be left.
-            if !self.probe_objects().is_empty() && !std::thread::panicking() {
+            if self.probe_objects().is_some() && !std::thread::panicking() {
                 self.remove_probe_objects(self.clock.now().checked_add(DROP_RELEASE_TIMEOUT));
             }
             return;
@@ -321,18 +328,18 @@ impl Drop for Lease {
             log::warn!(
                 "{}: a held lease was dropped while its thread panicked: not released, its \
                  record expires after its TTL ({} s)",
-                self.key,
+                self.key(),
                 self.ttl_s
             );
             return;
         }
         let deadline = self.clock.now().checked_add(DROP_RELEASE_TIMEOUT);
         match self.release_before(deadline) {
-            Ok(released) => log::debug!("{}: released on drop: {released:?}", self.key),
+            Ok(released) => log::debug!("{}: released on drop: {released:?}", self.key()),
             Err(e) => log::warn!(
                 "{}: a held lease was dropped and releasing it failed (its record expires \
                  after its TTL, {} s): {e}",
-                self.key,
+                self.key(),
                 self.ttl_s
             ),
         }

@@ -78,7 +78,7 @@ impl Lease {
         // record's confirmation after what another wrote over it.
         let Some(_turn) = RenewalTurn::take(&self.renewing) else {
             return Err(LeaseError::RenewalInProgress {
-                key: self.key.clone(),
+                key: self.key().to_string(),
             });
         };
         let (exclusion, version) = {
@@ -117,13 +117,20 @@ impl Lease {
     ) -> Result<(), LeaseError> {
         // On a store with a write interval, the stamp and the fence are
         // taken after the wait for the key's turn, right before the write.
-        self.store.await_write_turn(&self.key, deadline);
+        self.store.await_write_turn(self.key(), deadline);
         let (confirmed, confirmed_wall) = (self.clock.now(), self.clock.wall());
         let body = self.record(format_stamp(confirmed_wall)).to_bytes();
         let written = match exclusion {
             Exclusion::Conditional => {
                 let mode = PutMode::Update(version.clone());
-                match put_retrying(&*self.store, &*self.clock, &self.key, &body, mode, deadline) {
+                match put_retrying(
+                    &*self.store,
+                    &*self.clock,
+                    self.key(),
+                    &body,
+                    mode,
+                    deadline,
+                ) {
                     Ok(version) => Ok(version),
                     Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
                         self.reconcile(&body, version, deadline)
@@ -134,7 +141,7 @@ impl Lease {
             }
             Exclusion::BestEffort => self.renew_best_effort(&body, deadline),
         }?;
-        versioned::note_put(&*self.store, &self.key, self.ttl_s, &written);
+        versioned::note_put(&*self.store, self.key(), self.ttl_s, &written);
         let mut h = self.lock();
         if h.state != State::Held {
             return Err(self.state_error(&h.state));
@@ -152,8 +159,8 @@ impl Lease {
     /// Our record as of now, renewed at `renewed_at`.
     pub(super) fn record(&self, renewed_at: String) -> LeaseRecord {
         LeaseRecord {
-            instance_id: self.instance_id.clone(),
-            acquired_at: self.acquired_at.clone(),
+            instance_id: self.instance_id().to_string(),
+            acquired_at: self.acquired_at().to_string(),
             renewed_at,
             ttl_s: self.ttl_s,
             epoch: self.epoch,
@@ -161,7 +168,7 @@ impl Lease {
             instance_nonce: Some(self.nonce.to_string()),
             holder_name: self.holder_name.as_deref().map(str::to_string),
             claim: Some(self.claim.id().to_string()),
-            payload: self.payload.clone(),
+            payload: self.payload.as_deref().map(str::to_string),
         }
     }
 
@@ -172,7 +179,7 @@ impl Lease {
         version: Version,
         method: &'static str,
     ) -> Result<Version, LeaseError> {
-        require_etag(&*self.store, &version, method, &self.key).map_err(|e| {
+        require_etag(&*self.store, &version, method, self.key()).map_err(|e| {
             let mut h = self.lock();
             if h.state == State::Held {
                 h.state = State::Fenced;
@@ -195,7 +202,7 @@ impl Lease {
         deadline: Option<Instant>,
     ) -> Result<Version, LeaseError> {
         for _ in 0..RECONCILE_SWAPS {
-            match read_record(&*self.store, &self.key, deadline)? {
+            match read_record(&*self.store, self.key(), deadline)? {
                 Some((Some(rec), version)) if self.is_ours(&rec) => {
                     if version == refused_on {
                         return Err(self.own_write_refused(OwnWrite::Renewal));
@@ -209,7 +216,7 @@ impl Lease {
                         }
                     }
                     let mode = PutMode::Update(self.known_version(version.clone(), "GET")?);
-                    match put_retrying(&*self.store, &*self.clock, &self.key, body, mode, deadline)
+                    match put_retrying(&*self.store, &*self.clock, self.key(), body, mode, deadline)
                     {
                         Ok(version) => return Ok(version),
                         Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
@@ -230,10 +237,10 @@ impl Lease {
     fn own_write_refused(&self, write: OwnWrite) -> LeaseError {
         log::debug!(
             "{}: a {write:?} on our record's own ETag was refused",
-            self.key
+            self.key()
         );
         LeaseError::OwnWriteRefused {
-            key: self.key.clone(),
+            key: self.key().to_string(),
             write,
         }
     }
@@ -242,7 +249,7 @@ impl Lease {
     /// process's nonce and our acquire's claim, not released. See
     /// [`crate::record`].
     pub(super) fn is_ours(&self, rec: &LeaseRecord) -> bool {
-        rec.is_claimed_by(&self.instance_id, &self.nonce, self.claim.id()) && !rec.is_released()
+        rec.is_claimed_by(self.instance_id(), &self.nonce, &self.claim.id()) && !rec.is_released()
     }
 
     /// Who holds the lease whose record was read as `read`, other than us:
@@ -262,7 +269,7 @@ impl Lease {
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Result<Version, LeaseError> {
-        match read_record(&*self.store, &self.key, deadline)? {
+        match read_record(&*self.store, self.key(), deadline)? {
             Some((Some(rec), _)) if self.is_ours(&rec) => {
                 // Released (or lost) meanwhile: an unconditional write
                 // would make the freed record live again.
@@ -273,7 +280,7 @@ impl Lease {
                     }
                 }
                 let options = PutOptions::new(PutMode::Overwrite).with_deadline(deadline);
-                Ok(self.store.put(&self.key, body, &options)?)
+                Ok(self.store.put(self.key(), body, &options)?)
             }
             other => Err(self.lose(self.other_holder(other))),
         }
@@ -295,7 +302,7 @@ impl Lease {
 
     /// Why a lease in `state` cannot be renewed.
     fn state_error(&self, state: &State) -> LeaseError {
-        let key = self.key.clone();
+        let key = self.key().to_string();
         match state {
             State::Fenced => LeaseError::Fenced { key },
             State::Lost(to) => LeaseError::Lost {
