@@ -1482,6 +1482,19 @@ pub(crate) mod tests {
         assert!(bad.contains("BUCKET_LEASE_WRITE_INTERVAL"), "{bad}");
     }
 
+    /// Each text of the recorded table (`config/recorded_durations.rs`)
+    /// gets the answer `BUCKET_LEASE_WRITE_INTERVAL` gave it.
+    #[cfg(http)]
+    #[test]
+    fn the_write_interval_gives_the_recorded_answers() {
+        let recorded: &[(&str, Option<u128>, Option<u128>)] =
+            include!("config/recorded_durations.rs");
+        for (text, _, interval) in recorded {
+            let got = parse_interval(text).map(|d| d.as_nanos());
+            assert_eq!(got, *interval, "{text:?}");
+        }
+    }
+
     #[cfg(feature = "minio")]
     #[test]
     fn minio_needs_an_endpoint() {

@@ -710,6 +710,20 @@ mod tests {
         );
     }
 
+    /// Each text of the recorded table gets the answer the command line
+    /// gave it.
+    #[test]
+    fn durations_get_the_recorded_answers() {
+        let recorded: &[(&str, Option<u128>, Option<u128>)] =
+            include!("../../../backends/src/config/recorded_durations.rs");
+        for (text, command_line, _) in recorded {
+            let got = parse_duration("t", "--wait", text)
+                .ok()
+                .map(|d| d.as_nanos());
+            assert_eq!(got, *command_line, "{text:?}");
+        }
+    }
+
     #[test]
     fn a_ttl_is_whole_seconds_from_1_to_3600() {
         let t = |v: &str| parse_ttl("t", "--ttl", v);
