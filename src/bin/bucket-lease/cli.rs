@@ -7,7 +7,9 @@
 //! depends on a command module or on `main.rs`: `bucket-lease-bench`
 //! compiles in the same file.
 
-use bucket_lease::backends::config::{self, ConfigError};
+use bucket_lease::backends::config::{
+    self, parse_duration_text, ConfigError, DurationError, DURATION_FORMS, MAX_DURATION,
+};
 use bucket_lease::lease::DEFAULT_CALL_TIMEOUT;
 use bucket_lease::store::{StoreError, StoreErrorKind};
 use bucket_lease::{LeaseError, Store};
@@ -223,60 +225,9 @@ pub fn signal_exit_code(sig: i32) -> u8 {
         .unwrap_or(u8::MAX)
 }
 
-/// The longest duration [`parse_duration`] accepts, in seconds: 10^9 s,
-/// about 31 years, far from any overflow when added to an instant.
-pub const MAX_SECONDS: u64 = 1_000_000_000;
-
-/// How durations are written, for help texts and messages.
-pub const DURATION_FORMS: &str = "seconds (1.5), or with a unit: 250ms, 90s, 1m, 0.5h, 1d";
-
-const NANOS_PER_SECOND: u128 = 1_000_000_000;
-
-/// A duration as written for an option, in nanoseconds: a number of
-/// seconds, fractions allowed, optionally followed by `s`, `m`, `h` or `d`
-/// (as `timeout(1)` takes them); `None` when it is not one (a sign, an
-/// exponent, `inf`, no digit). Read exactly, in decimal (`0.1h` is 360 s,
-/// not a float's neighbour of it); digits past the 18th after the point
-/// are dropped, and a value too large to hold is `u128::MAX`.
-fn duration_nanos(value: &str) -> Option<u128> {
-    if let Some(number) = value.strip_suffix("ms") {
-        // A plain number of milliseconds (not `1mms`).
-        if !number.ends_with(|c: char| c.is_ascii_digit() || c == '.') {
-            return None;
-        }
-        return duration_nanos(number).map(|n| n / 1000);
-    }
-    let (number, unit) = match value.as_bytes().last()? {
-        b's' => (&value[..value.len() - 1], 1),
-        b'm' => (&value[..value.len() - 1], 60),
-        b'h' => (&value[..value.len() - 1], 3600),
-        b'd' => (&value[..value.len() - 1], 86_400),
-        _ => (value, 1),
-    };
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    let digits = |text: &str| text.bytes().all(|b| b.is_ascii_digit());
-    if whole.len() + fraction.len() == 0 || !digits(whole) || !digits(fraction) {
-        return None;
-    }
-    let decimal = |text: &str| {
-        text.bytes().fold(0u128, |n, b| {
-            n.saturating_mul(10).saturating_add(u128::from(b - b'0'))
-        })
-    };
-    let fraction = &fraction[..fraction.len().min(18)];
-    let scale = 10u128.pow(u32::try_from(fraction.len()).unwrap_or(18));
-    let unit_nanos = unit * NANOS_PER_SECOND;
-    // Below 10^18 times 86,400 × 10^9: no overflow.
-    let part = decimal(fraction) * unit_nanos / scale;
-    Some(
-        decimal(whole)
-            .saturating_mul(unit_nanos)
-            .saturating_add(part),
-    )
-}
-
 /// Parse a duration for `option` (see [`DURATION_FORMS`]), from 0 up to
-/// [`MAX_SECONDS`].
+/// [`MAX_DURATION`]: [`parse_duration_text`], the environment's reading
+/// too.
 ///
 /// # Errors
 ///
@@ -286,22 +237,16 @@ pub fn parse_duration(
     option: &str,
     value: &str,
 ) -> Result<Duration, Failure> {
-    duration_nanos(value)
-        .filter(|n| *n <= u128::from(MAX_SECONDS) * NANOS_PER_SECOND)
-        .map(|n| {
-            // At most 10^9 s: both parts fit.
-            let seconds = u64::try_from(n / NANOS_PER_SECOND).unwrap_or(MAX_SECONDS);
-            Duration::new(seconds, u32::try_from(n % NANOS_PER_SECOND).unwrap_or(0))
-        })
-        .ok_or_else(|| {
-            Failure::usage(
-                command,
-                format!(
-                    "{option}: expected a duration from 0 up to {MAX_SECONDS} seconds, as \
-                     {DURATION_FORMS}; got {value:?}"
-                ),
-            )
-        })
+    parse_duration_text(value).map_err(|_| {
+        Failure::usage(
+            command,
+            format!(
+                "{option}: expected a duration from 0 up to {} seconds, as {DURATION_FORMS}; got \
+                 {value:?}",
+                MAX_DURATION.as_secs()
+            ),
+        )
+    })
 }
 
 /// Parse a lease TTL for `option`: a duration (see [`DURATION_FORMS`])
@@ -313,14 +258,14 @@ pub fn parse_duration(
 /// A usage failure naming the option, the value, the range and why.
 pub fn parse_ttl(command: &'static str, option: &str, value: &str) -> Result<u64, Failure> {
     use bucket_lease::record::MAX_SANE_TTL_S;
-    let longest = u128::from(MAX_SANE_TTL_S) * NANOS_PER_SECOND;
-    let why = match duration_nanos(value) {
-        Some(n) if n % NANOS_PER_SECOND == 0 && (NANOS_PER_SECOND..=longest).contains(&n) => {
-            // Whole and at most 3600 s: it fits.
-            return Ok(u64::try_from(n / NANOS_PER_SECOND).unwrap_or(MAX_SANE_TTL_S));
+    let longest = Duration::from_secs(MAX_SANE_TTL_S);
+    let why = match parse_duration_text(value) {
+        Ok(ttl) if ttl.subsec_nanos() == 0 && (1..=MAX_SANE_TTL_S).contains(&ttl.as_secs()) => {
+            return Ok(ttl.as_secs());
         }
-        Some(n) if n > longest => LONG_TTL,
-        Some(n) if n % NANOS_PER_SECOND != 0 => " (a TTL is a whole number of seconds)",
+        Ok(ttl) if ttl > longest => LONG_TTL,
+        Err(DurationError::TooLong) => LONG_TTL,
+        Ok(ttl) if ttl.subsec_nanos() != 0 => " (a TTL is a whole number of seconds)",
         _ => "",
     };
     Err(Failure::usage(
@@ -688,8 +633,13 @@ mod tests {
         assert_eq!(d("1d").unwrap(), 86_400.0);
         assert_eq!(d(".5").unwrap(), 0.5);
         assert_eq!(d("0").unwrap(), 0.0);
+        // The environment's forms (BUCKET_LEASE_WRITE_INTERVAL's).
+        assert_eq!(d("+1").unwrap(), 1.0);
+        assert_eq!(d("1 s").unwrap(), 1.0);
+        assert_eq!(d("1 ms").unwrap(), 0.001);
+        assert_eq!(d("off").unwrap(), 0.0);
         for bad in [
-            "", "s", "-1", "+1", "1e3", "inf", "NaN", "1.2.3", "1 s", "1 ms", "2y", "1e10",
+            "", "s", "-1", "1e3", "inf", "NaN", "1.2.3", "1.5 s", "2y", "1e10",
         ] {
             let e = d(bad).expect_err(bad);
             assert!(e.message.contains("90s, 1m, 0.5h"), "{bad}: {}", e.message);
@@ -710,17 +660,20 @@ mod tests {
         );
     }
 
-    /// Each text of the recorded table gets the answer the command line
-    /// gave it.
+    /// The command line reads each text of the recorded table it read as
+    /// it read it, and the environment's forms too: the one parser's
+    /// answers (`config`'s tests hold them to the table).
     #[test]
-    fn durations_get_the_recorded_answers() {
+    fn durations_read_what_they_read_and_the_environments_forms() {
         let recorded: &[(&str, Option<u128>, Option<u128>)] =
-            include!("../../../backends/src/config/recorded_durations.rs");
-        for (text, command_line, _) in recorded {
-            let got = parse_duration("t", "--wait", text)
-                .ok()
-                .map(|d| d.as_nanos());
-            assert_eq!(got, *command_line, "{text:?}");
+            include!("../../../backends/src/config/recorded_durations.txt");
+        for (text, command_line, interval) in recorded {
+            let got = parse_duration("t", "--wait", text).ok();
+            assert_eq!(got, parse_duration_text(text).ok(), "{text:?}");
+            let got = got.map(|d| d.as_nanos());
+            if command_line.is_some() || interval.is_some() {
+                assert_eq!(got, command_line.or(*interval), "{text:?}");
+            }
         }
     }
 
