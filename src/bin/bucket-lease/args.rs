@@ -14,7 +14,7 @@
 //! an unknown option, a missing value, a value given to a flag
 //! (`--version=1`), a value that is not UTF-8.
 
-use crate::cli::{Failure, StoreFlags};
+use crate::cli::{ExitRow, Failure, StoreFlags};
 use std::ffi::OsString;
 
 /// One option of a table.
@@ -523,17 +523,42 @@ pub fn options_text(spec: &Spec) -> String {
     out
 }
 
+/// Where an exit code's meaning starts.
+const EXIT_MEANING_COLUMN: usize = 11;
+
+/// The exit code table as help prints it, after `Exit codes:`: each
+/// row's codes, then its meaning wrapped within [`WIDTH`] (codes too wide
+/// for their column on a line of their own, as an option's flag).
+pub fn exit_codes_text(rows: &[ExitRow]) -> String {
+    let mut out = String::from("Exit codes:");
+    for row in rows {
+        let codes = format!("  {}", row.label("/"));
+        let meaning = wrap(row.meaning, WIDTH - EXIT_MEANING_COLUMN);
+        let mut meaning = meaning.iter();
+        if codes.len() + 2 <= EXIT_MEANING_COLUMN {
+            let first = meaning.next().map_or("", String::as_str);
+            out.push_str(&format!("\n{codes:<EXIT_MEANING_COLUMN$}{first}"));
+        } else {
+            out.push_str(&format!("\n{codes}"));
+        }
+        for line in meaning {
+            out.push_str(&format!("\n{:EXIT_MEANING_COLUMN$}{line}", ""));
+        }
+    }
+    out
+}
+
 /// Print the help of `spec`, the URL and exit code tables after it; exit 0.
 pub fn print_help(spec: &Spec) -> u8 {
     println!(
         "{}",
-        help_text(spec, crate::cli::URL_HELP, crate::cli::EXIT_CODES_HELP)
+        help_text(spec, crate::cli::URL_HELP, crate::cli::EXIT_CODES)
     );
     crate::cli::exit::OK
 }
 
 /// The whole `--help` of `spec`, the URL and exit code tables after it.
-pub fn help_text(spec: &Spec, url_help: &str, exit_help: &str) -> String {
+pub fn help_text(spec: &Spec, url_help: &str, exit_codes: &[ExitRow]) -> String {
     let title = if spec.name.is_empty() {
         format!("bucket-lease: {}", spec.summary)
     } else {
@@ -547,7 +572,7 @@ pub fn help_text(spec: &Spec, url_help: &str, exit_help: &str) -> String {
     if !spec.footer.is_empty() {
         out.push_str(&format!("\n{}\n", spec.footer.trim_end()));
     }
-    out.push_str(&format!("\n{url_help}\n\n{exit_help}"));
+    out.push_str(&format!("\n{url_help}\n\n{}", exit_codes_text(exit_codes)));
     out
 }
 

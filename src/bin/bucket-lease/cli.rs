@@ -1,5 +1,6 @@
-//! What every command module shares: the exit codes and the help's tables
-//! of them and of the URLs ([`EXIT_CODES_HELP`], [`URL_HELP`]),
+//! What every command module shares: the exit codes ([`exit`], and what
+//! each means, [`EXIT_CODES`]), the help's table of the URLs
+//! ([`URL_HELP`]),
 //! [`Failure`] and how it is printed at the end ([`finish`]), the meaning
 //! of a failed request as an exit code, the parsers of option values
 //! (durations, the TTL, exit codes) and the opening of a store with the
@@ -18,53 +19,114 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The exit codes of every command; see the [crate docs](crate).
+/// The exit codes of every command, by name; what each means is its row
+/// of [`EXIT_CODES`].
 pub mod exit {
     /// Success.
     pub const OK: u8 = 0;
-    /// `break` refused: nothing to break, or another holder.
+    /// `break` refused.
     pub const REFUSED: u8 = 1;
     /// A bad or missing argument (sysexits `EX_USAGE`).
     pub const USAGE: u8 = 64;
-    /// A store request failed, or the store ignores conditions
-    /// (`EX_UNAVAILABLE`).
+    /// A store request failed (`EX_UNAVAILABLE`).
     pub const STORE: u8 = 69;
-    /// The lease is held by another instance (`EX_TEMPFAIL`, as `flock -n`
-    /// can be told to exit); `run -E N` exits N instead.
+    /// Held by another instance (`EX_TEMPFAIL`, as `flock -n` can be told
+    /// to exit).
     pub const HELD: u8 = 75;
-    /// The lease was lost or fenced while the command ran, or before it
-    /// could start (`EX_PROTOCOL`).
+    /// Lost or fenced (`EX_PROTOCOL`).
     pub const LOST: u8 = 76;
-    /// The service refused the credentials or the permissions
-    /// (`EX_NOPERM`).
+    /// Credentials or permissions refused (`EX_NOPERM`).
     pub const NO_PERMISSION: u8 = 77;
     /// The configuration cannot be used (`EX_CONFIG`).
     pub const CONFIG: u8 = 78;
-    /// The command was found but could not be executed (as shells do).
+    /// The command could not be executed (as shells say it).
     pub const CANNOT_EXECUTE: u8 = 126;
-    /// The command was not found (as shells do).
+    /// The command was not found (as shells say it).
     pub const NOT_FOUND: u8 = 127;
 }
 
-/// The exit codes, after every help ([`crate::args::help_text`]).
-pub const EXIT_CODES_HELP: &str = "\
-Exit codes:
-  0        success; `inspect`: the lease was read (free or held)
-  N        `run`: the command's own exit status; 128+N when signal N killed it
-  1        `break` refused: the lease is free, names another holder, or is no lease record
-  64       usage: a bad or missing argument
-  69       a store request failed, or the store ignores conditional writes
-  75       `run`: held by another instance (after --wait; -E N makes it N); `break`: it
-           changed meanwhile
-  76       `run`: the lease was lost or fenced while the command ran (it was stopped),
-           or before it could start (it was not started)
-  77       the service refused the credentials or the permissions
-  78       configuration: the URL or the environment cannot make a store, the bucket
-           does not exist, the server's certificate is not trusted, or the proxy refuses
-  126/127  `run`: the command could not be executed / was not found; `bench`: likewise
-           bucket-lease-bench, beside this program
-  130/143/129  `run`: interrupted by SIGINT / SIGTERM / SIGHUP (unless the command exited
-           by itself)";
+/// One row of [`EXIT_CODES`]: the codes it covers and what they mean.
+#[derive(Debug)]
+pub struct ExitRow {
+    /// The codes, in the order shown; none for `N`, the command's own.
+    pub codes: &'static [u8],
+    /// What they mean, as one line (the help wraps it).
+    pub meaning: &'static str,
+}
+
+impl ExitRow {
+    /// The codes as shown, with `separator` between them: `75`,
+    /// `126 / 127`, or `N` for the command's own.
+    pub fn label(&self, separator: &str) -> String {
+        if self.codes.is_empty() {
+            return "N".to_string();
+        }
+        let codes: Vec<String> = self.codes.iter().map(u8::to_string).collect();
+        codes.join(separator)
+    }
+}
+
+/// What every exit code means: the one table, from which the help
+/// ([`crate::args::exit_codes_text`]) and the man page print theirs, and
+/// to which a test holds README's. The commands exit with the codes
+/// [`exit`] names, each in a row here; 128 + N is
+/// [`signal_exit_code`]'s.
+pub const EXIT_CODES: &[ExitRow] = &[
+    ExitRow {
+        codes: &[exit::OK],
+        meaning: "success; `inspect`: the lease was read (free or held)",
+    },
+    ExitRow {
+        codes: &[],
+        meaning: "`run`: the command's own exit status; 128+N when signal N killed it",
+    },
+    ExitRow {
+        codes: &[exit::REFUSED],
+        meaning: "`break` refused: the lease is free, names another holder, or is not a lease \
+                  record",
+    },
+    ExitRow {
+        codes: &[exit::USAGE],
+        meaning: "usage: a bad or missing argument (the message names it)",
+    },
+    ExitRow {
+        codes: &[exit::STORE],
+        meaning: "a store request failed, or the store ignores conditional writes",
+    },
+    ExitRow {
+        codes: &[exit::HELD],
+        meaning: "`run`: held by another instance (after `--wait`, if given; `-E N` makes it \
+                  N); `break`: the lease was released or taken over meanwhile (a renewal by \
+                  the holder named is broken again)",
+    },
+    ExitRow {
+        codes: &[exit::LOST],
+        meaning: "`run`: the lease was lost or fenced while the command ran (the command was \
+                  stopped), or fenced before it could start (not started)",
+    },
+    ExitRow {
+        codes: &[exit::NO_PERMISSION],
+        meaning: "the service refused the credentials or permissions (`AccessDenied`, \
+                  `InvalidAccessKeyId`, `SignatureDoesNotMatch`): check `AWS_*` and the bucket \
+                  policy",
+    },
+    ExitRow {
+        codes: &[exit::CONFIG],
+        meaning: "configuration: the URL or the environment cannot make a store, the bucket \
+                  does not exist, the server's certificate is not trusted, or the proxy refuses",
+    },
+    ExitRow {
+        codes: &[exit::CANNOT_EXECUTE, exit::NOT_FOUND],
+        meaning: "`run`: the command could not be executed / was not found; `bench`: likewise \
+                  `bucket-lease-bench`, beside `bucket-lease`",
+    },
+    ExitRow {
+        // signal_exit_code of SIGINT, SIGTERM, SIGHUP (a test checks).
+        codes: &[130, 143, 129],
+        meaning: "`run`: interrupted by SIGINT / SIGTERM / SIGHUP (unless the command exited \
+                  by itself)",
+    },
+];
 
 /// The URLs and the environment, after every help ([`crate::args::help_text`]).
 pub const URL_HELP: &str = "\
@@ -609,6 +671,74 @@ mod tests {
         let other = StoreError::new(StoreErrorKind::Rejected, "GET", "k");
         assert_eq!(store_error_code(&other), exit::STORE);
         assert_eq!(store_error_summary(&other), "");
+    }
+
+    /// README's exit code table is [`EXIT_CODES`], word for word: the
+    /// block from its header to the first blank line.
+    #[test]
+    fn the_readmes_exit_code_table_is_the_one_table() {
+        let readme = include_str!("../../../README.md");
+        let header = "| exit code | meaning |\n";
+        let at = readme.find(header).expect("README has an exit code table");
+        let table = readme[at..].split("\n\n").next().unwrap().trim_end();
+        let mut expected = format!("{header}|---|---|");
+        for row in EXIT_CODES {
+            expected.push_str(&format!("\n| {} | {} |", row.label(" / "), row.meaning));
+        }
+        assert!(
+            table == expected,
+            "README.md's exit code table is not cli::EXIT_CODES; write it as:\n\n{expected}\n"
+        );
+        assert_eq!(readme.matches(header).count(), 1, "one table in README");
+    }
+
+    /// Every code the commands exit with by name is in one row; the
+    /// signal row's are [`signal_exit_code`]'s; no code is in two rows.
+    #[test]
+    fn every_exit_code_is_in_one_row() {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let named = [
+            exit::OK,
+            exit::REFUSED,
+            exit::USAGE,
+            exit::STORE,
+            exit::HELD,
+            exit::LOST,
+            exit::NO_PERMISSION,
+            exit::CONFIG,
+            exit::CANNOT_EXECUTE,
+            exit::NOT_FOUND,
+        ];
+        let signals = [SIGINT, SIGTERM, SIGHUP].map(signal_exit_code);
+        let mut shown: Vec<u8> = EXIT_CODES.iter().flat_map(|r| r.codes).copied().collect();
+        for code in named.iter().chain(&signals) {
+            assert_eq!(shown.iter().filter(|c| *c == code).count(), 1, "{code}");
+        }
+        assert!(EXIT_CODES.iter().any(|r| r.codes == signals), "{signals:?}");
+        let count = shown.len();
+        shown.sort_unstable();
+        shown.dedup();
+        assert_eq!(shown.len(), count, "a code in two rows");
+        assert_eq!(EXIT_CODES.iter().filter(|r| r.codes.is_empty()).count(), 1);
+    }
+
+    /// The help's exit code table keeps within 80 columns, every meaning
+    /// in it whole.
+    #[test]
+    fn the_helps_exit_codes_fit_80_columns() {
+        let text = crate::args::exit_codes_text(EXIT_CODES);
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{} columns: {line}", line.len());
+        }
+        let words: Vec<&str> = text.split_whitespace().collect();
+        for row in EXIT_CODES {
+            let meaning: Vec<&str> = row.meaning.split_whitespace().collect();
+            assert!(
+                words.windows(meaning.len()).any(|w| w == meaning),
+                "{}",
+                row.meaning
+            );
+        }
     }
 
     #[test]
