@@ -502,25 +502,31 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
-/// The options of `spec` as help lines.
-pub fn options_text(spec: &Spec) -> String {
+/// `label`, then `text` wrapped within [`WIDTH`] from `column` on: beside
+/// the label when it leaves two spaces before the column, else on the
+/// lines below it. Each line ends in a newline.
+fn hanging(label: &str, text: &str, column: usize) -> String {
     let mut out = String::new();
-    for doc in &spec.options {
-        let flag = format!("  {}", flag_text(doc));
-        let help = wrap(doc.help, WIDTH - HELP_COLUMN);
-        let mut help = help.iter();
-        if flag.len() + 2 <= HELP_COLUMN {
-            let first = help.next().map_or("", String::as_str);
-            out.push_str(&format!("{flag:<HELP_COLUMN$}{first}\n"));
-        } else {
-            out.push_str(&flag);
-            out.push('\n');
-        }
-        for line in help {
-            out.push_str(&format!("{:HELP_COLUMN$}{line}\n", ""));
-        }
+    let lines = wrap(text, WIDTH - column);
+    let mut lines = lines.iter();
+    if label.len() + 2 <= column {
+        let first = lines.next().map_or("", String::as_str);
+        out.push_str(&format!("{label:<column$}{first}\n"));
+    } else {
+        out.push_str(&format!("{label}\n"));
+    }
+    for line in lines {
+        out.push_str(&format!("{:column$}{line}\n", ""));
     }
     out
+}
+
+/// The options of `spec` as help lines.
+pub fn options_text(spec: &Spec) -> String {
+    spec.options
+        .iter()
+        .map(|doc| hanging(&format!("  {}", flag_text(doc)), doc.help, HELP_COLUMN))
+        .collect()
 }
 
 /// Where an exit code's meaning starts.
@@ -530,22 +536,12 @@ const EXIT_MEANING_COLUMN: usize = 11;
 /// row's codes, then its meaning wrapped within [`WIDTH`] (codes too wide
 /// for their column on a line of their own, as an option's flag).
 pub fn exit_codes_text(rows: &[ExitRow]) -> String {
-    let mut out = String::from("Exit codes:");
+    let mut out = String::from("Exit codes:\n");
     for row in rows {
         let codes = format!("  {}", row.label("/"));
-        let meaning = wrap(row.meaning, WIDTH - EXIT_MEANING_COLUMN);
-        let mut meaning = meaning.iter();
-        if codes.len() + 2 <= EXIT_MEANING_COLUMN {
-            let first = meaning.next().map_or("", String::as_str);
-            out.push_str(&format!("\n{codes:<EXIT_MEANING_COLUMN$}{first}"));
-        } else {
-            out.push_str(&format!("\n{codes}"));
-        }
-        for line in meaning {
-            out.push_str(&format!("\n{:EXIT_MEANING_COLUMN$}{line}", ""));
-        }
+        out.push_str(&hanging(&codes, row.meaning, EXIT_MEANING_COLUMN));
     }
-    out
+    out.trim_end().to_string()
 }
 
 /// Print the help of `spec`, the URL and exit code tables after it; exit 0.
