@@ -45,11 +45,18 @@
 //! `HTTP_PROXY` / `HTTPS_PROXY` by the endpoint's scheme, and `NO_PROXY`
 //! (see `Proxies`, HTTP features).
 //!
-//! `BUCKET_LEASE_WRITE_INTERVAL` (`1s`, `1500ms`, `0` or `off`) is the
+//! `BUCKET_LEASE_WRITE_INTERVAL` (`1s`, `1500ms`, `0` or `off`: any
+//! duration [`parse_duration_text`] reads, at most an hour) is the
 //! shortest time the service allows between two writes of one key: `r2://`
 //! defaults to one second, R2's documented limit, the others to none. Set
 //! it for any endpoint that limits writes of a key (Google Cloud Storage
 //! behind its S3 API takes one a second too).
+//!
+//! # Durations
+//!
+//! One reading of a duration for the environment and for the command
+//! line (`bucket-lease`'s `--ttl`, `--wait`, `--timeout`, …):
+//! [`parse_duration_text`].
 //!
 //! Reading the environment is injectable ([`open_with_env`]), so tests
 //! need not change the process's variables. Programs that configure in
@@ -60,8 +67,10 @@
 
 use crate::settings::{percent_decode, redact_user_info};
 use bucket_lease_core::store::Store;
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use crate::settings::ConfigError;
 #[cfg(http)]
@@ -369,25 +378,168 @@ fn url_profile_name(url: &StoreUrl) -> &'static str {
     }
 }
 
-/// A write interval as `BUCKET_LEASE_WRITE_INTERVAL` gives it: whole
-/// seconds (`1`, `1s`) or milliseconds (`1500ms`), or `0` / `off` for none
-/// (`Duration::ZERO`); at most an hour.
+/// How durations are written, for help texts and messages: the forms
+/// [`parse_duration_text`] reads that are worth teaching.
+pub const DURATION_FORMS: &str = "seconds (1.5), or with a unit: 250ms, 90s, 1m, 0.5h, 1d";
+
+/// The longest duration [`parse_duration_text`] reads: 10^9 s, about 31
+/// years, far from any overflow when added to an instant.
+pub const MAX_DURATION: Duration = Duration::from_secs(1_000_000_000);
+
+/// The longest `BUCKET_LEASE_WRITE_INTERVAL`: an hour.
 #[cfg(http)]
-fn parse_interval(value: &str) -> Option<std::time::Duration> {
-    use std::time::Duration;
-    let value = value.trim();
-    if value.eq_ignore_ascii_case("off") {
-        return Some(Duration::ZERO);
+const MAX_WRITE_INTERVAL: Duration = Duration::from_secs(3600);
+
+const NANOS_PER_SECOND: u128 = 1_000_000_000;
+
+/// Why a text is not a duration ([`parse_duration_text`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DurationError {
+    /// Not written as a duration (see [`DURATION_FORMS`]): a sign other
+    /// than `+`, an exponent, `inf`, no digit, an unknown unit.
+    NotADuration,
+    /// A duration longer than [`MAX_DURATION`].
+    TooLong,
+}
+
+impl fmt::Display for DurationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DurationError::NotADuration => {
+                write!(f, "is not a duration: write {DURATION_FORMS}")
+            }
+            DurationError::TooLong => write!(
+                f,
+                "is longer than {} seconds, the longest duration: write a shorter one",
+                MAX_DURATION.as_secs()
+            ),
+        }
     }
-    let (digits, unit) = match value.strip_suffix("ms") {
-        Some(digits) => (digits, Duration::from_millis(1)),
-        None => (
-            value.strip_suffix('s').unwrap_or(value),
-            Duration::from_secs(1),
-        ),
+}
+
+impl std::error::Error for DurationError {}
+
+/// Read a duration, from 0 up to [`MAX_DURATION`], as the command line
+/// and the environment (`BUCKET_LEASE_WRITE_INTERVAL`) take one.
+///
+/// The forms ([`DURATION_FORMS`]): a number of seconds, fractions
+/// allowed (`1.5`, `.5`, `1.`), optionally followed by `ms`, `s`, `m`, `h`
+/// or `d` with no space (`250ms`, `90s`, `2.5m`, `0.5h`, `1d`), as
+/// `timeout(1)` takes them. Read exactly, in decimal (`0.1h` is 360 s,
+/// not a float's neighbour of it); digits past the 18th after the point
+/// are dropped.
+///
+/// Also, as `BUCKET_LEASE_WRITE_INTERVAL` has always read them: a whole
+/// number of seconds or milliseconds with spaces around it or before its
+/// unit, or a `+` before it (`" 1 "`, `1 s`, `1500 ms`, `+1`, `+1500ms`;
+/// a whole number is at most 4,294,967,295 in these forms), and `off`
+/// in any case for 0.
+///
+/// ```
+/// # mod bucket_lease { pub mod backends { pub use bucket_lease_backends::*; } }
+/// use bucket_lease::backends::config::{parse_duration_text, DurationError};
+/// use std::time::Duration;
+///
+/// assert_eq!(parse_duration_text("1.5"), Ok(Duration::from_millis(1500)));
+/// assert_eq!(parse_duration_text("0.1h"), Ok(Duration::from_secs(360)));
+/// assert_eq!(parse_duration_text("1500 ms"), Ok(Duration::from_millis(1500)));
+/// assert_eq!(parse_duration_text("off"), Ok(Duration::ZERO));
+/// assert_eq!(parse_duration_text("-1"), Err(DurationError::NotADuration));
+/// ```
+///
+/// # Errors
+///
+/// [`DurationError::NotADuration`] for a text in none of these forms,
+/// [`DurationError::TooLong`] beyond [`MAX_DURATION`].
+pub fn parse_duration_text(text: &str) -> Result<Duration, DurationError> {
+    let nanos = decimal_nanos(text)
+        .or_else(|| whole_nanos(text))
+        .ok_or(DurationError::NotADuration)?;
+    if nanos > MAX_DURATION.as_nanos() {
+        return Err(DurationError::TooLong);
+    }
+    // At most 10^9 s: both parts fit.
+    let seconds = u64::try_from(nanos / NANOS_PER_SECOND).map_err(|_| DurationError::TooLong)?;
+    let nanos = u32::try_from(nanos % NANOS_PER_SECOND).map_err(|_| DurationError::TooLong)?;
+    Ok(Duration::new(seconds, nanos))
+}
+
+/// A duration in the command line's forms, in nanoseconds: a number of
+/// seconds, fractions allowed, optionally followed by `ms`, `s`, `m`, `h`
+/// or `d`; `None` when it is not one (a sign, an exponent, `inf`, no
+/// digit, a space). A value too large to hold is `u128::MAX`.
+fn decimal_nanos(text: &str) -> Option<u128> {
+    if let Some(number) = text.strip_suffix("ms") {
+        // A plain number of milliseconds (not `1mms`).
+        if !number.ends_with(|c: char| c.is_ascii_digit() || c == '.') {
+            return None;
+        }
+        return decimal_nanos(number).map(|n| n / 1000);
+    }
+    let (number, unit) = match text.as_bytes().last()? {
+        b's' => (&text[..text.len() - 1], 1),
+        b'm' => (&text[..text.len() - 1], 60),
+        b'h' => (&text[..text.len() - 1], 3600),
+        b'd' => (&text[..text.len() - 1], 86_400),
+        _ => (text, 1),
     };
-    let count: u32 = digits.trim().parse().ok()?;
-    Some(unit * count).filter(|d| *d <= Duration::from_secs(3600))
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |text: &str| text.bytes().all(|b| b.is_ascii_digit());
+    if whole.len() + fraction.len() == 0 || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let decimal = |text: &str| {
+        text.bytes().fold(0u128, |n, b| {
+            n.saturating_mul(10).saturating_add(u128::from(b - b'0'))
+        })
+    };
+    let fraction = &fraction[..fraction.len().min(18)];
+    let scale = 10u128.pow(u32::try_from(fraction.len()).unwrap_or(18));
+    let unit_nanos = unit * NANOS_PER_SECOND;
+    // Below 10^18 times 86,400 × 10^9: no overflow.
+    let part = decimal(fraction) * unit_nanos / scale;
+    Some(
+        decimal(whole)
+            .saturating_mul(unit_nanos)
+            .saturating_add(part),
+    )
+}
+
+/// A duration in the forms only `BUCKET_LEASE_WRITE_INTERVAL` read, in
+/// nanoseconds: `off`, or a whole number of seconds or milliseconds as
+/// `u32`'s parser reads it (a `+` allowed), spaces around it and before
+/// its unit allowed.
+fn whole_nanos(text: &str) -> Option<u128> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("off") {
+        return Some(0);
+    }
+    let (number, unit_nanos) = match text.strip_suffix("ms") {
+        Some(number) => (number, NANOS_PER_SECOND / 1000),
+        None => (text.strip_suffix('s').unwrap_or(text), NANOS_PER_SECOND),
+    };
+    let count: u32 = number.trim().parse().ok()?;
+    Some(u128::from(count) * unit_nanos)
+}
+
+/// `BUCKET_LEASE_WRITE_INTERVAL`'s `value` for the store `what`: a
+/// duration ([`parse_duration_text`]) of at most an hour; 0 (or `off`)
+/// for none.
+#[cfg(http)]
+fn write_interval(what: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    let why = match parse_duration_text(value) {
+        Ok(interval) if interval <= MAX_WRITE_INTERVAL => return Ok(interval),
+        Ok(_) | Err(DurationError::TooLong) => "is longer than an hour, the longest write interval",
+        Err(_) => "is not a duration",
+    };
+    Err(ConfigError::Invalid {
+        what,
+        value: value.to_string(),
+        why: format!("{why} (BUCKET_LEASE_WRITE_INTERVAL)"),
+        fix: "set it to a duration of at most an hour, as seconds (1.5) or with a unit (1s, \
+              1500ms, 0.5m), or to 0 (or off) for none",
+    })
 }
 
 fn not_built(url: &StoreUrl) -> ConfigError {
@@ -566,13 +718,7 @@ pub fn http_builder(
         }
     }
     if let Some(value) = var("BUCKET_LEASE_WRITE_INTERVAL") {
-        let interval = parse_interval(&value).ok_or_else(|| ConfigError::Invalid {
-            what: url_profile_name(url),
-            value: value.clone(),
-            why: "is not a write interval (BUCKET_LEASE_WRITE_INTERVAL)".into(),
-            fix: "set it to a duration such as 1s or 1500ms, or 0 (or off) for none",
-        })?;
-        builder = builder.write_interval(interval);
+        builder = builder.write_interval(write_interval(url_profile_name(url), &value)?);
     }
     // The roots trusted beside the built-in ones, as the AWS CLI reads
     // them (the variable wins over the profile), and the system's store
@@ -1480,6 +1626,95 @@ pub(crate) mod tests {
         assert_eq!(shown(debug("s3://b/p", Some("2s")).unwrap()), "Some(2s)");
         let bad = debug("s3://b/p", Some("soon")).unwrap_err();
         assert!(bad.contains("BUCKET_LEASE_WRITE_INTERVAL"), "{bad}");
+    }
+
+    /// What the two parsers answered before they became one, by text:
+    /// the command line's, then `BUCKET_LEASE_WRITE_INTERVAL`'s.
+    const RECORDED: &[(&str, Option<u128>, Option<u128>)] =
+        include!("config/recorded_durations.txt");
+
+    /// Texts in the forms only the write interval read that it refused
+    /// for its range alone (over an hour), as the one parser reads them:
+    /// the range is each reader's (the write interval still refuses them).
+    const OVER_AN_HOUR: &[(&str, u128)] = &[
+        ("+3601", 3_601_000_000_000),
+        (" 7200 ", 7_200_000_000_000),
+        ("+4294967295ms", 4_294_967_295_000_000),
+    ];
+
+    /// The one parser reads every text either parser read, as it read it
+    /// (they agree where both did), and refuses what both refused but
+    /// for the write interval's range; a refusal says what to write.
+    #[test]
+    fn one_parser_reads_what_either_read_as_it_read_it() {
+        for (text, command_line, interval) in RECORDED {
+            let over_an_hour = OVER_AN_HOUR
+                .iter()
+                .find(|(t, _)| t == text)
+                .map(|(_, n)| *n);
+            if let (Some(a), Some(b)) = (command_line, interval) {
+                assert_eq!(a, b, "{text:?}: the two parsers agree where both read it");
+            }
+            let expected = command_line.or(*interval).or(over_an_hour);
+            let got = parse_duration_text(text);
+            assert_eq!(got.map(|d| d.as_nanos()).ok(), expected, "{text:?}");
+            if let Err(e) = got {
+                let message = e.to_string();
+                assert!(
+                    message.contains("90s, 1m, 0.5h") || message.contains("write a shorter"),
+                    "{text:?}: {message}"
+                );
+            }
+        }
+        for (text, _) in OVER_AN_HOUR {
+            assert!(RECORDED
+                .iter()
+                .any(|(t, a, b)| t == text && a.is_none() && b.is_none()));
+        }
+        assert_eq!(
+            parse_duration_text("1000000001"),
+            Err(DurationError::TooLong)
+        );
+        assert_eq!(
+            parse_duration_text("99999999999999999999999999999999999999999999d"),
+            Err(DurationError::TooLong)
+        );
+        assert_eq!(parse_duration_text("-1"), Err(DurationError::NotADuration));
+        assert_eq!(parse_duration_text(""), Err(DurationError::NotADuration));
+    }
+
+    /// `BUCKET_LEASE_WRITE_INTERVAL` reads every text it read, as it read
+    /// it, and now the command line's forms too, up to an hour; a refusal
+    /// names the variable, why and what to set.
+    #[cfg(http)]
+    #[test]
+    fn the_write_interval_reads_what_it_read_and_the_command_lines_forms() {
+        let hour = 3_600 * NANOS_PER_SECOND;
+        for (text, command_line, interval) in RECORDED {
+            let expected = interval.or(command_line.filter(|n| *n <= hour));
+            let got = write_interval("s3", text);
+            assert_eq!(
+                got.as_ref().ok().map(Duration::as_nanos),
+                expected,
+                "{text:?}"
+            );
+            if let Err(e) = got {
+                let message = e.to_string();
+                assert!(message.contains("BUCKET_LEASE_WRITE_INTERVAL"), "{message}");
+                assert!(message.contains("at most an hour"), "{message}");
+                // Read but too long (a valid one longer than 10^9 s too).
+                let over = matches!(
+                    parse_duration_text(text),
+                    Ok(_) | Err(DurationError::TooLong)
+                );
+                let why = if over {
+                    "longer than an hour"
+                } else {
+                    "is not a duration"
+                };
+                assert!(message.contains(why), "{text:?}: {message}");
+            }
+        }
     }
 
     #[cfg(feature = "minio")]

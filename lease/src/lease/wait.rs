@@ -41,7 +41,9 @@ use std::time::{Duration, Instant};
 /// The longest pause between reads of a held record unless told otherwise.
 pub const DEFAULT_MAX_REREAD: Duration = Duration::from_secs(1);
 
-/// The longest an attempt's requests may take unless told otherwise.
+/// The longest an attempt's requests may take unless told otherwise: a
+/// [`Wait`]'s, and a [`HeldSet`](crate::held_set::HeldSet)'s (the one
+/// default of both; `held_set` names it too).
 pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long after a record's expiry a waiter arrives, before jitter (it

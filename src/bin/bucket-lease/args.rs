@@ -14,7 +14,7 @@
 //! an unknown option, a missing value, a value given to a flag
 //! (`--version=1`), a value that is not UTF-8.
 
-use crate::cli::{Failure, StoreFlags};
+use crate::cli::{ExitRow, Failure, StoreFlags};
 use std::ffi::OsString;
 
 /// One option of a table.
@@ -502,38 +502,59 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
-/// The options of `spec` as help lines.
-pub fn options_text(spec: &Spec) -> String {
+/// `label`, then `text` wrapped within [`WIDTH`] from `column` on: beside
+/// the label when it leaves two spaces before the column, else on the
+/// lines below it. Each line ends in a newline.
+fn hanging(label: &str, text: &str, column: usize) -> String {
     let mut out = String::new();
-    for doc in &spec.options {
-        let flag = format!("  {}", flag_text(doc));
-        let help = wrap(doc.help, WIDTH - HELP_COLUMN);
-        let mut help = help.iter();
-        if flag.len() + 2 <= HELP_COLUMN {
-            let first = help.next().map_or("", String::as_str);
-            out.push_str(&format!("{flag:<HELP_COLUMN$}{first}\n"));
-        } else {
-            out.push_str(&flag);
-            out.push('\n');
-        }
-        for line in help {
-            out.push_str(&format!("{:HELP_COLUMN$}{line}\n", ""));
-        }
+    let lines = wrap(text, WIDTH - column);
+    let mut lines = lines.iter();
+    if label.len() + 2 <= column {
+        let first = lines.next().map_or("", String::as_str);
+        out.push_str(&format!("{label:<column$}{first}\n"));
+    } else {
+        out.push_str(&format!("{label}\n"));
+    }
+    for line in lines {
+        out.push_str(&format!("{:column$}{line}\n", ""));
     }
     out
+}
+
+/// The options of `spec` as help lines.
+pub fn options_text(spec: &Spec) -> String {
+    spec.options
+        .iter()
+        .map(|doc| hanging(&format!("  {}", flag_text(doc)), doc.help, HELP_COLUMN))
+        .collect()
+}
+
+/// Where an exit code's meaning starts.
+const EXIT_MEANING_COLUMN: usize = 11;
+
+/// The exit code table as help prints it, after `Exit codes:`: each
+/// row's codes, then its meaning wrapped within [`WIDTH`] (codes too wide
+/// for their column on a line of their own, as an option's flag).
+pub fn exit_codes_text(rows: &[ExitRow]) -> String {
+    let mut out = String::from("Exit codes:\n");
+    for row in rows {
+        let codes = format!("  {}", row.label("/"));
+        out.push_str(&hanging(&codes, row.meaning, EXIT_MEANING_COLUMN));
+    }
+    out.trim_end().to_string()
 }
 
 /// Print the help of `spec`, the URL and exit code tables after it; exit 0.
 pub fn print_help(spec: &Spec) -> u8 {
     println!(
         "{}",
-        help_text(spec, crate::cli::URL_HELP, crate::cli::EXIT_CODES_HELP)
+        help_text(spec, crate::cli::URL_HELP, crate::cli::EXIT_CODES)
     );
     crate::cli::exit::OK
 }
 
 /// The whole `--help` of `spec`, the URL and exit code tables after it.
-pub fn help_text(spec: &Spec, url_help: &str, exit_help: &str) -> String {
+pub fn help_text(spec: &Spec, url_help: &str, exit_codes: &[ExitRow]) -> String {
     let title = if spec.name.is_empty() {
         format!("bucket-lease: {}", spec.summary)
     } else {
@@ -547,7 +568,7 @@ pub fn help_text(spec: &Spec, url_help: &str, exit_help: &str) -> String {
     if !spec.footer.is_empty() {
         out.push_str(&format!("\n{}\n", spec.footer.trim_end()));
     }
-    out.push_str(&format!("\n{url_help}\n\n{exit_help}"));
+    out.push_str(&format!("\n{url_help}\n\n{}", exit_codes_text(exit_codes)));
     out
 }
 

@@ -1,5 +1,6 @@
-//! What every command module shares: the exit codes and the help's tables
-//! of them and of the URLs ([`EXIT_CODES_HELP`], [`URL_HELP`]),
+//! What every command module shares: the exit codes ([`exit`], and what
+//! each means, [`EXIT_CODES`]), the help's table of the URLs
+//! ([`URL_HELP`]),
 //! [`Failure`] and how it is printed at the end ([`finish`]), the meaning
 //! of a failed request as an exit code, the parsers of option values
 //! (durations, the TTL, exit codes) and the opening of a store with the
@@ -7,7 +8,9 @@
 //! depends on a command module or on `main.rs`: `bucket-lease-bench`
 //! compiles in the same file.
 
-use bucket_lease::backends::config::{self, ConfigError};
+use bucket_lease::backends::config::{
+    self, parse_duration_text, ConfigError, DurationError, DURATION_FORMS, MAX_DURATION,
+};
 use bucket_lease::lease::DEFAULT_CALL_TIMEOUT;
 use bucket_lease::store::{StoreError, StoreErrorKind};
 use bucket_lease::{LeaseError, Store};
@@ -16,53 +19,114 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The exit codes of every command; see the [crate docs](crate).
+/// The exit codes of every command, by name; what each means is its row
+/// of [`EXIT_CODES`].
 pub mod exit {
     /// Success.
     pub const OK: u8 = 0;
-    /// `break` refused: nothing to break, or another holder.
+    /// `break` refused.
     pub const REFUSED: u8 = 1;
     /// A bad or missing argument (sysexits `EX_USAGE`).
     pub const USAGE: u8 = 64;
-    /// A store request failed, or the store ignores conditions
-    /// (`EX_UNAVAILABLE`).
+    /// A store request failed (`EX_UNAVAILABLE`).
     pub const STORE: u8 = 69;
-    /// The lease is held by another instance (`EX_TEMPFAIL`, as `flock -n`
-    /// can be told to exit); `run -E N` exits N instead.
+    /// Held by another instance (`EX_TEMPFAIL`, as `flock -n` can be told
+    /// to exit).
     pub const HELD: u8 = 75;
-    /// The lease was lost or fenced while the command ran, or before it
-    /// could start (`EX_PROTOCOL`).
+    /// Lost or fenced (`EX_PROTOCOL`).
     pub const LOST: u8 = 76;
-    /// The service refused the credentials or the permissions
-    /// (`EX_NOPERM`).
+    /// Credentials or permissions refused (`EX_NOPERM`).
     pub const NO_PERMISSION: u8 = 77;
     /// The configuration cannot be used (`EX_CONFIG`).
     pub const CONFIG: u8 = 78;
-    /// The command was found but could not be executed (as shells do).
+    /// The command could not be executed (as shells say it).
     pub const CANNOT_EXECUTE: u8 = 126;
-    /// The command was not found (as shells do).
+    /// The command was not found (as shells say it).
     pub const NOT_FOUND: u8 = 127;
 }
 
-/// The exit codes, after every help ([`crate::args::help_text`]).
-pub const EXIT_CODES_HELP: &str = "\
-Exit codes:
-  0        success; `inspect`: the lease was read (free or held)
-  N        `run`: the command's own exit status; 128+N when signal N killed it
-  1        `break` refused: the lease is free, names another holder, or is no lease record
-  64       usage: a bad or missing argument
-  69       a store request failed, or the store ignores conditional writes
-  75       `run`: held by another instance (after --wait; -E N makes it N); `break`: it
-           changed meanwhile
-  76       `run`: the lease was lost or fenced while the command ran (it was stopped),
-           or before it could start (it was not started)
-  77       the service refused the credentials or the permissions
-  78       configuration: the URL or the environment cannot make a store, the bucket
-           does not exist, the server's certificate is not trusted, or the proxy refuses
-  126/127  `run`: the command could not be executed / was not found; `bench`: likewise
-           bucket-lease-bench, beside this program
-  130/143/129  `run`: interrupted by SIGINT / SIGTERM / SIGHUP (unless the command exited
-           by itself)";
+/// One row of [`EXIT_CODES`]: the codes it covers and what they mean.
+#[derive(Debug)]
+pub struct ExitRow {
+    /// The codes, in the order shown; none for `N`, the command's own.
+    pub codes: &'static [u8],
+    /// What they mean, as one line (the help wraps it).
+    pub meaning: &'static str,
+}
+
+impl ExitRow {
+    /// The codes as shown, with `separator` between them: `75`,
+    /// `126 / 127`, or `N` for the command's own.
+    pub fn label(&self, separator: &str) -> String {
+        if self.codes.is_empty() {
+            return "N".to_string();
+        }
+        let codes: Vec<String> = self.codes.iter().map(u8::to_string).collect();
+        codes.join(separator)
+    }
+}
+
+/// What every exit code means: the one table, from which the help
+/// ([`crate::args::exit_codes_text`]) and the man page print theirs, and
+/// to which a test holds README's. The commands exit with the codes
+/// [`exit`] names, each in a row here; 128 + N is
+/// [`signal_exit_code`]'s.
+pub const EXIT_CODES: &[ExitRow] = &[
+    ExitRow {
+        codes: &[exit::OK],
+        meaning: "success; `inspect`: the lease was read (free or held)",
+    },
+    ExitRow {
+        codes: &[],
+        meaning: "`run`: the command's own exit status; 128+N when signal N killed it",
+    },
+    ExitRow {
+        codes: &[exit::REFUSED],
+        meaning: "`break` refused: the lease is free, names another holder, or is not a lease \
+                  record",
+    },
+    ExitRow {
+        codes: &[exit::USAGE],
+        meaning: "usage: a bad or missing argument (the message names it)",
+    },
+    ExitRow {
+        codes: &[exit::STORE],
+        meaning: "a store request failed, or the store ignores conditional writes",
+    },
+    ExitRow {
+        codes: &[exit::HELD],
+        meaning: "`run`: held by another instance (after `--wait`, if given; `-E N` makes it \
+                  N); `break`: the lease was released or taken over meanwhile (a renewal by \
+                  the holder named is broken again)",
+    },
+    ExitRow {
+        codes: &[exit::LOST],
+        meaning: "`run`: the lease was lost or fenced while the command ran (the command was \
+                  stopped), or fenced before it could start (not started)",
+    },
+    ExitRow {
+        codes: &[exit::NO_PERMISSION],
+        meaning: "the service refused the credentials or permissions (`AccessDenied`, \
+                  `InvalidAccessKeyId`, `SignatureDoesNotMatch`): check `AWS_*` and the bucket \
+                  policy",
+    },
+    ExitRow {
+        codes: &[exit::CONFIG],
+        meaning: "configuration: the URL or the environment cannot make a store, the bucket \
+                  does not exist, the server's certificate is not trusted, or the proxy refuses",
+    },
+    ExitRow {
+        codes: &[exit::CANNOT_EXECUTE, exit::NOT_FOUND],
+        meaning: "`run`: the command could not be executed / was not found; `bench`: likewise \
+                  `bucket-lease-bench`, beside `bucket-lease`",
+    },
+    ExitRow {
+        // signal_exit_code of SIGINT, SIGTERM, SIGHUP (a test checks).
+        codes: &[130, 143, 129],
+        meaning: "`run`: interrupted by SIGINT / SIGTERM / SIGHUP (unless the command exited \
+                  by itself)",
+    },
+];
 
 /// The URLs and the environment, after every help ([`crate::args::help_text`]).
 pub const URL_HELP: &str = "\
@@ -223,60 +287,9 @@ pub fn signal_exit_code(sig: i32) -> u8 {
         .unwrap_or(u8::MAX)
 }
 
-/// The longest duration [`parse_duration`] accepts, in seconds: 10^9 s,
-/// about 31 years, far from any overflow when added to an instant.
-pub const MAX_SECONDS: u64 = 1_000_000_000;
-
-/// How durations are written, for help texts and messages.
-pub const DURATION_FORMS: &str = "seconds (1.5), or with a unit: 250ms, 90s, 1m, 0.5h, 1d";
-
-const NANOS_PER_SECOND: u128 = 1_000_000_000;
-
-/// A duration as written for an option, in nanoseconds: a number of
-/// seconds, fractions allowed, optionally followed by `s`, `m`, `h` or `d`
-/// (as `timeout(1)` takes them); `None` when it is not one (a sign, an
-/// exponent, `inf`, no digit). Read exactly, in decimal (`0.1h` is 360 s,
-/// not a float's neighbour of it); digits past the 18th after the point
-/// are dropped, and a value too large to hold is `u128::MAX`.
-fn duration_nanos(value: &str) -> Option<u128> {
-    if let Some(number) = value.strip_suffix("ms") {
-        // A plain number of milliseconds (not `1mms`).
-        if !number.ends_with(|c: char| c.is_ascii_digit() || c == '.') {
-            return None;
-        }
-        return duration_nanos(number).map(|n| n / 1000);
-    }
-    let (number, unit) = match value.as_bytes().last()? {
-        b's' => (&value[..value.len() - 1], 1),
-        b'm' => (&value[..value.len() - 1], 60),
-        b'h' => (&value[..value.len() - 1], 3600),
-        b'd' => (&value[..value.len() - 1], 86_400),
-        _ => (value, 1),
-    };
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    let digits = |text: &str| text.bytes().all(|b| b.is_ascii_digit());
-    if whole.len() + fraction.len() == 0 || !digits(whole) || !digits(fraction) {
-        return None;
-    }
-    let decimal = |text: &str| {
-        text.bytes().fold(0u128, |n, b| {
-            n.saturating_mul(10).saturating_add(u128::from(b - b'0'))
-        })
-    };
-    let fraction = &fraction[..fraction.len().min(18)];
-    let scale = 10u128.pow(u32::try_from(fraction.len()).unwrap_or(18));
-    let unit_nanos = unit * NANOS_PER_SECOND;
-    // Below 10^18 times 86,400 × 10^9: no overflow.
-    let part = decimal(fraction) * unit_nanos / scale;
-    Some(
-        decimal(whole)
-            .saturating_mul(unit_nanos)
-            .saturating_add(part),
-    )
-}
-
 /// Parse a duration for `option` (see [`DURATION_FORMS`]), from 0 up to
-/// [`MAX_SECONDS`].
+/// [`MAX_DURATION`]: [`parse_duration_text`], the environment's reading
+/// too.
 ///
 /// # Errors
 ///
@@ -286,22 +299,16 @@ pub fn parse_duration(
     option: &str,
     value: &str,
 ) -> Result<Duration, Failure> {
-    duration_nanos(value)
-        .filter(|n| *n <= u128::from(MAX_SECONDS) * NANOS_PER_SECOND)
-        .map(|n| {
-            // At most 10^9 s: both parts fit.
-            let seconds = u64::try_from(n / NANOS_PER_SECOND).unwrap_or(MAX_SECONDS);
-            Duration::new(seconds, u32::try_from(n % NANOS_PER_SECOND).unwrap_or(0))
-        })
-        .ok_or_else(|| {
-            Failure::usage(
-                command,
-                format!(
-                    "{option}: expected a duration from 0 up to {MAX_SECONDS} seconds, as \
-                     {DURATION_FORMS}; got {value:?}"
-                ),
-            )
-        })
+    parse_duration_text(value).map_err(|_| {
+        Failure::usage(
+            command,
+            format!(
+                "{option}: expected a duration from 0 up to {} seconds, as {DURATION_FORMS}; got \
+                 {value:?}",
+                MAX_DURATION.as_secs()
+            ),
+        )
+    })
 }
 
 /// Parse a lease TTL for `option`: a duration (see [`DURATION_FORMS`])
@@ -313,14 +320,14 @@ pub fn parse_duration(
 /// A usage failure naming the option, the value, the range and why.
 pub fn parse_ttl(command: &'static str, option: &str, value: &str) -> Result<u64, Failure> {
     use bucket_lease::record::MAX_SANE_TTL_S;
-    let longest = u128::from(MAX_SANE_TTL_S) * NANOS_PER_SECOND;
-    let why = match duration_nanos(value) {
-        Some(n) if n % NANOS_PER_SECOND == 0 && (NANOS_PER_SECOND..=longest).contains(&n) => {
-            // Whole and at most 3600 s: it fits.
-            return Ok(u64::try_from(n / NANOS_PER_SECOND).unwrap_or(MAX_SANE_TTL_S));
+    let longest = Duration::from_secs(MAX_SANE_TTL_S);
+    let why = match parse_duration_text(value) {
+        Ok(ttl) if ttl.subsec_nanos() == 0 && (1..=MAX_SANE_TTL_S).contains(&ttl.as_secs()) => {
+            return Ok(ttl.as_secs());
         }
-        Some(n) if n > longest => LONG_TTL,
-        Some(n) if n % NANOS_PER_SECOND != 0 => " (a TTL is a whole number of seconds)",
+        Ok(ttl) if ttl > longest => LONG_TTL,
+        Err(DurationError::TooLong) => LONG_TTL,
+        Ok(ttl) if ttl.subsec_nanos() != 0 => " (a TTL is a whole number of seconds)",
         _ => "",
     };
     Err(Failure::usage(
@@ -666,6 +673,74 @@ mod tests {
         assert_eq!(store_error_summary(&other), "");
     }
 
+    /// README's exit code table is [`EXIT_CODES`], word for word: the
+    /// block from its header to the first blank line.
+    #[test]
+    fn the_readmes_exit_code_table_is_the_one_table() {
+        let readme = include_str!("../../../README.md");
+        let header = "| exit code | meaning |\n";
+        let at = readme.find(header).expect("README has an exit code table");
+        let table = readme[at..].split("\n\n").next().unwrap().trim_end();
+        let mut expected = format!("{header}|---|---|");
+        for row in EXIT_CODES {
+            expected.push_str(&format!("\n| {} | {} |", row.label(" / "), row.meaning));
+        }
+        assert!(
+            table == expected,
+            "README.md's exit code table is not cli::EXIT_CODES; write it as:\n\n{expected}\n"
+        );
+        assert_eq!(readme.matches(header).count(), 1, "one table in README");
+    }
+
+    /// Every code the commands exit with by name is in one row; the
+    /// signal row's are [`signal_exit_code`]'s; no code is in two rows.
+    #[test]
+    fn every_exit_code_is_in_one_row() {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let named = [
+            exit::OK,
+            exit::REFUSED,
+            exit::USAGE,
+            exit::STORE,
+            exit::HELD,
+            exit::LOST,
+            exit::NO_PERMISSION,
+            exit::CONFIG,
+            exit::CANNOT_EXECUTE,
+            exit::NOT_FOUND,
+        ];
+        let signals = [SIGINT, SIGTERM, SIGHUP].map(signal_exit_code);
+        let mut shown: Vec<u8> = EXIT_CODES.iter().flat_map(|r| r.codes).copied().collect();
+        for code in named.iter().chain(&signals) {
+            assert_eq!(shown.iter().filter(|c| *c == code).count(), 1, "{code}");
+        }
+        assert!(EXIT_CODES.iter().any(|r| r.codes == signals), "{signals:?}");
+        let count = shown.len();
+        shown.sort_unstable();
+        shown.dedup();
+        assert_eq!(shown.len(), count, "a code in two rows");
+        assert_eq!(EXIT_CODES.iter().filter(|r| r.codes.is_empty()).count(), 1);
+    }
+
+    /// The help's exit code table keeps within 80 columns, every meaning
+    /// in it whole.
+    #[test]
+    fn the_helps_exit_codes_fit_80_columns() {
+        let text = crate::args::exit_codes_text(EXIT_CODES);
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{} columns: {line}", line.len());
+        }
+        let words: Vec<&str> = text.split_whitespace().collect();
+        for row in EXIT_CODES {
+            let meaning: Vec<&str> = row.meaning.split_whitespace().collect();
+            assert!(
+                words.windows(meaning.len()).any(|w| w == meaning),
+                "{}",
+                row.meaning
+            );
+        }
+    }
+
     #[test]
     fn signal_exit_codes_never_overflow() {
         assert_eq!(signal_exit_code(2), 130);
@@ -688,8 +763,13 @@ mod tests {
         assert_eq!(d("1d").unwrap(), 86_400.0);
         assert_eq!(d(".5").unwrap(), 0.5);
         assert_eq!(d("0").unwrap(), 0.0);
+        // The environment's forms (BUCKET_LEASE_WRITE_INTERVAL's).
+        assert_eq!(d("+1").unwrap(), 1.0);
+        assert_eq!(d("1 s").unwrap(), 1.0);
+        assert_eq!(d("1 ms").unwrap(), 0.001);
+        assert_eq!(d("off").unwrap(), 0.0);
         for bad in [
-            "", "s", "-1", "+1", "1e3", "inf", "NaN", "1.2.3", "1 s", "1 ms", "2y", "1e10",
+            "", "s", "-1", "1e3", "inf", "NaN", "1.2.3", "1.5 s", "2y", "1e10",
         ] {
             let e = d(bad).expect_err(bad);
             assert!(e.message.contains("90s, 1m, 0.5h"), "{bad}: {}", e.message);
@@ -708,6 +788,23 @@ mod tests {
             exact("0.1234567890123456789999d"),
             Duration::new(10_666, 666_570_666)
         );
+    }
+
+    /// The command line reads each text of the recorded table it read as
+    /// it read it, and the environment's forms too: the one parser's
+    /// answers (`config`'s tests hold them to the table).
+    #[test]
+    fn durations_read_what_they_read_and_the_environments_forms() {
+        let recorded: &[(&str, Option<u128>, Option<u128>)] =
+            include!("../../../backends/src/config/recorded_durations.txt");
+        for (text, command_line, interval) in recorded {
+            let got = parse_duration("t", "--wait", text).ok();
+            assert_eq!(got, parse_duration_text(text).ok(), "{text:?}");
+            let got = got.map(|d| d.as_nanos());
+            if command_line.is_some() || interval.is_some() {
+                assert_eq!(got, command_line.or(*interval), "{text:?}");
+            }
+        }
     }
 
     #[test]

@@ -17,19 +17,10 @@
 //!
 //! # Exit codes
 //!
-//! | code | meaning |
-//! |---|---|
-//! | 0 | success (`run`: the command succeeded; `inspect`: the lease was read, free or held) |
-//! | N | `run`: the command's own exit status; 128+N when signal N killed it |
-//! | 1 | `break` refused: the lease is free, names another holder, or is not a lease record |
-//! | 64 | usage: a bad or missing argument |
-//! | 69 | a store request failed, or the store ignores conditional writes |
-//! | 75 | `run`: the lease is held by another instance (after `--wait`, if given; `-E N` changes it); `break`: the lease changed meanwhile |
-//! | 76 | `run`: the lease was lost or fenced while the command ran (the command was stopped), or before it could start (it was not started) |
-//! | 77 | the service refused the credentials or the permissions (`AccessDenied`, `InvalidAccessKeyId`, `SignatureDoesNotMatch`) |
-//! | 78 | configuration: the URL, the environment or the store's settings cannot be used, the bucket does not exist, the server's certificate is not trusted, or the proxy refuses |
-//! | 126, 127 | `run`: the command could not be executed, or was not found; `bench`: likewise `bucket-lease-bench`, beside this program |
-//! | 130, 143, 129 | `run`: interrupted by SIGINT, SIGTERM or SIGHUP, the command stopped by a signal |
+//! One table, [`cli::EXIT_CODES`]: what each code means. `--help` and the
+//! man page print theirs from it, a test holds README's to it word for
+//! word, and the commands exit with the codes [`cli::exit`] names, each
+//! in a row of it.
 //!
 //! Text that came from the bucket or the service is escaped before it
 //! reaches the terminal ([`text::printable`]).
@@ -150,7 +141,7 @@ fn dispatch(mut args: Args) -> Result<u8, Failure> {
             if let Some(Arg::Word(word)) = args.next(MAIN, false)? {
                 return Err(args.unexpected(&word));
             }
-            return generate::print(&given(kind), &specs(), cli::URL_HELP, cli::EXIT_CODES_HELP);
+            return generate::print(&given(kind), &specs(), cli::URL_HELP, cli::EXIT_CODES);
         }
         Some(Arg::Word(word)) => word.to_string_lossy().into_owned(),
     };
