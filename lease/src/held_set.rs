@@ -74,8 +74,9 @@ use std::time::{Duration, Instant};
 /// The first pause after a failed attempt, unless told otherwise.
 pub const DEFAULT_RETRY_PAUSE: Duration = Duration::from_secs(1);
 
-/// How long one attempt's requests may take, unless told otherwise.
-pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one attempt's requests may take, unless told otherwise: a
+/// waiter's bound, defined once.
+pub use crate::lease::DEFAULT_ATTEMPT_TIMEOUT;
 
 /// How a [`HeldSet`] takes and keeps its prefixes.
 #[derive(Debug, Clone)]

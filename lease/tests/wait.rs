@@ -260,10 +260,8 @@ fn a_cancelled_handle_stops_the_next_wait_before_any_request() {
     assert_eq!(store.requests(), before);
 }
 
-/// One default bound for an attempt: a held set's is a waiter's.
-/// `held_set::DEFAULT_ATTEMPT_TIMEOUT` is still a definition of its own
-/// (to become `pub use crate::lease::DEFAULT_ATTEMPT_TIMEOUT;`): until
-/// then this keeps the two from drifting apart.
+/// One default bound for an attempt: a held set's is a waiter's, the
+/// same item.
 #[test]
 fn a_held_set_and_a_waiter_bound_an_attempt_alike() {
     assert_eq!(

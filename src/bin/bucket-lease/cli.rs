@@ -299,6 +299,18 @@ pub fn parse_duration(
     option: &str,
     value: &str,
 ) -> Result<Duration, Failure> {
+    // `off` is the write interval's word for none; to an option it would
+    // read as 0, which for --timeout, --wait or --grace is the opposite
+    // of what the word says: refused, as the command line always did.
+    if value.trim().eq_ignore_ascii_case("off") {
+        return Err(Failure::usage(
+            command,
+            format!(
+                "{option}: expected a duration, as {DURATION_FORMS}; got {value:?}, which an option \
+                 does not take (give 0 for none, or leave the option out for its default)"
+            ),
+        ));
+    }
     parse_duration_text(value).map_err(|_| {
         Failure::usage(
             command,
@@ -767,7 +779,12 @@ mod tests {
         assert_eq!(d("+1").unwrap(), 1.0);
         assert_eq!(d("1 s").unwrap(), 1.0);
         assert_eq!(d("1 ms").unwrap(), 0.001);
-        assert_eq!(d("off").unwrap(), 0.0);
+        // …but `off`, which to an option would read as 0: `--timeout off`
+        // must not mean a timeout at once.
+        for off in ["off", "OFF", " off "] {
+            let e = d(off).expect_err(off);
+            assert!(e.message.contains("does not take"), "{off}: {}", e.message);
+        }
         for bad in [
             "", "s", "-1", "1e3", "inf", "NaN", "1.2.3", "1.5 s", "2y", "1e10",
         ] {
@@ -792,13 +809,18 @@ mod tests {
 
     /// The command line reads each text of the recorded table it read as
     /// it read it, and the environment's forms too: the one parser's
-    /// answers (`config`'s tests hold them to the table).
+    /// answers (`config`'s tests hold them to the table), but for `off`,
+    /// which it refused and still refuses.
     #[test]
     fn durations_read_what_they_read_and_the_environments_forms() {
         let recorded: &[(&str, Option<u128>, Option<u128>)] =
             include!("../../../backends/src/config/recorded_durations.txt");
         for (text, command_line, interval) in recorded {
             let got = parse_duration("t", "--wait", text).ok();
+            if text.trim().eq_ignore_ascii_case("off") {
+                assert_eq!((got, command_line), (None, &None), "{text:?}");
+                continue;
+            }
             assert_eq!(got, parse_duration_text(text).ok(), "{text:?}");
             let got = got.map(|d| d.as_nanos());
             if command_line.is_some() || interval.is_some() {
