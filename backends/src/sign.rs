@@ -257,8 +257,16 @@ pub(crate) fn sign_request<B>(
     if let Some(token) = token {
         headers.push(("x-amz-security-token", Cow::Borrowed(token)));
     }
-    // Stable: the values of one name keep their order, joined by commas.
-    headers.sort_by(|a, b| a.0.cmp(b.0));
+    // Sorted by name, stably (the values of one name keep their order,
+    // joined by commas), by insertion: a request has a handful of headers,
+    // and a sort of std's of its own type costs the command kilobytes.
+    for i in 1..headers.len() {
+        let mut j = i;
+        while j > 0 && headers[j - 1].0 > headers[j].0 {
+            headers.swap(j - 1, j);
+            j -= 1;
+        }
+    }
 
     let path = request.uri().path();
     let mut canonical = String::with_capacity(512 + path.len());

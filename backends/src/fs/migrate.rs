@@ -555,7 +555,7 @@ impl<'a> Run<'a> {
         }
         let mut folders = survey.folders;
         // The deepest first, each empty by then.
-        folders.sort_by_key(|folder| std::cmp::Reverse(folder.len()));
+        folders.sort_unstable_by_key(|folder| std::cmp::Reverse(folder.len()));
         for folder in &folders {
             let Some((name, parents)) = folder.split_last() else {
                 continue;
@@ -720,7 +720,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        survey.objects.sort_by(|a, b| a.key.cmp(&b.key));
+        survey.objects.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         Ok(survey)
     }
 

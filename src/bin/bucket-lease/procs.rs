@@ -231,13 +231,16 @@ fn signal_one(p: &Proc, sig: Signal) -> Result<(), Errno> {
 fn groups(found: &[Proc], leader: Option<i32>) -> Vec<i32> {
     let pids: HashSet<i32> = found.iter().map(|p| p.pid).chain(leader).collect();
     let own = crate::ids::own_group_raw();
-    let mut out: Vec<i32> = found
-        .iter()
-        .filter(|p| p.alive() && p.pgid != own && pids.contains(&p.pgid))
-        .map(|p| p.pgid)
-        .collect();
-    out.sort_unstable();
-    out.dedup();
+    // In order, each once, by insertion: a job has a few groups, and a
+    // sort of std's of its own type costs the command kilobytes.
+    let mut out: Vec<i32> = Vec::new();
+    for p in found {
+        if p.alive() && p.pgid != own && pids.contains(&p.pgid) {
+            if let Err(at) = out.binary_search(&p.pgid) {
+                out.insert(at, p.pgid);
+            }
+        }
+    }
     out
 }
 
