@@ -133,6 +133,14 @@ pub struct PoolLoss {
     pub loss: Loss,
 }
 
+/// As a keeper's [`Loss`] prints, after the lease's key and number:
+/// `jobs/7/LEASE (#7): fenced: no renewal landed before the write deadline`.
+impl fmt::Display for PoolLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.key, self.id, self.loss)
+    }
+}
+
 impl PoolOptions {
     /// [`DEFAULT_RENEWAL_THREADS`] renewal threads, releases within
     /// [`DEFAULT_RELEASE_TIMEOUT`], on the system clock, threads named
@@ -996,6 +1004,21 @@ mod tests {
         assert_eq!(std::mem::size_of::<Box<Kept>>(), 8);
         let (a, b) = (crate::clock::system_clock(), crate::clock::system_clock());
         assert!(Arc::ptr_eq(&a, &b), "each lease would allocate its clock");
+    }
+
+    /// A pool's loss prints as a keeper's does, naming which lease.
+    #[test]
+    fn a_pool_loss_prints_as_a_keepers_naming_the_lease() {
+        let loss = PoolLoss {
+            id: LeaseId(7),
+            prefix: "jobs/7".into(),
+            key: "jobs/7/LEASE".into(),
+            loss: Loss::Fenced,
+        };
+        assert_eq!(
+            loss.to_string(),
+            format!("jobs/7/LEASE (#7): {}", Loss::Fenced)
+        );
     }
 
     /// A machine keeping one lease with a TTL of 3 s (renewed after 1 s,
