@@ -307,7 +307,8 @@ pub fn parse_duration(
             command,
             format!(
                 "{option}: expected a duration, as {DURATION_FORMS}; got {value:?}, which an option \
-                 does not take (give 0 for none, or leave the option out for its default)"
+                 does not take (leave the option out for its default; 0 is no time at all, \
+                 not no limit)"
             ),
         ));
     }
