@@ -307,7 +307,8 @@ pub fn parse_duration(
             command,
             format!(
                 "{option}: expected a duration, as {DURATION_FORMS}; got {value:?}, which an option \
-                 does not take (give 0 for none, or leave the option out for its default)"
+                 does not take (leave the option out for its default; 0 is no time at all, \
+                 not no limit)"
             ),
         ));
     }
@@ -826,6 +827,56 @@ mod tests {
             if command_line.is_some() || interval.is_some() {
                 assert_eq!(got, command_line.or(*interval), "{text:?}");
             }
+        }
+    }
+
+    /// The refusal of `off` tells what to give instead; what it tells
+    /// must not be the very thing `off` was refused for: 0 given to
+    /// `--timeout` is a timeout at once, not none.
+    #[test]
+    fn the_refusal_of_off_never_advises_a_timeout_at_once() {
+        let e = parse_duration("inspect", "--timeout", "off").unwrap_err();
+        let zero = parse_duration("inspect", "--timeout", "0").unwrap();
+        assert!(
+            Timeout::start("inspect", zero).passed(),
+            "--timeout 0 is a timeout at once"
+        );
+        assert!(
+            !e.message.contains("0 for none"),
+            "advises --timeout 0, a timeout at once: {}",
+            e.message
+        );
+    }
+
+    /// README's sentence on the environment's forms the options take names
+    /// only forms they take: each duration in it is read by
+    /// [`parse_duration`].
+    #[test]
+    fn the_readmes_duration_forms_are_what_the_options_take() {
+        let readme = include_str!("../../../README.md");
+        let at = readme
+            .find("Durations (`--wait`")
+            .expect("README says how durations are written");
+        let paragraph = readme[at..].split("\n\n").next().unwrap();
+        // The sentence on the forms the options take from the environment.
+        let at = paragraph
+            .find("take the forms it always took")
+            .expect("README says which of the environment's forms the options take");
+        let sentence = paragraph[at..].split(". ").next().unwrap();
+        let forms: Vec<String> = sentence
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|form| form.split_whitespace().collect::<Vec<_>>().join(" "))
+            .filter(|form| parse_duration_text(form).is_ok())
+            .collect();
+        assert!(forms.iter().any(|f| f == "1500 ms"), "{forms:?}");
+        for form in &forms {
+            assert!(
+                parse_duration("t", "--wait", form).is_ok(),
+                "README says the options take `{form}`: {}",
+                parse_duration("t", "--wait", form).unwrap_err().message
+            );
         }
     }
 
