@@ -56,7 +56,7 @@
 //!   delays only the release at [`Keeper::stop`] (which waits for it); one
 //!   that panics is logged, and the release still happens.
 
-use crate::clock::Clock;
+use crate::clock::{doubling_pause, Clock};
 use crate::error::LeaseError;
 use crate::fence::FencedWriter;
 use crate::lease::{Lease, LeaseStatus, Released};
@@ -520,9 +520,11 @@ impl RenewalSchedule {
             }
             Attempt::Failed(error) => {
                 self.failures = self.failures.saturating_add(1);
-                let pause = lease
-                    .clock()
-                    .jitter(retry_pause(self.failures, lease.renew_interval()));
+                let pause = lease.clock().jitter(doubling_pause(
+                    FIRST_RETRY_PAUSE,
+                    self.failures,
+                    lease.renew_interval(),
+                ));
                 self.next = lease.clock().now() + pause;
                 let retrying = lease.write_deadline().is_some_and(|d| self.next < d);
                 if retrying {
@@ -794,9 +796,4 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_string())
-}
-
-fn retry_pause(failures: u32, interval: Duration) -> Duration {
-    let doubled = FIRST_RETRY_PAUSE.saturating_mul(1 << failures.min(16).saturating_sub(1));
-    doubled.min(interval)
 }
