@@ -49,6 +49,7 @@
 
 mod actor;
 mod check;
+mod driven;
 mod env;
 pub mod explore;
 mod mutants;

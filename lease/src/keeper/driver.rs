@@ -18,7 +18,8 @@
 //!   an end the loop had not woken to see, if any, and releases.
 //! - **Every store call returns by its bound.** A renewal is bounded by the
 //!   write deadline its step gave, a warm-up by the instant its renewal is
-//!   due, the release by the release timeout (plus a store's write
+//!   due (a warm-up whose renewal is due already, the thread having slept
+//!   past both, is not begun), the release by the release timeout (plus a store's write
 //!   interval); the driver tells the runtime each bound before the call
 //!   and when it returned ([`Runtime::begins`], [`Runtime::returned`]), so
 //!   a simulation can hold it to them.
@@ -206,7 +207,11 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
                         if !self.runtime.wait(Some(at)) {
                             return self.stopped();
                         }
-                        self.warm_up(until);
+                        // Woken past the renewal's instant itself (the
+                        // thread stalled): the renewal goes now, unwarmed.
+                        if self.runtime.now() < until {
+                            self.warm_up(until);
+                        }
                         warmed = Some(until);
                         continue;
                     }
