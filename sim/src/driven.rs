@@ -18,7 +18,9 @@
 //!
 //! On a keeper's thread the store's warm-up takes simulated time (a
 //! connection made: up to twice the warm-up lead, now and then one that
-//! hangs), returning by the instant it was given ([`slow_warm_up`]). A
+//! hangs, drawn from a generator of their own so that every other draw of
+//! a seed stays as it was), returning by the instant it was given
+//! ([`slow_warm_up`]). A
 //! pool's warm-ups still take none: the simulation runs them on a renewal
 //! thread, where the real pool has a thread of their own.
 //!
@@ -167,10 +169,10 @@ pub(crate) fn slow_warm_up(sh: &Shared, c: usize, key: &str, due: Instant) {
         let now = w.sched.now;
         let ttl = Duration::from_secs(w.contenders[c].ttl_s);
         let lead = u64::try_from(warm_up_lead(ttl / 3).as_nanos()).unwrap_or(SEC);
-        let took: Nanos = if w.rng.chance(1667) {
+        let took: Nanos = if w.warm_up_rng.chance(1667) {
             u64::MAX / 4
         } else {
-            w.rng.range(0, 2 * lead + 1)
+            w.warm_up_rng.range(0, 2 * lead + 1)
         };
         let until = w.nanos_of(due);
         let at = now.saturating_add(took).min(until.max(now));

@@ -526,6 +526,7 @@ fn world_of(case: &Case, trace: bool) -> World {
     World {
         sched: Sched::default(),
         rng: Rng::new(0),
+        warm_up_rng: Rng::new(0),
         base: Instant::now(),
         wall0,
         ttl_s: TTL_S,
