@@ -339,3 +339,194 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, TestClock};
+    use crate::lease::LeaseOptions;
+    use crate::memory::MemoryStore;
+    use crate::store::{DeleteMode, Object, PutOptions, Store, StoreError, Version};
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::Arc;
+
+    /// A runtime's own end of a run, as a simulation unwinds with.
+    struct OwnEnd;
+
+    /// A memory store whose writes panic once told to: with the runtime's
+    /// own payload (1) or a message of their own (2).
+    #[derive(Debug, Default)]
+    struct Panicky {
+        inner: MemoryStore,
+        panics: AtomicU8,
+    }
+
+    impl Store for Panicky {
+        fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+            self.inner.get(key, deadline)
+        }
+
+        fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+            match self.panics.load(Ordering::SeqCst) {
+                1 => std::panic::panic_any(OwnEnd),
+                2 => panic!("boom"),
+                _ => self.inner.put(key, body, options),
+            }
+        }
+
+        fn delete(
+            &self,
+            key: &str,
+            mode: &DeleteMode,
+            deadline: Option<Instant>,
+        ) -> Result<(), StoreError> {
+            self.inner.delete(key, mode, deadline)
+        }
+    }
+
+    /// A runtime on a test clock whose waits answer as scripted (then
+    /// `false`, a stop), moving the clock to each instant that comes.
+    struct Script {
+        clock: TestClock,
+        answers: VecDeque<bool>,
+        events: Vec<Event>,
+        work: Vec<String>,
+    }
+
+    impl Runtime for Script {
+        fn now(&self) -> Instant {
+            self.clock.now()
+        }
+
+        fn wait(&mut self, until: Option<Instant>) -> bool {
+            let came = self.answers.pop_front().unwrap_or(false);
+            if let (true, Some(at)) = (came, until) {
+                self.clock
+                    .advance(at.saturating_duration_since(self.clock.now()));
+            }
+            came
+        }
+
+        fn report(&mut self, event: Event) {
+            self.events.push(event);
+        }
+
+        fn begins(&mut self, work: Work) {
+            let name = match work {
+                Work::WarmUp { .. } => "warm-up",
+                Work::Renewal { .. } => "renewal",
+                Work::Release { .. } => "release",
+            };
+            self.work.push(name.to_string());
+        }
+
+        fn returned(&mut self, work: Work, _began: Instant) {
+            let by = match work {
+                Work::WarmUp { due } => Some(due),
+                Work::Renewal { deadline } => Some(deadline),
+                Work::Release { deadline } => deadline,
+            };
+            assert!(by.is_some_and(|by| self.clock.now() <= by), "{work:?}");
+        }
+
+        fn passes_through(&self, unwind: &(dyn Any + Send)) -> bool {
+            unwind.is::<OwnEnd>()
+        }
+    }
+
+    fn held(answers: &[bool]) -> (Arc<Panicky>, Lease, Script) {
+        let store = Arc::new(Panicky::default());
+        let clock = TestClock::new();
+        let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+        let lease = Lease::acquire(store.clone(), "db", options).expect("acquired");
+        let script = Script {
+            clock,
+            answers: answers.iter().copied().collect(),
+            events: Vec::new(),
+            work: Vec::new(),
+        };
+        (store, lease, script)
+    }
+
+    #[test]
+    fn a_stop_begins_nothing_but_the_release() {
+        let (_, lease, mut script) = held(&[]);
+        let (ended, released) = keep(&lease, KeeperOptions::new(), &mut script);
+        assert_eq!(ended, None);
+        assert_eq!(released, Ok(Released::Freed));
+        assert_eq!(script.work, ["release"]);
+        assert_eq!(script.events, [Event::Released(Ok(Released::Freed))]);
+    }
+
+    #[test]
+    fn a_warm_up_by_its_due_then_the_renewal_then_a_stop() {
+        let (_, lease, mut script) = held(&[true, true]);
+        let (ended, released) = keep(&lease, KeeperOptions::new(), &mut script);
+        assert_eq!((ended, released), (None, Ok(Released::Freed)));
+        assert_eq!(script.work, ["warm-up", "renewal", "release"]);
+        assert!(matches!(script.events[0], Event::Renewed { .. }));
+        assert_eq!(script.events.len(), 2, "{:?}", script.events);
+    }
+
+    #[test]
+    fn a_warm_up_whose_renewal_is_due_already_is_not_begun() {
+        let (_, lease, mut script) = held(&[true]);
+        let due = lease.confirmed_at() + lease.renew_interval();
+        /// The wait for the warm-up's instant oversleeps to the renewal's.
+        struct Oversleep<'a>(&'a mut Script, Instant);
+        impl Runtime for Oversleep<'_> {
+            fn now(&self) -> Instant {
+                self.0.now()
+            }
+            fn wait(&mut self, until: Option<Instant>) -> bool {
+                let came = self.0.wait(until);
+                if came {
+                    self.0.clock.advance(self.1.saturating_duration_since(self.0.now()));
+                }
+                came
+            }
+            fn report(&mut self, event: Event) {
+                self.0.report(event);
+            }
+            fn begins(&mut self, work: Work) {
+                self.0.begins(work);
+            }
+        }
+        let _ = keep(&lease, KeeperOptions::new(), &mut Oversleep(&mut script, due));
+        assert_eq!(script.work, ["renewal", "release"]);
+    }
+
+    #[test]
+    fn the_runtimes_own_unwind_passes_through_the_renewals_guard() {
+        let (store, lease, mut script) = held(&[true, true]);
+        store.panics.store(1, Ordering::SeqCst);
+        let unwound = catch_unwind(AssertUnwindSafe(|| {
+            keep(&lease, KeeperOptions::new(), &mut script)
+        }));
+        // The lease's drop releases it: with writes that answer.
+        store.panics.store(0, Ordering::SeqCst);
+        assert!(unwound.is_err_and(|payload| payload.is::<OwnEnd>()));
+        assert_eq!(script.events, [], "no loss, no event: the run is over");
+        assert!(lease.may_write(), "the lease not marked lost");
+    }
+
+    #[test]
+    fn a_panic_in_the_renewal_is_still_a_loss() {
+        let (store, lease, mut script) = held(&[true, true]);
+        store.panics.store(2, Ordering::SeqCst);
+        let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let options = KeeperOptions::new().on_loss({
+            let heard = Arc::clone(&heard);
+            move |loss| heard.lock().unwrap().push(loss.clone())
+        });
+        let (ended, _) = keep(&lease, options, &mut script);
+        assert!(matches!(ended, Some(LeaseError::Lost { .. })), "{ended:?}");
+        assert!(
+            matches!(&script.events[0], Event::Lost { reason, .. } if reason.contains("boom")),
+            "{:?}",
+            script.events
+        );
+        assert!(matches!(heard.lock().unwrap()[..], [Loss::Lost { .. }]));
+    }
+}
