@@ -2,8 +2,10 @@
 //!
 //! A [`Keeper`] owns a [`Lease`] and renews it every third of its TTL until
 //! it is stopped, dropped, lost or fenced. Its decisions are a machine
-//! without I/O, `RenewalSchedule` (internal), which the thread drives with
-//! real waits and the simulation drives on simulated time. What it promises:
+//! without I/O, `RenewalSchedule` (internal); the loop around it (wait,
+//! warm up, renew, record, end, release) is written once, the keeper
+//! driver (`keeper/driver.rs`, internal), which the thread runs with real
+//! waits and the simulation runs on simulated time. What it promises:
 //!
 //! - **The application never waits on I/O to ask.** [`Keeper::may_write`]
 //!   and [`Keeper::write_deadline`] read the lease's state under a mutex held
@@ -466,9 +468,12 @@ internal! {
 /// and none is "wait for nothing": wait until a definite instant (the next
 /// renewal, never past the write deadline), renew now, or end with the
 /// event that says why. A renewal that fails at or after the deadline is
-/// followed at once by [`Step::End`]. The [`Keeper`]'s thread drives this
-/// machine with real waits; a simulation drives the same machine on
-/// simulated time.
+/// followed at once by [`Step::End`]. The keeper driver
+/// ([`driver::keep`]) drives this machine, on the [`Keeper`]'s thread with
+/// real waits and in the simulation on simulated time; a [`KeeperPool`]'s
+/// machine keeps one per lease.
+///
+/// [`KeeperPool`]: crate::KeeperPool
 #[derive(Debug)]
 pub struct RenewalSchedule {
     next: Instant,
