@@ -64,7 +64,7 @@ use crate::fence::FencedWriter;
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
 use crate::stats::{LeaseStats, LossReason, RenewalOutcome};
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 use std::any::Any;
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -405,6 +405,11 @@ impl Runtime for ThreadRuntime {
     }
 
     fn wait(&mut self, until: Option<Instant>) -> bool {
+        // A stop already asked wins over an instant already come (which
+        // `select!` would pick between at random): nothing more begins.
+        if !matches!(self.stop.try_recv(), Err(TryRecvError::Empty)) {
+            return false;
+        }
         let timer = match until {
             Some(at) => self.clock.timer(at),
             None => crossbeam_channel::never(),
@@ -662,17 +667,23 @@ fn renew_guarded_with(lease: &Lease, deadline: Instant, passes: Passes<'_>) -> A
 /// on a store with a write interval, within that much more, as the release
 /// may wait for its turn after a renewal.
 pub(crate) fn release_guarded(lease: &Lease, timeout: Duration) -> Result<Released, LeaseError> {
-    release_guarded_with(lease, timeout, &|_| false)
+    release_guarded_with(lease, release_deadline(lease, timeout), &|_| false)
 }
 
-/// [`release_guarded`], passing on an unwind `passes` names.
+/// The deadline of a release of `lease` given `timeout` from now: on a
+/// store with a write interval, that much more (the release may wait for
+/// its turn after a renewal).
+fn release_deadline(lease: &Lease, timeout: Duration) -> Option<Instant> {
+    let timeout = timeout + lease.store().write_interval().unwrap_or_default();
+    lease.clock().now().checked_add(timeout)
+}
+
+/// [`release_guarded`] by `deadline`, passing on an unwind `passes` names.
 fn release_guarded_with(
     lease: &Lease,
-    timeout: Duration,
+    deadline: Option<Instant>,
     passes: Passes<'_>,
 ) -> Result<Released, LeaseError> {
-    let timeout = timeout + lease.store().write_interval().unwrap_or_default();
-    let deadline = lease.clock().now().checked_add(timeout);
     let released = guarded(|| lease.release_before(deadline), passes).unwrap_or_else(|panic| {
         log::error!(
             "{}: the release panicked: {}",

@@ -30,7 +30,7 @@
 //!   passed on untouched, never taken for a panic of the renewal path.
 
 use super::{
-    note_end, panic_message, release_guarded_with, renew_guarded_with, warm_up_guarded_with,
+    note_end, panic_message, release_deadline, release_guarded_with, renew_guarded_with, warm_up_guarded_with,
     warm_up_lead, Ended, Event, KeeperOptions, Loss, OnLoss, RenewalSchedule, Step,
 };
 use crate::error::LeaseError;
@@ -285,14 +285,11 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
     /// The release within the release timeout, a panic in it an error.
     fn release(&mut self) -> Result<Released, LeaseError> {
         let began = self.runtime.now();
-        let timeout =
-            self.release_timeout + self.lease.store().write_interval().unwrap_or_default();
-        let work = Work::Release {
-            deadline: began.checked_add(timeout),
-        };
+        let deadline = release_deadline(self.lease, self.release_timeout);
+        let work = Work::Release { deadline };
         self.runtime.begins(work);
         let runtime = &*self.runtime;
-        let released = release_guarded_with(self.lease, self.release_timeout, &|unwind| {
+        let released = release_guarded_with(self.lease, deadline, &|unwind| {
             runtime.passes_through(unwind)
         });
         self.runtime.returned(work, began);
