@@ -55,6 +55,23 @@ pub fn transient_backoff(failures: u32) -> Duration {
     Duration::from_millis(50u64 << failures.saturating_sub(1).min(6))
 }
 
+/// The most doublings of a [`doubling_pause`]: from the 16th failure on the
+/// pause stays at `first` × 2^15 (before its cap).
+pub const MAX_DOUBLINGS: u32 = 15;
+
+/// The pause, before jitter, after the `failures`-th failure in a row of a
+/// retried step (a renewal, a held set's attempt): `first`, doubled with
+/// each further failure, never more than `cap`. The doubling stops after
+/// [`MAX_DOUBLINGS`] (the 16th failure), so a long streak neither overflows
+/// nor grows past `first` × 2^15: a 10 ms first pause under a one-hour cap
+/// reaches about 328 s and stays there. `failures` 0 is taken as the
+/// first. The keeper's and the pool's renewals (`RenewalSchedule`) and
+/// the held set's attempts pause by it.
+pub fn doubling_pause(first: Duration, failures: u32, cap: Duration) -> Duration {
+    let doublings = failures.saturating_sub(1).min(MAX_DOUBLINGS);
+    first.saturating_mul(1 << doublings).min(cap)
+}
+
 /// The operating system's clocks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
@@ -215,6 +232,43 @@ mod tests {
         assert!(soon.try_recv().is_ok());
         assert!(later.try_recv().is_err());
         assert_eq!(clock.pending_timers(), 1);
+    }
+
+    #[test]
+    fn a_doubling_pause_doubles_from_its_first_and_saturates() {
+        let ms = Duration::from_millis;
+        let hour = Duration::from_secs(3600);
+        assert_eq!(doubling_pause(ms(200), 0, hour), ms(200));
+        assert_eq!(doubling_pause(ms(200), 1, hour), ms(200));
+        assert_eq!(doubling_pause(ms(200), 2, hour), ms(400));
+        assert_eq!(doubling_pause(ms(200), 3, hour), ms(800));
+        // The 16th failure doubles for the last time; none after it.
+        let top = ms(10) * (1 << 15);
+        assert_eq!(doubling_pause(ms(10), 15, hour), top / 2);
+        for failures in [16, 17, 18, 32, 1000, u32::MAX] {
+            assert_eq!(
+                doubling_pause(ms(10), failures, hour),
+                top,
+                "failure {failures}"
+            );
+        }
+        // A held set's 10 ms pause under a one-hour TTL: about 328 s, not
+        // 655 s, however long the streak.
+        assert_eq!(doubling_pause(ms(10), u32::MAX, hour).as_secs(), 327);
+        // The cap, and no overflow with the longest first pause.
+        assert_eq!(
+            doubling_pause(ms(200), 40, Duration::from_secs(10)),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            doubling_pause(Duration::MAX, u32::MAX, Duration::MAX),
+            Duration::MAX
+        );
+        assert_eq!(doubling_pause(Duration::MAX, 2, hour), hour);
+        assert_eq!(
+            doubling_pause(Duration::ZERO, u32::MAX, hour),
+            Duration::ZERO
+        );
     }
 
     #[test]

@@ -57,7 +57,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::clock::Clock;
+use crate::clock::{doubling_pause, Clock};
 use crate::error::LeaseError;
 use crate::keeper::{Event, Loss};
 use crate::lease::{Contender, LeaseOptions};
@@ -511,11 +511,8 @@ impl SetKeeper {
             }
             Err(error) => {
                 p.failures = p.failures.saturating_add(1);
-                let doubled = self
-                    .options
-                    .retry_pause
-                    .saturating_mul(1 << p.failures.min(16).saturating_sub(1));
-                p.next_try = self.clock.now() + self.clock.jitter(doubled.min(ttl));
+                let pause = doubling_pause(self.options.retry_pause, p.failures, ttl);
+                p.next_try = self.clock.now() + self.clock.jitter(pause);
                 log::warn!("{}: could not take it, trying again: {error}", p.prefix);
                 let prefix = p.prefix.clone();
                 let _ = self.events.send(SetEvent::Failed { prefix, error });

@@ -2,8 +2,10 @@
 //!
 //! A [`Keeper`] owns a [`Lease`] and renews it every third of its TTL until
 //! it is stopped, dropped, lost or fenced. Its decisions are a machine
-//! without I/O, `RenewalSchedule` (internal), which the thread drives with
-//! real waits and the simulation drives on simulated time. What it promises:
+//! without I/O, `RenewalSchedule` (internal); the loop around it (wait,
+//! warm up, renew, record, end, release) is written once, the keeper
+//! driver (`keeper/driver.rs`, internal), which the thread runs with real
+//! waits and the simulation runs on simulated time. What it promises:
 //!
 //! - **The application never waits on I/O to ask.** [`Keeper::may_write`]
 //!   and [`Keeper::write_deadline`] read the lease's state under a mutex held
@@ -56,18 +58,25 @@
 //!   delays only the release at [`Keeper::stop`] (which waits for it); one
 //!   that panics is logged, and the release still happens.
 
-use crate::clock::Clock;
+use crate::clock::{doubling_pause, Clock};
 use crate::error::LeaseError;
 use crate::fence::FencedWriter;
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
 use crate::stats::{LeaseStats, LossReason, RenewalOutcome};
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
+use std::any::Any;
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+internal! {
+pub mod driver;
+}
+
+use driver::Runtime;
 
 /// How long the keeper gives the release request when it stops, unless told
 /// otherwise.
@@ -243,9 +252,11 @@ pub struct Keeper {
     thread: Option<JoinHandle<Ended>>,
 }
 
-/// How the renewal thread ended: the loss it reported, if any, and its
-/// release.
-type Ended = (Option<LeaseError>, Result<Released, LeaseError>);
+internal! {
+/// How a kept lease ended ([`driver::keep`]): the loss it reported, if
+/// any, and its release.
+pub type Ended = (Option<LeaseError>, Result<Released, LeaseError>);
+}
 
 impl Keeper {
     /// Start renewing `lease` on its own thread.
@@ -254,20 +265,20 @@ impl Keeper {
     ///
     /// When the operating system cannot start a thread; the lease is then
     /// released before the error is returned.
-    pub fn spawn(lease: Lease, options: KeeperOptions) -> std::io::Result<Keeper> {
+    pub fn spawn(lease: Lease, mut options: KeeperOptions) -> std::io::Result<Keeper> {
         let lease = Arc::new(lease);
         let (events_tx, events) = crossbeam_channel::unbounded();
         let (stop, stop_rx) = crossbeam_channel::bounded(1);
-        let renewer = Renewer {
-            lease: Arc::clone(&lease),
+        let mut runtime = ThreadRuntime {
+            clock: Arc::clone(lease.clock()),
             events: events_tx,
             stop: stop_rx,
-            release_timeout: options.release_timeout,
-            on_loss: options.on_loss,
         };
+        let kept = Arc::clone(&lease);
+        let name = std::mem::take(&mut options.thread_name);
         let thread = std::thread::Builder::new()
-            .name(options.thread_name)
-            .spawn(move || renewer.run());
+            .name(name)
+            .spawn(move || driver::keep(&kept, options, &mut runtime));
         match thread {
             Ok(thread) => Ok(Keeper {
                 lease,
@@ -380,13 +391,39 @@ impl Drop for Keeper {
     }
 }
 
-/// The renewal thread's side.
-struct Renewer {
-    lease: Arc<Lease>,
+/// The renewal thread's side: the [`driver`] on real waits, a stop
+/// channel (a message, or the handle gone) and the events' channel.
+struct ThreadRuntime {
+    clock: Arc<dyn Clock>,
     events: Sender<Event>,
     stop: Receiver<()>,
-    release_timeout: Duration,
-    on_loss: Option<OnLoss>,
+}
+
+impl Runtime for ThreadRuntime {
+    fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    fn wait(&mut self, until: Option<Instant>) -> bool {
+        // A stop already asked wins over an instant already come (which
+        // `select!` would pick between at random): nothing more begins.
+        if !matches!(self.stop.try_recv(), Err(TryRecvError::Empty)) {
+            return false;
+        }
+        let timer = match until {
+            Some(at) => self.clock.timer(at),
+            None => crossbeam_channel::never(),
+        };
+        select! {
+            recv(self.stop) -> _ => false,
+            recv(timer) -> _ => true,
+        }
+    }
+
+    fn report(&mut self, event: Event) {
+        // The handle may be gone; its drop stops us next.
+        let _ = self.events.send(event);
+    }
 }
 
 internal! {
@@ -436,9 +473,12 @@ internal! {
 /// and none is "wait for nothing": wait until a definite instant (the next
 /// renewal, never past the write deadline), renew now, or end with the
 /// event that says why. A renewal that fails at or after the deadline is
-/// followed at once by [`Step::End`]. The [`Keeper`]'s thread drives this
-/// machine with real waits; a simulation drives the same machine on
-/// simulated time.
+/// followed at once by [`Step::End`]. The keeper driver
+/// ([`driver::keep`]) drives this machine, on the [`Keeper`]'s thread with
+/// real waits and in the simulation on simulated time; a [`KeeperPool`]'s
+/// machine keeps one per lease.
+///
+/// [`KeeperPool`]: crate::KeeperPool
 #[derive(Debug)]
 pub struct RenewalSchedule {
     next: Instant,
@@ -520,9 +560,11 @@ impl RenewalSchedule {
             }
             Attempt::Failed(error) => {
                 self.failures = self.failures.saturating_add(1);
-                let pause = lease
-                    .clock()
-                    .jitter(retry_pause(self.failures, lease.renew_interval()));
+                let pause = lease.clock().jitter(doubling_pause(
+                    FIRST_RETRY_PAUSE,
+                    self.failures,
+                    lease.renew_interval(),
+                ));
                 self.next = lease.clock().now() + pause;
                 let retrying = lease.write_deadline().is_some_and(|d| self.next < d);
                 if retrying {
@@ -538,163 +580,6 @@ impl RenewalSchedule {
                 }
                 Some(Event::RenewalFailed { error, retrying })
             }
-        }
-    }
-}
-
-impl Renewer {
-    fn run(mut self) -> Ended {
-        let mut ended = None;
-        let end = self
-            .renew_until_stopped()
-            .or_else(|| self.ended_unseen())
-            // Released by hand: the program gave it up, no loss.
-            .filter(|_| self.lease.status() != LeaseStatus::Released);
-        if let Some(end) = end {
-            // Lost or fenced, and already reported: the callback cannot
-            // delay either. Then nothing more to do until the owner stops us.
-            let key = self.lease.key().to_string();
-            let loss = match end {
-                Event::Lost {
-                    holder,
-                    holder_name,
-                    reason,
-                } => {
-                    ended = Some(LeaseError::Lost {
-                        key,
-                        holder: holder.clone(),
-                    });
-                    Loss::Lost {
-                        holder,
-                        holder_name,
-                        reason,
-                    }
-                }
-                _ => {
-                    ended = Some(LeaseError::Fenced { key });
-                    Loss::Fenced
-                }
-            };
-            self.tell_loss(&loss);
-            self.wait_for(None);
-        }
-        let released = release_guarded(&self.lease, self.release_timeout);
-        let _ = self.events.send(Event::Released(released.clone()));
-        match &released {
-            Err(e) => self.tell_loss(&Loss::NotReleased(e.clone())),
-            Ok(Released::LeftAlone {
-                holder: holder @ Some(_),
-                holder_name,
-            }) => self.tell_loss(&Loss::Lost {
-                holder: holder.clone(),
-                holder_name: holder_name.clone(),
-                reason: "the release found the record another holder's".to_string(),
-            }),
-            Ok(_) => {}
-        }
-        // A record found not ours by the release itself: taken over (or
-        // broken) since the last renewal, so not held to the end.
-        if let (None, Ok(freed)) = (&ended, &released) {
-            ended = freed.loss_shown(self.lease.key());
-        }
-        (ended, released)
-    }
-
-    /// Stopped while the lease's status already says fenced or lost, which
-    /// the loop had not woken to see yet (a wall clock stepped, a stop and
-    /// the deadline at once): report it now, as the loop would have, so
-    /// that the stop says so.
-    fn ended_unseen(&self) -> Option<Event> {
-        let event = match self.lease.status() {
-            LeaseStatus::Fenced => {
-                self.lease.fence_for_good();
-                Event::Fenced
-            }
-            LeaseStatus::Lost { holder } => Event::Lost {
-                holder,
-                holder_name: self.lease.lost_to_name(),
-                reason: "a refused write marked it lost".to_string(),
-            },
-            LeaseStatus::Held { .. } | LeaseStatus::Released => return None,
-        };
-        note_end(&self.lease, &event);
-        let _ = self.events.send(event.clone());
-        Some(event)
-    }
-
-    /// Call the loss callback, if it has not been called yet; a panic in
-    /// it is logged, never passed on.
-    fn tell_loss(&mut self, loss: &Loss) {
-        let Some(callback) = self.on_loss.take() else {
-            return;
-        };
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| callback(loss))) {
-            log::error!(
-                "{}: the loss callback panicked: {}",
-                self.lease.key(),
-                panic_message(&*panic)
-            );
-        }
-    }
-
-    fn clock(&self) -> &Arc<dyn Clock> {
-        self.lease.clock()
-    }
-
-    /// Drive the [`RenewalSchedule`]. Returns `None` when asked to stop,
-    /// and the event that ended it once the lease is lost or fenced, after
-    /// reporting it.
-    fn renew_until_stopped(&self) -> Option<Event> {
-        let mut schedule = RenewalSchedule::new(&self.lease);
-        // The wake-up the store was last warmed up for.
-        let mut warmed = None;
-        loop {
-            match schedule.step(&self.lease) {
-                Step::Wait { until } => {
-                    let lead = warm_up_lead(self.lease.renew_interval());
-                    let warm_at = until.checked_sub(lead);
-                    if let Some(at) =
-                        warm_at.filter(|at| warmed != Some(until) && *at > self.clock().now())
-                    {
-                        if !self.wait_for(Some(at)) {
-                            return None;
-                        }
-                        warm_up_guarded(&self.lease, until);
-                        warmed = Some(until);
-                        continue;
-                    }
-                    if !self.wait_for(Some(until)) {
-                        return None;
-                    }
-                }
-                Step::Renew { deadline } => {
-                    let attempt = renew_guarded(&self.lease, deadline);
-                    if let Some(event) = schedule.record(&self.lease, attempt) {
-                        let _ = self.events.send(event);
-                    }
-                }
-                Step::End(event) => {
-                    note_end(&self.lease, &event);
-                    if event == Event::Fenced {
-                        log::warn!("{}: fenced: no renewal landed in time", self.lease.key());
-                    }
-                    let _ = self.events.send(event.clone());
-                    return Some(event);
-                }
-            }
-        }
-    }
-
-    /// Wait until `until` (for ever when `None`) or a stop. Returns false
-    /// when asked to stop or when the handle is gone.
-    fn wait_for(&self, until: Option<Instant>) -> bool {
-        let timer = match until {
-            Some(at) => self.clock().timer(at),
-            None => crossbeam_channel::never(),
-        };
-        select! {
-            recv(self.stop) -> _ => false,
-            recv(timer) -> _ => true,
         }
     }
 }
@@ -715,7 +600,26 @@ pub fn warm_up_lead(interval: Duration) -> Duration {
 /// due at `due`; a panic in it is logged, never passed on (the renewal
 /// itself decides the lease's fate).
 pub fn warm_up_guarded(lease: &Lease, due: Instant) {
-    let warmed = catch_unwind(AssertUnwindSafe(|| lease.store().warm_up(lease.key(), due)));
+    warm_up_guarded_with(lease, due, &|_| false);
+}
+
+/// A panic a guard caught: passed on when `passes` says it is a runtime's
+/// own unwind ([`Runtime::passes_through`]), else handed back.
+type Passes<'a> = &'a dyn Fn(&(dyn Any + Send)) -> bool;
+
+/// Run `f`, catching a panic, but passing on an unwind `passes` names.
+fn guarded<T>(f: impl FnOnce() -> T, passes: Passes<'_>) -> Result<T, Box<dyn Any + Send>> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
+        if passes(&*panic) {
+            resume_unwind(panic);
+        }
+        panic
+    })
+}
+
+/// [`warm_up_guarded`], passing on an unwind `passes` names.
+fn warm_up_guarded_with(lease: &Lease, due: Instant, passes: Passes<'_>) {
+    let warmed = guarded(|| lease.store().warm_up(lease.key(), due), passes);
     if let Err(panic) = warmed {
         log::warn!(
             "{}: warming the store up for the renewal panicked: {}",
@@ -728,8 +632,14 @@ pub fn warm_up_guarded(lease: &Lease, due: Instant) {
 /// One renewal of `lease` bounded by `deadline`, a panic in it turned into
 /// a loss.
 pub(crate) fn renew_guarded(lease: &Lease, deadline: Instant) -> Attempt {
+    renew_guarded_with(lease, deadline, &|_| false)
+}
+
+/// [`renew_guarded`], passing on an unwind `passes` names (uncounted: it
+/// is no outcome of the renewal).
+fn renew_guarded_with(lease: &Lease, deadline: Instant, passes: Passes<'_>) -> Attempt {
     let started = lease.clock().now();
-    let renewed = catch_unwind(AssertUnwindSafe(|| lease.renew_before(Some(deadline))));
+    let renewed = guarded(|| lease.renew_before(Some(deadline)), passes);
     let took = lease.clock().now().saturating_duration_since(started);
     if renewed.is_err() {
         // A panic never reached the renewal's own count.
@@ -757,20 +667,34 @@ pub(crate) fn renew_guarded(lease: &Lease, deadline: Instant) -> Attempt {
 /// on a store with a write interval, within that much more, as the release
 /// may wait for its turn after a renewal.
 pub(crate) fn release_guarded(lease: &Lease, timeout: Duration) -> Result<Released, LeaseError> {
+    release_guarded_with(lease, release_deadline(lease, timeout), &|_| false)
+}
+
+/// The deadline of a release of `lease` given `timeout` from now: on a
+/// store with a write interval, that much more (the release may wait for
+/// its turn after a renewal).
+fn release_deadline(lease: &Lease, timeout: Duration) -> Option<Instant> {
     let timeout = timeout + lease.store().write_interval().unwrap_or_default();
-    let deadline = lease.clock().now().checked_add(timeout);
-    let released = catch_unwind(AssertUnwindSafe(|| lease.release_before(deadline)))
-        .unwrap_or_else(|panic| {
-            log::error!(
-                "{}: the release panicked: {}",
-                lease.key(),
-                panic_message(&*panic)
-            );
-            Err(LeaseError::Lost {
-                key: lease.key().to_string(),
-                holder: lease.lost_to(),
-            })
-        });
+    lease.clock().now().checked_add(timeout)
+}
+
+/// [`release_guarded`] by `deadline`, passing on an unwind `passes` names.
+fn release_guarded_with(
+    lease: &Lease,
+    deadline: Option<Instant>,
+    passes: Passes<'_>,
+) -> Result<Released, LeaseError> {
+    let released = guarded(|| lease.release_before(deadline), passes).unwrap_or_else(|panic| {
+        log::error!(
+            "{}: the release panicked: {}",
+            lease.key(),
+            panic_message(&*panic)
+        );
+        Err(LeaseError::Lost {
+            key: lease.key().to_string(),
+            holder: lease.lost_to(),
+        })
+    });
     lease.recorder().released(&released);
     released
 }
@@ -794,9 +718,4 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_string())
-}
-
-fn retry_pause(failures: u32, interval: Duration) -> Duration {
-    let doubled = FIRST_RETRY_PAUSE.saturating_mul(1 << failures.min(16).saturating_sub(1));
-    doubled.min(interval)
 }

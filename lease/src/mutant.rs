@@ -76,6 +76,17 @@ pub enum Mutant {
     /// before the other writes, however long they took, and is stale
     /// earlier than its holder's fence assumes.
     SpacedProbeRecordLast,
+    /// The keeper driver renews once more after a wait said stop (issue
+    /// 41): a stopped keeper sends a renewal before its release.
+    DriverRenewsAfterStop,
+    /// The keeper driver bounds a renewal a renewal interval past the write
+    /// deadline (issue 41): a hung renewal runs past the fence, and the
+    /// keeper reports `Fenced` that much late.
+    DriverRenewsPastDeadline,
+    /// The keeper driver bounds a warm-up by the write deadline, not by its
+    /// renewal's due instant (issue 41): a slow warm-up holds the renewal
+    /// past its due instant.
+    DriverWarmsPastDue,
 }
 }
 

@@ -1,5 +1,5 @@
-//! One contender: the real [`Contender`], the real [`RenewalSchedule`]
-//! driven as the keeper thread drives it, the real [`FencedWriter`], and
+//! One contender: the real [`Contender`], the core's keeper driver on a
+//! simulated thread ([`crate::driven`]), the real [`FencedWriter`], and
 //! `bucket-lease run`'s real [`Plan`] deciding when the command dies.
 //!
 //! Each runs on its own simulated thread: the contender's main thread
@@ -11,12 +11,13 @@
 // measures it there).
 #![allow(clippy::result_large_err)]
 
+use super::driven::drive;
 use super::env::{store_of, without_probe_names, SimClock};
 use super::sched::{current, Nanos, Shared, SEC};
 use super::values::ValueId;
 use super::world::{nonce_of, KEY, POINTER};
 use bucket_lease_core::clock::Clock;
-use bucket_lease_core::keeper::{Attempt, Event, RenewalSchedule, Step};
+use bucket_lease_core::keeper::{Event, KeeperOptions};
 use bucket_lease_core::lease::{Contender, Lease, LeaseOptions, Wait};
 use bucket_lease_core::mutant::{self, Mutant};
 use bucket_lease_core::supervision::{Plan, Seen};
@@ -217,61 +218,28 @@ fn hold(sh: &Arc<Shared>, c: usize, value: ValueId, lease: Arc<Lease>) {
         let t = now(sh);
         sh.wait_until(t + 3600 * SEC);
     }
+    // This lease's events not read (its release, an end after the
+    // command died) are no next lease's.
+    sh.lock().events.remove(&c);
 }
 
-/// The keeper thread: the real [`RenewalSchedule`], driven as
-/// [`bucket_lease_core::Keeper`] drives it; release when told to stop.
+/// The keeper thread: the core's keeper driver ([`crate::driven`]), as
+/// `bucket-lease run`'s [`bucket_lease_core::Keeper`] runs it, each event
+/// handed to the supervisor; released when told to stop.
 fn keep(sh: &Arc<Shared>, c: usize, supervisor: usize, lease: &Lease, hold: &Hold) {
-    let mut schedule = RenewalSchedule::new(lease);
-    let report = |event: Event| {
-        let mut w = sh.lock();
-        let text = format!("{event:?}");
-        w.log(|| format!("c{c} keeper event: {text}"));
-        w.events.entry(c).or_default().push(event);
-        Shared::interrupt(&mut w, supervisor);
-    };
-    let mut ended = false;
-    while !hold.stop.load(Ordering::SeqCst) {
-        if ended {
-            let t = now(sh);
-            sh.wait_until(t + 3600 * SEC);
-            continue;
-        }
-        match schedule.step(lease) {
-            Step::Wait { until } => {
-                let until = sh.lock().nanos_of(until);
-                sh.wait_until(until);
-            }
-            Step::Renew { deadline } => {
-                let started = lease.clock().now();
-                let renewed = lease.renew_before(Some(deadline));
-                {
-                    let mut w = sh.lock();
-                    let (began, limit) = (w.nanos_of(started), w.nanos_of(deadline));
-                    w.returned_by(c, "renewal", began, limit);
-                }
-                let attempt = match renewed {
-                    Ok(()) => {
-                        Attempt::Renewed(lease.clock().now().saturating_duration_since(started))
-                    }
-                    Err(LeaseError::Lost { holder, .. }) => Attempt::Lost {
-                        holder,
-                        reason: "the record was replaced or deleted".to_string(),
-                    },
-                    Err(error) => Attempt::Failed(error),
-                };
-                if let Some(event) = schedule.record(lease, attempt) {
-                    report(event);
-                }
-            }
-            Step::End(event) => {
-                report(event);
-                ended = true;
-            }
-        }
-    }
-    let deadline = lease.clock().now() + Duration::from_secs(5);
-    let released = lease.release_before(Some(deadline));
+    let (_, released) = drive(
+        sh,
+        c,
+        format!("c{c} keeper"),
+        lease,
+        KeeperOptions::new(),
+        || hold.stop.load(Ordering::SeqCst),
+        |event| {
+            let mut w = sh.lock();
+            w.events.entry(c).or_default().push(event);
+            Shared::interrupt(&mut w, supervisor);
+        },
+    );
     let mut w = sh.lock();
     let text = format!("{released:?}");
     w.log(|| format!("c{c} keeper stops; release: {text}"));

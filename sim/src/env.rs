@@ -360,6 +360,12 @@ impl Store for SimStore {
             _ => Err(unexpected("DELETE", key)),
         }
     }
+
+    /// A keeper's warm-up takes simulated time, returning by `due`
+    /// ([`super::driven::slow_warm_up`]); any other thread's, none.
+    fn warm_up(&self, key: &str, due: Instant) {
+        super::driven::slow_warm_up(&self.sh, self.c, key, due);
+    }
 }
 
 /// Contender `c`'s clocks: true time on the monotonic clock, true time

@@ -158,7 +158,8 @@ pub struct Report {
 const KEPT: usize = 3;
 
 /// Mutants of the catalogue that no scope of two processes calling the
-/// API can show, and why; and every keeper pool's mutant (`pool-…`).
+/// API can show, and why; and every keeper pool's mutant (`pool-…`) and
+/// keeper driver's (`driver-…`).
 const OUT_OF_SCOPE: [(&str, &str); 3] = [
     (
         "keeper-never-fences",
@@ -179,6 +180,11 @@ const OUT_OF_SCOPE: [(&str, &str); 3] = [
 pub fn out_of_scope(name: &str) -> Option<&'static str> {
     if name.starts_with("pool-") {
         return Some("a keeper pool's threads and scheduler: the scope keeps no pool");
+    }
+    if name.starts_with("driver-") {
+        return Some(
+            "the keeper driver (`keeper/driver.rs`): the scope calls the API, with no keeper",
+        );
     }
     OUT_OF_SCOPE
         .iter()
@@ -520,6 +526,7 @@ fn world_of(case: &Case, trace: bool) -> World {
     World {
         sched: Sched::default(),
         rng: Rng::new(0),
+        warm_up_rng: Rng::new(0),
         base: Instant::now(),
         wall0,
         ttl_s: TTL_S,

@@ -13,8 +13,9 @@
 //! releasing, (some runs) a dead holder's suspect record on the key at
 //! the start, and (some runs) two contenders configured with one instance
 //! id, each a process of its own with its own nonce. Each contender runs
-//! the real [`bucket_lease_core::Contender`], drives the real
-//! `bucket_lease_core::keeper::RenewalSchedule` as the keeper thread does,
+//! the real [`bucket_lease_core::Contender`], keeps its lease with the
+//! core's keeper driver (`bucket_lease_core::keeper::driver::keep`, the
+//! loop the keeper's thread runs) on a simulated thread (`driven.rs`),
 //! writes through the real [`bucket_lease_core::FencedWriter`] while
 //! `may_write()` (a create-only data object, then the pointer moved to
 //! it), and runs a command whose death `bucket-lease run`'s real
@@ -49,6 +50,7 @@
 
 mod actor;
 mod check;
+mod driven;
 mod env;
 pub mod explore;
 mod mutants;
@@ -340,6 +342,7 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
     let mut w = World {
         sched: Default::default(),
         rng,
+        warm_up_rng: Rng::new(seed ^ 0x5741_524D_5550),
         base: Instant::now(),
         wall0,
         ttl_s,

@@ -5,7 +5,7 @@
 use bucket_lease_core::mutant::Mutant;
 
 /// Every mutant and its name.
-pub(crate) const ALL: [(Mutant, &str); 17] = [
+pub(crate) const ALL: [(Mutant, &str); 20] = [
     (Mutant::KeeperNeverFences, "keeper-never-fences"),
     (Mutant::KillAtFullTtl, "kill-at-full-ttl"),
     (Mutant::ReleaseByDelete, "release-by-delete"),
@@ -23,6 +23,12 @@ pub(crate) const ALL: [(Mutant, &str); 17] = [
     (Mutant::IdentityByProcess, "identity-by-process"),
     (Mutant::PoolInlineEveryStore, "pool-inline-every-store"),
     (Mutant::SpacedProbeRecordLast, "spaced-probe-record-last"),
+    (Mutant::DriverRenewsAfterStop, "driver-renews-after-stop"),
+    (
+        Mutant::DriverRenewsPastDeadline,
+        "driver-renews-past-deadline",
+    ),
+    (Mutant::DriverWarmsPastDue, "driver-warms-past-due"),
 ];
 
 /// The mutant called `name`.

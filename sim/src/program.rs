@@ -28,12 +28,14 @@
 //!
 //! What is the real code: `Contender` and every acquire, `Lease` and its
 //! `renew`, `release`, status and drop (which releases), `Cancel`,
-//! `FencedWriter`, and the machines `RenewalSchedule` and `PoolSchedule`
-//! with the pool's `work`. What is driven here as the real threads would
-//! drive it, because `Keeper`, `KeeperPool` and `run_while_held` start OS
-//! threads the simulation cannot schedule: the keeper's thread
-//! (`program/keeper.rs`: its stop and drop release the lease it was handed
-//! with the real `release_before`), the pool's scheduler and renewal
+//! `FencedWriter`, the keeper's driver (its thread's whole loop and end:
+//! `keeper::driver::keep`, on a simulated thread through `driven.rs`),
+//! and the machine `PoolSchedule` with the pool's `work`. What is driven
+//! here as the real threads would drive it, because `Keeper`,
+//! `KeeperPool` and `run_while_held` start OS threads the simulation
+//! cannot schedule: the keeper's handle (`program/keeper.rs`: its thread
+//! is the real driver, its stop and drop ask it to stop and wait for its
+//! release), the pool's scheduler and renewal
 //! threads (`program/pool.rs`: remove releases through the real `work`),
 //! and `run_while_held` (`program/hold.rs`: the real `acquire_with`, such
 //! a keeper, the closure's fenced writes, the keeper stopped however the

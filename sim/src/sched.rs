@@ -35,7 +35,7 @@ pub(crate) enum Ev {
 }
 
 /// The payload a simulated thread unwinds with when the run is over.
-struct Over;
+pub(crate) struct Over;
 
 /// One simulated thread.
 #[derive(Debug)]

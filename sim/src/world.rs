@@ -147,6 +147,9 @@ impl Injected {
 pub(crate) struct World {
     pub(crate) sched: Sched,
     pub(crate) rng: Rng,
+    /// The keepers' warm-ups' draws (`driven.rs`), a generator of their
+    /// own: warm-ups leave every other draw of a seed as it was.
+    pub(crate) warm_up_rng: Rng,
     pub(crate) base: Instant,
     pub(crate) wall0: SystemTime,
     pub(crate) ttl_s: u64,

@@ -22,7 +22,8 @@ fn seeded_runs_break_no_invariant() {
     // The seeds reach every check: pointers moved, holders crashed, suspect
     // records met, pools of leases kept, one instance id given to two
     // processes, programs holding two values of one key, one taken again
-    // after `Fenced`.
+    // after `Fenced`; keepers on the core's driver warmed up, renewed and
+    // released.
     for kind in [
         "write windows",
         "pointer states",
@@ -34,6 +35,9 @@ fn seeded_runs_break_no_invariant() {
         "program processes",
         "program: two live values on a key",
         "program: re-acquires after Fenced",
+        "keeper warm-ups",
+        "keeper renewals",
+        "keeper releases",
     ] {
         assert!(
             checked.get(kind).copied().unwrap_or(0) > 0,

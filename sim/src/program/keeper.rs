@@ -1,18 +1,20 @@
 //! A [`bucket_lease_core::Keeper`] as a program holds one: the program's
-//! real `Lease` handed over to it, the real [`RenewalSchedule`] driven on a
-//! simulated thread as the keeper's thread drives it, its events, and
-//! `stop` (or drop) releasing the lease on that thread with the real
-//! [`Lease::release_before`] within the keeper's release timeout, the
-//! caller waiting until it is done.
+//! real `Lease` handed over to it, the core's keeper driver (the loop the
+//! real keeper's thread runs: warm-ups, renewals, the end, the loss
+//! callback, the release) on a simulated thread ([`crate::driven`]), its
+//! events, and `stop` (or drop) releasing the lease on that thread within
+//! the keeper's release timeout, the caller waiting until it is done.
 //!
 //! The real `Keeper` starts an OS thread the simulation cannot schedule,
-//! so this module is its thread. What differs: a panic in a renewal is
-//! not caught (nothing panics here), and there is no loss callback; the
-//! lease's calls and state are the real ones.
+//! so this module is its thread and its handle: the driver is the real
+//! one, with a loss callback that marks the keeper ended (`ended`, as
+//! `run_while_held` hears it); the lease's calls and state are the real
+//! ones.
 
-use super::super::sched::{current, Nanos, Shared, SEC};
+use super::super::driven::drive;
+use super::super::sched::{current, Shared, SEC};
 use super::super::values::ValueId;
-use bucket_lease_core::keeper::{Attempt, Event, RenewalSchedule, Step, DEFAULT_RELEASE_TIMEOUT};
+use bucket_lease_core::keeper::{Event, KeeperOptions, DEFAULT_RELEASE_TIMEOUT};
 use bucket_lease_core::lease::{Lease, Released};
 use bucket_lease_core::LeaseError;
 use std::collections::VecDeque;
@@ -25,7 +27,8 @@ struct State {
     stop: Option<usize>,
     /// Events not read yet.
     events: VecDeque<Event>,
-    /// The renewal loop ended (fenced or lost).
+    /// The lease ended other than by a clean release (the loss callback
+    /// was called: fenced or lost).
     ended: bool,
     /// The release at stop, once done.
     released: Option<Result<Released, LeaseError>>,
@@ -96,59 +99,31 @@ impl SimKeeper {
     }
 }
 
-/// The keeper's thread: the schedule's steps until stopped, then the
-/// release (the real keeper's `Renewer::run`).
-fn renew(sh: &Arc<Shared>, c: usize, value: ValueId, lease: &Lease, state: &Mutex<State>) {
+/// The keeper's thread: the core's keeper driver ([`crate::driven`]),
+/// as the real keeper's thread runs it, with a loss callback that marks
+/// the keeper ended; then the release handed to whoever stopped it.
+fn renew(sh: &Arc<Shared>, c: usize, value: ValueId, lease: &Lease, state: &Arc<Mutex<State>>) {
     sh.lock().act_for(current(), value);
-    let mut schedule = RenewalSchedule::new(lease);
-    let report = |event: Event| {
-        let mut w = sh.lock();
-        let text = format!("{event:?}");
-        w.log(|| format!("c{c} v{value} keeper event: {text}"));
-        lock(state).events.push_back(event);
-    };
-    while lock(state).stop.is_none() {
-        if lock(state).ended {
-            let t = sh.lock().sched.now;
-            sh.wait_until(t + 3600 * SEC);
-            continue;
-        }
-        match schedule.step(lease) {
-            Step::Wait { until } => {
-                let until: Nanos = sh.lock().nanos_of(until);
-                sh.wait_until(until);
+    let options = KeeperOptions::new()
+        .release_timeout(DEFAULT_RELEASE_TIMEOUT)
+        .on_loss({
+            let (sh, state) = (Arc::clone(sh), Arc::clone(state));
+            move |loss| {
+                let text = loss.to_string();
+                sh.lock()
+                    .log(|| format!("c{c} v{value} keeper's loss callback: {text}"));
+                lock(&state).ended = true;
             }
-            Step::Renew { deadline } => {
-                let started = lease.clock().now();
-                let renewed = lease.renew_before(Some(deadline));
-                {
-                    let mut w = sh.lock();
-                    let (began, limit) = (w.nanos_of(started), w.nanos_of(deadline));
-                    w.returned_by(c, "keeper's renewal", began, limit);
-                }
-                let attempt = match renewed {
-                    Ok(()) => {
-                        Attempt::Renewed(lease.clock().now().saturating_duration_since(started))
-                    }
-                    Err(LeaseError::Lost { holder, .. }) => Attempt::Lost {
-                        holder,
-                        reason: "the record was replaced or deleted".to_string(),
-                    },
-                    Err(error) => Attempt::Failed(error),
-                };
-                if let Some(event) = schedule.record(lease, attempt) {
-                    report(event);
-                }
-            }
-            Step::End(event) => {
-                report(event);
-                lock(state).ended = true;
-            }
-        }
-    }
-    let deadline = lease.clock().now() + DEFAULT_RELEASE_TIMEOUT;
-    let released = lease.release_before(Some(deadline));
-    report(Event::Released(released.clone()));
+        });
+    let (_, released) = drive(
+        sh,
+        c,
+        format!("c{c} v{value} keeper"),
+        lease,
+        options,
+        || lock(state).stop.is_some(),
+        |event| lock(state).events.push_back(event),
+    );
     let stopper = {
         let mut s = lock(state);
         s.released = Some(released);
