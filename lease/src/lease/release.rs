@@ -108,14 +108,7 @@ impl Lease {
             let mode = PutMode::Update(version);
             let body = released.to_bytes();
             let mut transient = Transient::default();
-            match put_retrying(
-                &*self.store,
-                &*self.clock,
-                self.key(),
-                &body,
-                mode,
-                deadline,
-            ) {
+            match self.put_own(&body, mode, deadline) {
                 Ok(_) => return Ok(Released::Freed),
                 // Our version is stale (a lost answer?): look first.
                 Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {}

@@ -7,7 +7,7 @@ use super::{Exclusion, Lease, State};
 use crate::error::{LeaseError, OwnWrite};
 use crate::record::{format_stamp, LeaseRecord};
 use crate::stats::RenewalOutcome;
-use crate::store::{PutMode, PutOptions, StoreErrorKind, Version};
+use crate::store::{PutMode, PutOptions, StoreError, StoreErrorKind, Version};
 use crate::versioned;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -38,6 +38,17 @@ impl Drop for RenewalTurn<'_> {
 }
 
 impl Lease {
+    /// Write `body` to this lease's own key with `mode`, by `deadline`,
+    /// retrying conflict answers ([`put_retrying`]).
+    pub(super) fn put_own(
+        &self,
+        body: &[u8],
+        mode: PutMode,
+        deadline: Option<Instant>,
+    ) -> Result<Version, StoreError> {
+        put_retrying(&*self.store, &*self.clock, self.key(), body, mode, deadline)
+    }
+
     /// Renew: rewrite the record with a new `renewed_at`, provided it is
     /// still exactly ours. Bounded as a whole by [`DEFAULT_CALL_TIMEOUT`](super::DEFAULT_CALL_TIMEOUT)
     /// (one deadline for the write and any reconciling read and write); a
@@ -123,14 +134,7 @@ impl Lease {
         let written = match exclusion {
             Exclusion::Conditional => {
                 let mode = PutMode::Update(version.clone());
-                match put_retrying(
-                    &*self.store,
-                    &*self.clock,
-                    self.key(),
-                    &body,
-                    mode,
-                    deadline,
-                ) {
+                match self.put_own(&body, mode, deadline) {
                     Ok(version) => Ok(version),
                     Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
                         self.reconcile(&body, version, deadline)
@@ -216,8 +220,7 @@ impl Lease {
                         }
                     }
                     let mode = PutMode::Update(self.known_version(version.clone(), "GET")?);
-                    match put_retrying(&*self.store, &*self.clock, self.key(), body, mode, deadline)
-                    {
+                    match self.put_own(body, mode, deadline) {
                         Ok(version) => return Ok(version),
                         Err(e) if e.is_refusal() || e.kind() == StoreErrorKind::NotFound => {
                             refused_on = version;
