@@ -15,7 +15,7 @@
 
 use bucket_lease::backends::config;
 use bucket_lease::fence::FencedReader;
-use bucket_lease::{Contender, FencedWriter, Keeper, KeeperOptions, LeaseOptions, Released};
+use bucket_lease::{Contender, Keeper, KeeperOptions, LeaseOptions, Released};
 use std::error::Error;
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -38,11 +38,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         LeaseOptions::new(30).best_effort_from_env(),
     );
     let keeper = Keeper::spawn(contender.try_acquire()?, KeeperOptions::new())?;
-    let epoch = keeper.lease().epoch();
+    let epoch = keeper.epoch();
 
     // Immutable parts are named by epoch, so no two holders meet on a key;
     // the pointer moves by compare-and-swap on the version it last saw.
-    let writer = FencedWriter::new(keeper.lease().clone());
+    let writer = keeper.writer();
     for part in 0..3 {
         writer.put_new(&format!("{prefix}/parts/{epoch}-{part}"), b"...")?;
     }

@@ -1,7 +1,8 @@
 //! A large object streamed into the bucket under a held lease: SIZE bytes
 //! made on the fly (nothing like SIZE is ever in memory) are written to
-//! `{prefix}/uploads/{epoch}` through `FencedWriter::create`, in parts of
-//! 8 MiB, completed create-only within the lease's write deadline.
+//! `{prefix}/uploads/{epoch}` through `FencedWriter::create` (the writer
+//! `keeper.writer()` gives), in parts of 8 MiB, completed create-only
+//! within the lease's write deadline.
 //!
 //! ```text
 //! cargo run --release --example fenced_upload -- /some/dir 256MiB        # file:///some/dir//uploads-demo
@@ -21,7 +22,7 @@
 mod stream;
 
 use bucket_lease::backends::config;
-use bucket_lease::{Contender, FencedWriter, Keeper, KeeperOptions, LeaseOptions, Released};
+use bucket_lease::{Contender, Keeper, KeeperOptions, LeaseOptions, Released};
 use std::error::Error;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -69,9 +70,9 @@ fn run() -> Result<(), Box<dyn Error>> {
             LeaseOptions::new(30).best_effort_from_env(),
         );
         let keeper = Keeper::spawn(contender.try_acquire()?, KeeperOptions::new())?;
-        let epoch = keeper.lease().epoch();
+        let epoch = keeper.epoch();
         let key = format!("{prefix}/uploads/{epoch}");
-        let writer = FencedWriter::new(keeper.lease().clone());
+        let writer = keeper.writer();
         let streamed = stream::fenced(&writer, &key, size)?;
         let seconds = started.elapsed().as_secs_f64();
         // Read back through a reader that trusts this epoch: checked

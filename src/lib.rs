@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use bucket_lease::backends::config;
-//! use bucket_lease::{Contender, FencedWriter, Keeper, KeeperOptions, LeaseOptions};
+//! use bucket_lease::{Contender, Keeper, KeeperOptions, LeaseOptions};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # if !cfg!(feature = "fs") { return Ok(()); } // the store `file://` is the feature `fs`
@@ -32,14 +32,34 @@
 //!
 //! // Write only while it is held: each write starts only before the
 //! // lease's write deadline, and is stamped with its epoch.
-//! let epoch = keeper.lease().epoch();
-//! let writer = FencedWriter::new(keeper.lease().clone());
+//! let epoch = keeper.epoch();
+//! let writer = keeper.writer();
 //! writer.put_new(&format!("{prefix}/parts/{epoch}-0"), b"...")?;
 //!
 //! keeper.stop()?; // releases the lease and joins the renewal thread
 //! # std::fs::remove_dir_all(&bucket)?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Which way to hold a lease
+//!
+//! From the simplest to the most hands-on; each keeps every promise of the
+//! ones below it:
+//!
+//! 1. **A command**: `bucket-lease run URL -- COMMAND` (feature `cli`)
+//!    runs it only while it holds the lease, as `flock(1)` would.
+//! 2. **In a program**: [`Keeper`], as above: take the lease with a
+//!    [`Contender`], keep it renewed on a thread, write under it with
+//!    [`Keeper::writer`] (asking [`Keeper::may_write`] before writes of
+//!    your own), give it up with [`Keeper::stop`]. A closure run only
+//!    while it is held: [`Contender::run_while_held`].
+//! 3. **Many keys on a few threads**: [`KeeperPool`], a [`PooledLease`]
+//!    per key, answering as a keeper does.
+//! 4. **Shards of a service**: [`held_set::HeldSet`] takes and keeps
+//!    what it can of a set of prefixes.
+//! 5. **By hand**: [`Lease`]: [`Lease::renew`] every third of a TTL,
+//!    [`Lease::release`] at the end; the module [`lease`] holds every
+//!    promise of a lease's life.
 //!
 //! # Topics
 //!

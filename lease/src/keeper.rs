@@ -298,6 +298,12 @@ impl Keeper {
         &self.lease
     }
 
+    /// The kept lease's epoch: what its writes are stamped with (as a
+    /// pooled lease and a held prefix answer it).
+    pub fn epoch(&self) -> u64 {
+        self.lease.epoch()
+    }
+
     /// Fenced writes under the kept lease ([`FencedWriter`]). Each call
     /// makes a new writer: keep one to keep its pointers' versions between
     /// writes ([`FencedWriter::put_pointer`] then needs no read first).
