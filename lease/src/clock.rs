@@ -52,7 +52,11 @@ pub fn jittered(base: Duration) -> Duration {
 /// client's retries and the lease's reads after a transient write failure
 /// pause alike.
 pub fn transient_backoff(failures: u32) -> Duration {
-    Duration::from_millis(50u64 << failures.saturating_sub(1).min(6))
+    doubling_pause(
+        Duration::from_millis(50),
+        failures,
+        Duration::from_millis(3200),
+    )
 }
 
 /// The most doublings of a [`doubling_pause`]: from the 16th failure on the
@@ -65,8 +69,10 @@ pub const MAX_DOUBLINGS: u32 = 15;
 /// [`MAX_DOUBLINGS`] (the 16th failure), so a long streak neither overflows
 /// nor grows past `first` × 2^15: a 10 ms first pause under a one-hour cap
 /// reaches about 328 s and stays there. `failures` 0 is taken as the
-/// first. The keeper's and the pool's renewals (`RenewalSchedule`) and
-/// the held set's attempts pause by it.
+/// first. The keeper's and the pool's renewals (`RenewalSchedule`), the
+/// held set's attempts, a request's transient retries
+/// ([`transient_backoff`]), a write's conflict retries and the HTTP
+/// stores' credential refreshes pause by it: one rule.
 pub fn doubling_pause(first: Duration, failures: u32, cap: Duration) -> Duration {
     let doublings = failures.saturating_sub(1).min(MAX_DOUBLINGS);
     first.saturating_mul(1 << doublings).min(cap)
@@ -232,6 +238,16 @@ mod tests {
         assert!(soon.try_recv().is_ok());
         assert!(later.try_recv().is_err());
         assert_eq!(clock.pending_timers(), 1);
+    }
+
+    /// A request's transient retries pause by the one rule, as they paused
+    /// before it: 50 ms, doubling, 3.2 s from the 7th failure on.
+    #[test]
+    fn a_transient_retry_pauses_as_it_did() {
+        for failures in [0, 1, 2, 3, 6, 7, 8, 16, 17, 100, u32::MAX] {
+            let before = Duration::from_millis(50u64 << failures.saturating_sub(1).min(6));
+            assert_eq!(transient_backoff(failures), before, "failure {failures}");
+        }
     }
 
     #[test]

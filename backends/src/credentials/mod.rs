@@ -283,9 +283,7 @@ struct State {
 /// The pause after the `streak`-th fetch in a row that failed or gave
 /// credentials already due: 1 s, doubling, at most [`MAX_PAUSE`].
 fn pause(streak: u32) -> Duration {
-    FIRST_PAUSE
-        .saturating_mul(1 << streak.saturating_sub(1).min(16))
-        .min(MAX_PAUSE)
+    bucket_lease_core::clock::doubling_pause(FIRST_PAUSE, streak, MAX_PAUSE)
 }
 
 /// What the refresher does next.

@@ -3,7 +3,7 @@
 //! transient failures.
 
 use super::{CONFLICT_RETRIES, DEFAULT_CALL_TIMEOUT, TRANSIENT_WRITE_TRIES};
-use crate::clock::{transient_backoff, Clock};
+use crate::clock::{doubling_pause, transient_backoff, Clock};
 use crate::record::LeaseRecord;
 use crate::store::{
     named_by, Delivery, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
@@ -142,7 +142,11 @@ pub(crate) fn put_retrying(
         match store.put(key, body, &options) {
             Err(e) if e.kind() == StoreErrorKind::Conflict && retries < CONFLICT_RETRIES => {
                 retries += 1;
-                let pause = clock.jitter(Duration::from_millis(25) * 2u32.pow(retries - 1));
+                let pause = clock.jitter(doubling_pause(
+                    Duration::from_millis(25),
+                    retries,
+                    Duration::MAX,
+                ));
                 if deadline.is_some_and(|d| clock.now() + pause >= d) {
                     return Err(e);
                 }
