@@ -321,10 +321,7 @@ impl Runtime for Scheduler<'_> {
             q.jobs.push_back(job);
             q.workers.clone()
         };
-        let mut w = self.sh.lock();
-        for tid in workers {
-            Shared::interrupt(&mut w, tid);
-        }
+        self.sh.interrupt_each(&workers);
         Ok(())
     }
 

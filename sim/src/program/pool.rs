@@ -203,10 +203,7 @@ impl Scheduler<'_> {
             q.jobs.push_back(job);
             q.workers.clone()
         };
-        let mut w = self.sh.lock();
-        for tid in workers {
-            Shared::interrupt(&mut w, tid);
-        }
+        self.sh.interrupt_each(&workers);
     }
 }
 
