@@ -108,11 +108,37 @@ fn kind(job: &Job) -> String {
     }
 }
 
-/// A lease with a TTL of 3 s (renewed after 1 s, fenced after 2 s) on
-/// `clock`.
-fn lease(clock: &TestClock, store: &Arc<MemoryStore>, prefix: &str) -> Arc<Lease> {
+/// A clock, and a lease on it with a TTL of 3 s (renewed after 1 s,
+/// fenced after 2 s) on a store of its own.
+fn one_lease() -> (TestClock, Arc<Lease>) {
+    let clock = TestClock::new();
     let options = LeaseOptions::new(3).clock(Arc::new(clock.clone()));
-    Arc::new(Lease::acquire(store.clone(), prefix, options).expect("acquired"))
+    let store = Arc::new(MemoryStore::new());
+    let lease = Arc::new(Lease::acquire(store, "a", options).expect("acquired"));
+    (clock, lease)
+}
+
+/// The lease added, then its renewal due, followed by `then`.
+fn renewal_due(lease: &Arc<Lease>, then: Vec<Step>) -> Vec<Step> {
+    let mut steps = vec![add(lease), after(Duration::from_secs(1))];
+    steps.extend(then);
+    steps
+}
+
+/// A renewal handed out and back, then the lease's release, as the
+/// runtime sees them; then `then`.
+fn renewed_then_released(then: &[&str]) -> Vec<String> {
+    [
+        "hand out renewal of #0",
+        "event #0 Renewed",
+        "hand out release of #0",
+        "event #0 Released Ok(Freed)",
+        "left #0",
+    ]
+    .iter()
+    .chain(then)
+    .map(|line| line.to_string())
+    .collect()
 }
 
 fn add(lease: &Arc<Lease>) -> Step {
@@ -158,15 +184,10 @@ fn run(clock: &TestClock, inline: bool, steps: Vec<Step>) -> Vec<String> {
 
 #[test]
 fn a_remove_while_a_renewal_is_out_waits_for_it_then_hands_out_only_the_release() {
-    let clock = TestClock::new();
-    let store = Arc::new(MemoryStore::new());
-    let lease = lease(&clock, &store, "a");
-    let lines = run(
-        &clock,
-        false,
+    let (clock, lease) = one_lease();
+    let steps = renewal_due(
+        &lease,
         vec![
-            add(&lease),
-            after(Duration::from_secs(1)),
             remove("remove"),
             // A stale wake-up: nothing is due, nothing steps.
             after(Duration::from_millis(10)),
@@ -176,53 +197,24 @@ fn a_remove_while_a_renewal_is_out_waits_for_it_then_hands_out_only_the_release(
         ],
     );
     assert_eq!(
-        lines,
-        [
-            "hand out renewal of #0",
-            "event #0 Renewed",
-            "hand out release of #0",
-            "event #0 Released Ok(Freed)",
-            "left #0",
-            "answer remove Some(Ok(Freed))",
-            "stopped Some(\"stop\") []",
-        ]
+        run(&clock, false, steps),
+        renewed_then_released(&["answer remove Some(Ok(Freed))", "stopped Some(\"stop\") []"])
     );
 }
 
 #[test]
 fn the_stop_while_a_renewal_is_out_waits_for_it_and_answers_with_each_release() {
-    let clock = TestClock::new();
-    let store = Arc::new(MemoryStore::new());
-    let lease = lease(&clock, &store, "a");
-    let lines = run(
-        &clock,
-        false,
-        vec![
-            add(&lease),
-            after(Duration::from_secs(1)),
-            stop(),
-            first_done(),
-            first_done(),
-        ],
-    );
+    let (clock, lease) = one_lease();
+    let steps = renewal_due(&lease, vec![stop(), first_done(), first_done()]);
     assert_eq!(
-        lines,
-        [
-            "hand out renewal of #0",
-            "event #0 Renewed",
-            "hand out release of #0",
-            "event #0 Released Ok(Freed)",
-            "left #0",
-            "stopped Some(\"stop\") [(LeaseId(0), Ok(Freed))]",
-        ]
+        run(&clock, false, steps),
+        renewed_then_released(&["stopped Some(\"stop\") [(LeaseId(0), Ok(Freed))]"])
     );
 }
 
 #[test]
 fn a_fence_goes_out_at_the_deadline_before_its_loss_is_told_and_a_late_renewal_adds_nothing() {
-    let clock = TestClock::new();
-    let store = Arc::new(MemoryStore::new());
-    let lease = lease(&clock, &store, "a");
+    let (clock, lease) = one_lease();
     let late: Step = Box::new(|seen| {
         // The renewal comes back after the fence, failed.
         let Job::Renew(id, ..) = seen.out.remove(0) else {
@@ -236,12 +228,9 @@ fn a_fence_goes_out_at_the_deadline_before_its_loss_is_told_and_a_late_renewal_a
             bucket_lease_core::keeper::Attempt::Failed(failed),
         ))
     });
-    let lines = run(
-        &clock,
-        false,
+    let steps = renewal_due(
+        &lease,
         vec![
-            add(&lease),
-            after(Duration::from_secs(1)),
             after(Duration::from_secs(1)),
             late,
             first_done(),
@@ -250,6 +239,7 @@ fn a_fence_goes_out_at_the_deadline_before_its_loss_is_told_and_a_late_renewal_a
             stop(),
         ],
     );
+    let lines = run(&clock, false, steps);
     assert_eq!(
         lines,
         [
@@ -267,14 +257,8 @@ fn a_fence_goes_out_at_the_deadline_before_its_loss_is_told_and_a_late_renewal_a
 
 #[test]
 fn an_inline_pool_does_a_memory_stores_jobs_itself_and_hears_each_outcome_next() {
-    let clock = TestClock::new();
-    let store = Arc::new(MemoryStore::new());
-    let lease = lease(&clock, &store, "a");
-    let lines = run(
-        &clock,
-        true,
-        vec![add(&lease), after(Duration::from_secs(1)), stop()],
-    );
+    let (clock, lease) = one_lease();
+    let lines = run(&clock, true, renewal_due(&lease, vec![stop()]));
     assert_eq!(
         lines,
         [
