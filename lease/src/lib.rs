@@ -101,6 +101,10 @@
 )]
 #[cfg_attr(
     not(feature = "internals"),
+    doc = "```compile_fail,E0603\nuse bucket_lease_core::pool::driver::drive;\n```"
+)]
+#[cfg_attr(
+    not(feature = "internals"),
     doc = "```compile_fail,E0432\nuse bucket_lease_core::supervision::Stop;\n```"
 )]
 #[cfg_attr(

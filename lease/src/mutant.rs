@@ -87,6 +87,12 @@ pub enum Mutant {
     /// renewal's due instant (issue 41): a slow warm-up holds the renewal
     /// past its due instant.
     DriverWarmsPastDue,
+    /// The pool driver hands out one more renewal of a lease as it is
+    /// removed (issue 41): a removed lease is renewed beside its release.
+    DriverPoolRenewsAfterRemove,
+    /// The pool driver holds a `Fenced` event back until its next wake-up
+    /// (issue 41): the fence is reported after the write deadline.
+    DriverPoolFencesLate,
 }
 }
 

@@ -80,11 +80,14 @@ use crate::stats::{merge_by_key, LeaseStats};
 use scheduler::{loss_notices, OnDemand, Registry, Scheduler};
 use warm_ups::WarmUps;
 
+internal! {
+pub mod driver;
+}
 mod scheduler;
 mod warm_ups;
 use crossbeam_channel::{Receiver, Sender};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -392,13 +395,9 @@ impl KeeperPool {
             done,
             done_tx,
             events: events_tx,
-            machine: PoolSchedule::new(),
-            removers: HashMap::new(),
-            stopping: None,
             len: Arc::clone(&len),
             warm_ups: WarmUps::new(&options.thread_name),
             registry: Arc::clone(&registry),
-            departed: BTreeMap::new(),
             losses,
         };
         let thread = std::thread::Builder::new()

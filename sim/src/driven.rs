@@ -21,8 +21,9 @@
 //! hangs, drawn from a generator of their own so that every other draw of
 //! a seed stays as it was), returning by the instant it was given
 //! ([`slow_warm_up`]). A
-//! pool's warm-ups still take none: the simulation runs them on a renewal
-//! thread, where the real pool has a thread of their own.
+//! pool's warm-ups still take none: the simulation's pool runtimes run
+//! them on a renewal thread (an inline program pool on its scheduler),
+//! where the real pool has a thread of their own.
 //!
 //! When a run ends, every simulated thread unwinds with the scheduler's
 //! own payload ([`Over`]); the driver's guards pass it on

@@ -158,8 +158,8 @@ pub struct Report {
 const KEPT: usize = 3;
 
 /// Mutants of the catalogue that no scope of two processes calling the
-/// API can show, and why; and every keeper pool's mutant (`pool-…`) and
-/// keeper driver's (`driver-…`).
+/// API can show, and why; and every keeper pool's mutant (`pool-…`),
+/// pool driver's (`driver-pool-…`) and keeper driver's (`driver-…`).
 const OUT_OF_SCOPE: [(&str, &str); 3] = [
     (
         "keeper-never-fences",
@@ -180,6 +180,11 @@ const OUT_OF_SCOPE: [(&str, &str); 3] = [
 pub fn out_of_scope(name: &str) -> Option<&'static str> {
     if name.starts_with("pool-") {
         return Some("a keeper pool's threads and scheduler: the scope keeps no pool");
+    }
+    if name.starts_with("driver-pool-") {
+        return Some(
+            "the pool driver (`pool/driver.rs`): the scope calls the API, with no keeper pool",
+        );
     }
     if name.starts_with("driver-") {
         return Some(

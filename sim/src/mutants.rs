@@ -5,7 +5,7 @@
 use bucket_lease_core::mutant::Mutant;
 
 /// Every mutant and its name.
-pub(crate) const ALL: [(Mutant, &str); 20] = [
+pub(crate) const ALL: [(Mutant, &str); 22] = [
     (Mutant::KeeperNeverFences, "keeper-never-fences"),
     (Mutant::KillAtFullTtl, "kill-at-full-ttl"),
     (Mutant::ReleaseByDelete, "release-by-delete"),
@@ -29,6 +29,11 @@ pub(crate) const ALL: [(Mutant, &str); 20] = [
         "driver-renews-past-deadline",
     ),
     (Mutant::DriverWarmsPastDue, "driver-warms-past-due"),
+    (
+        Mutant::DriverPoolRenewsAfterRemove,
+        "driver-pool-renews-after-remove",
+    ),
+    (Mutant::DriverPoolFencesLate, "driver-pool-fences-late"),
 ];
 
 /// The mutant called `name`.

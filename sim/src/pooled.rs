@@ -1,5 +1,6 @@
 //! A process that keeps many leases in one pool: the real
-//! [`PoolSchedule`] driven as [`bucket_lease_core::KeeperPool`] drives it, with its
+//! [`PoolSchedule`] driven by the core's pool driver ([`drive`]), the one
+//! loop a [`bucket_lease_core::KeeperPool`]'s scheduler runs, with its
 //! scheduler and renewal threads as simulated threads.
 //!
 //! The pool's contender has no faults of its own, but one of its leases is
@@ -9,9 +10,9 @@
 //! write deadline and that no other lease of the pool is ever fenced or
 //! lost: one lease's renewals never move another's fence.
 //!
-//! Some pool runs renew *inline* (`renewal_threads(0)`): the scheduler
-//! asks the real [`runs_on_scheduler`] which jobs it does on its own
-//! thread. A store call that waits there (the black-holed lease's) would
+//! Some pool runs renew *inline* (`renewal_threads(0)`): the driver
+//! asks the real [`runs_on_scheduler`](bucket_lease_core::pool::runs_on_scheduler)
+//! which jobs it does on its own thread. A store call that waits there (the black-holed lease's) would
 //! hold every other lease's renewals and `Fenced` (the mutant
 //! `pool-inline-every-store`), which the checks below catch.
 //!
@@ -29,13 +30,13 @@ use super::sched::{current, Nanos, Shared, SEC};
 use super::world::World;
 use bucket_lease_core::clock::Clock;
 use bucket_lease_core::keeper::Event;
-use bucket_lease_core::lease::{Contender, LeaseOptions};
-use bucket_lease_core::pool::{
-    runs_on_scheduler, work, Done, Job, LeaseId, PoolEvent, PoolSchedule,
-};
+use bucket_lease_core::lease::{Contender, Lease, LeaseOptions, Released};
+use bucket_lease_core::pool::driver::{drive, Runtime, Wake};
+use bucket_lease_core::pool::{work, Done, Job, LeaseId, Left, PoolEvent, PoolSchedule};
+use bucket_lease_core::LeaseError;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the pool's threads share.
 #[derive(Default)]
@@ -67,7 +68,7 @@ pub(crate) struct PoolRun {
     /// module docs).
     pub(crate) jammed: bool,
     /// The pool renews inline (`renewal_threads(0)`): its scheduler does
-    /// itself the jobs the real [`runs_on_scheduler`] gives it (those of a
+    /// itself the jobs the real [`runs_on_scheduler`](bucket_lease_core::pool::runs_on_scheduler) gives it (those of a
     /// store that answers at once, which the simulated store never does),
     /// and hands the rest to renewal threads, as the real pool's threads
     /// started when first needed.
@@ -142,7 +143,7 @@ fn lock(q: &Mutex<Queues>) -> std::sync::MutexGuard<'_, Queues> {
 }
 
 /// The pool's scheduler thread: take the leases, start the renewal
-/// threads, then drive the machine.
+/// threads, then run the core's pool driver on [`Scheduler`].
 pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
     let (n, threads, ttls, hole_from, remove_at, inline) = {
         let w = sh.lock();
@@ -162,10 +163,9 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
         c,
     });
     let store = store_of(&sh, c);
-    let mut machine = PoolSchedule::new();
     let queues = Arc::new(Mutex::new(Queues::default()));
     let me = current();
-    let (mut jobs, mut events) = (Vec::new(), Vec::new());
+    let mut adds = VecDeque::new();
     for (i, &ttl_s) in ttls.iter().enumerate() {
         let mut contender = Contender::new(
             Arc::clone(&store),
@@ -185,12 +185,7 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
                 }
             }
         };
-        machine.add(
-            LeaseId::from_index(i),
-            Arc::new(lease),
-            &mut jobs,
-            &mut events,
-        );
+        adds.push_back((LeaseId::from_index(i), Arc::new(lease)));
     }
     {
         let mut w = sh.lock();
@@ -204,100 +199,171 @@ pub(crate) fn pool_holder(sh: Arc<Shared>, c: usize) {
         let tid = sh.spawn(c, move |sh| renewal_thread(&sh, &q, me));
         lock(&queues).workers.push(tid);
     }
-    let mut holed = false;
-    let mut removed = false;
-    loop {
-        let now = sh.lock().sched.now;
-        if !holed && now >= hole_from {
-            holed = true;
-            let mut w = sh.lock();
-            let key = w.pool.as_ref().map(|r| r.hole.clone()).unwrap_or_default();
-            w.log(|| format!("c{c} pool: {key} is black-holed from now"));
-            w.black_hole = Some(key);
-        }
-        if holed {
-            // The black-holed lease's write deadline: two thirds of a TTL
-            // after the last renewal that landed (a renewal sent before
-            // the hole may still land).
-            if let Some(lease) = machine.lease(LeaseId::from_index(0)) {
-                let deadline = lease.confirmed_at() + lease.fence_after();
-                let mut w = sh.lock();
-                let deadline = w.nanos_of(deadline);
-                if let Some(run) = w.pool.as_mut() {
-                    run.hole_deadline = Some(deadline);
-                }
+    let mut scheduler = Scheduler {
+        sh: &sh,
+        c,
+        queues: &queues,
+        adds,
+        hole_from: Some(hole_from),
+        remove: n
+            .checked_sub(1)
+            .filter(|&i| i > 0)
+            .map(|i| (LeaseId::from_index(i), remove_at)),
+        removed: None,
+    };
+    drive(&mut scheduler, inline, Duration::from_secs(5));
+}
+
+/// The pool's scheduler thread as the core's pool driver's runtime: the
+/// leases taken, added first; the black hole and the remove at their
+/// instants; each renewal thread's outcome; the deadlines and events noted
+/// for the checker.
+struct Scheduler<'a> {
+    sh: &'a Arc<Shared>,
+    c: usize,
+    queues: &'a Mutex<Queues>,
+    /// The leases taken, still to be added.
+    adds: VecDeque<(LeaseId, Arc<Lease>)>,
+    /// When the black hole begins, until it has.
+    hole_from: Option<Nanos>,
+    /// The lease to remove and when, until it is.
+    remove: Option<(LeaseId, Nanos)>,
+    /// The lease removed: nothing of it but its release may be handed out.
+    removed: Option<LeaseId>,
+}
+
+impl Scheduler<'_> {
+    /// A renewal of the removed lease handed out is a violation (mutant
+    /// `driver-pool-renews-after-remove`).
+    fn check_job(&self, job: &Job) {
+        if let (Job::Renew(id, ..), Some(removed)) = (job, self.removed) {
+            if *id == removed {
+                let mut w = self.sh.lock();
+                let c = self.c;
+                w.violation(format!(
+                    "pool: c{c}'s driver handed out a renewal of {id} after its remove"
+                ));
             }
         }
-        if !removed && now >= remove_at {
-            removed = true;
-            if let Some(i) = n.checked_sub(1).filter(|&i| i > 0) {
-                machine.remove(LeaseId::from_index(i), &mut jobs, &mut events);
-                sh.lock().log(|| format!("c{c} pool: removing lease {i}"));
-            }
-        }
-        // Leases gone from the machine, their releases done.
-        let mut left = Vec::new();
+    }
+}
+
+impl Runtime for Scheduler<'_> {
+    type Reply = ();
+    type StopReply = ();
+
+    fn now(&self) -> Instant {
+        self.sh.lock().mono()
+    }
+
+    fn wait(&mut self, until: Option<Instant>, machine: &PoolSchedule) -> Wake<(), ()> {
+        let c = self.c;
         loop {
-            let done = lock(&queues).done.pop_front();
-            let Some(done) = done else { break };
-            left.extend(machine.finish(done, &mut jobs, &mut events));
-        }
-        machine.run_due(clock.now(), &mut jobs, &mut events);
-        // An inline pool does here, on the scheduler's own thread, what the
-        // real pool would (finishing one may hand out another).
-        while let Some(at) = jobs.iter().position(|job| runs_on_scheduler(inline, job)) {
-            let done = work(jobs.remove(at), Duration::from_secs(5));
-            left.extend(machine.finish(done, &mut jobs, &mut events));
-        }
-        // A lease that ended (fenced, lost) leaves with no event of its
-        // own: its release is noted as the run's, for the check that a
-        // removed lease's record is freed.
-        for gone in left.into_iter().filter(|gone| gone.loss.is_some()) {
-            let mut w = sh.lock();
-            let t = w.sched.now;
-            if let Some(run) = w.pool.as_mut() {
-                let text = format!("left after its loss, released {:?}", gone.released);
-                run.events.push((t, gone.key, text));
+            if let Some((id, lease)) = self.adds.pop_front() {
+                return Wake::Add(id, lease);
             }
-        }
-        {
-            let mut w = sh.lock();
-            let t = w.sched.now;
-            note_deadlines(&mut w, &machine);
-            for e in &events {
-                note_fenced(&mut w, &machine, e);
+            let now = self.sh.lock().sched.now;
+            if self.hole_from.is_some_and(|at| now >= at) {
+                self.hole_from = None;
+                let mut w = self.sh.lock();
+                let key = w.pool.as_ref().map(|r| r.hole.clone()).unwrap_or_default();
+                w.log(|| format!("c{c} pool: {key} is black-holed from now"));
+                w.black_hole = Some(key);
             }
-            for PoolEvent { key, event, .. } in events.drain(..) {
-                let text = format!("{event:?}");
-                w.log(|| format!("c{c} pool event: {key}: {text}"));
-                if let Some(run) = w.pool.as_mut() {
-                    run.events.push((t, key, text));
+            if self.hole_from.is_none() {
+                // The black-holed lease's write deadline: two thirds of a
+                // TTL after the last renewal that landed (a renewal sent
+                // before the hole may still land).
+                if let Some(lease) = machine.lease(LeaseId::from_index(0)) {
+                    let deadline = lease.confirmed_at() + lease.fence_after();
+                    let mut w = self.sh.lock();
+                    let deadline = w.nanos_of(deadline);
+                    if let Some(run) = w.pool.as_mut() {
+                        run.hole_deadline = Some(deadline);
+                    }
                 }
             }
+            if let Some((id, _)) = self.remove.filter(|(_, at)| now >= *at) {
+                self.remove = None;
+                self.removed = Some(id);
+                self.sh
+                    .lock()
+                    .log(|| format!("c{c} pool: removing lease {id}"));
+                return Wake::Remove(id, ());
+            }
+            // A lease gone from the machine, its release done.
+            if let Some(done) = lock(self.queues).done.pop_front() {
+                return Wake::Done(done);
+            }
+            let mut w = self.sh.lock();
+            note_deadlines(&mut w, machine);
+            let due = until.map_or(Nanos::MAX, |at| w.nanos_of(at));
+            if due <= w.sched.now {
+                return Wake::Due;
+            }
+            let mut wake = due;
+            if let Some(at) = self.hole_from {
+                wake = wake.min(at);
+            }
+            if let Some((_, at)) = self.remove {
+                wake = wake.min(at);
+            }
+            let wake = wake.min(w.sched.now + 3600 * SEC);
+            drop(w);
+            self.sh.wait_until(wake);
         }
-        if !jobs.is_empty() {
-            let workers = {
-                let mut q = lock(&queues);
-                q.jobs.extend(jobs.drain(..));
-                q.workers.clone()
-            };
-            let mut w = sh.lock();
-            for tid in workers {
-                Shared::interrupt(&mut w, tid);
-            }
-        }
-        let wake = {
-            let w = sh.lock();
-            let mut wake = machine.next_wake().map_or(Nanos::MAX, |at| w.nanos_of(at));
-            if !holed {
-                wake = wake.min(hole_from);
-            }
-            if !removed {
-                wake = wake.min(remove_at);
-            }
-            wake.min(w.sched.now + 3600 * SEC)
+    }
+
+    fn hand_out(&mut self, job: Job) -> Result<(), Job> {
+        self.check_job(&job);
+        let workers = {
+            let mut q = lock(self.queues);
+            q.jobs.push_back(job);
+            q.workers.clone()
         };
-        sh.wait_until(wake);
+        self.sh.interrupt_each(&workers);
+        Ok(())
+    }
+
+    /// On the renewal threads, as before the pool had a warm-ups' thread
+    /// (a warm-up takes no simulated time off a keeper's thread).
+    fn warm_up(&mut self, lease: Arc<Lease>, due: Instant) {
+        let _ = self.hand_out(Job::WarmUp(lease, due));
+    }
+
+    fn run_here(&mut self, job: Job, release_timeout: Duration) -> Done {
+        self.check_job(&job);
+        work(job, release_timeout)
+    }
+
+    fn report(&mut self, event: PoolEvent, machine: &PoolSchedule) {
+        let mut w = self.sh.lock();
+        let t = w.sched.now;
+        note_fenced(&mut w, machine, &event);
+        let PoolEvent { key, event, .. } = event;
+        let text = format!("{event:?}");
+        let c = self.c;
+        w.log(|| format!("c{c} pool event: {key}: {text}"));
+        if let Some(run) = w.pool.as_mut() {
+            run.events.push((t, key, text));
+        }
+    }
+
+    fn answer(&mut self, (): (), _: Option<Result<Released, LeaseError>>) {}
+
+    /// A lease that ended (fenced, lost) leaves with no event of its own:
+    /// its release is noted as the run's, for the check that a removed
+    /// lease's record is freed.
+    fn left(&mut self, left: &Left) {
+        if left.loss.is_none() {
+            return;
+        }
+        let mut w = self.sh.lock();
+        let t = w.sched.now;
+        if let Some(run) = w.pool.as_mut() {
+            let text = format!("left after its loss, released {:?}", left.released);
+            run.events.push((t, left.key.clone(), text));
+        }
     }
 }
 

@@ -30,13 +30,16 @@
 //! `renew`, `release`, status and drop (which releases), `Cancel`,
 //! `FencedWriter`, the keeper's driver (its thread's whole loop and end:
 //! `keeper::driver::keep`, on a simulated thread through `driven.rs`),
-//! and the machine `PoolSchedule` with the pool's `work`. What is driven
+//! the pool's driver with its machine `PoolSchedule` and `work` (its
+//! scheduler thread's whole loop: `pool::driver::drive`, on a simulated
+//! thread through `program/pool.rs`). What is driven
 //! here as the real threads would drive it, because `Keeper`,
 //! `KeeperPool` and `run_while_held` start OS threads the simulation
 //! cannot schedule: the keeper's handle (`program/keeper.rs`: its thread
 //! is the real driver, its stop and drop ask it to stop and wait for its
-//! release), the pool's scheduler and renewal
-//! threads (`program/pool.rs`: remove releases through the real `work`),
+//! release), the pool's handle and threads (`program/pool.rs`: the
+//! scheduler thread is the real driver, remove asks it and waits for the
+//! release, renewal threads run the real `work`),
 //! and `run_while_held` (`program/hold.rs`: the real `acquire_with`, such
 //! a keeper, the closure's fenced writes, the keeper stopped however the
 //! closure ends).
@@ -559,9 +562,9 @@ impl Process {
         } else {
             self.ctx.count("program: pool adds");
             let ctx = &self.ctx;
-            let pool = self.pool.get_or_insert_with(|| {
-                SimPool::spawn(&ctx.sh, ctx.c, self.pool_threads, Arc::clone(&ctx.clock))
-            });
+            let pool = self
+                .pool
+                .get_or_insert_with(|| SimPool::spawn(&ctx.sh, ctx.c, self.pool_threads));
             Kind::Pooled(pool.add(&ctx.sh, value, lease))
         };
         let name = h.kind.name();

@@ -213,6 +213,14 @@ impl Shared {
         }
     }
 
+    /// [`interrupt`](Self::interrupt) each of `tids`, in order.
+    pub(crate) fn interrupt_each(&self, tids: &[usize]) {
+        let mut w = self.lock();
+        for &tid in tids {
+            Self::interrupt(&mut w, tid);
+        }
+    }
+
     /// Run events until the queue is empty or past `end`; then end every
     /// simulated thread and join them.
     pub(crate) fn run(&self, end: Nanos) {

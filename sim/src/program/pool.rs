@@ -1,26 +1,32 @@
 //! A [`bucket_lease_core::KeeperPool`] as a program holds one: the real
-//! [`PoolSchedule`] driven on a simulated scheduler thread as the pool's
-//! scheduler drives it, and its jobs done by the real [`work`] on
-//! simulated renewal threads (or inline, for a pool of 0 renewal threads).
-//! `add` hands the program's real `Lease` to the machine; `remove` asks
-//! the machine to release it and waits for that release, as the real one
-//! does, and says `None` for an id the pool no longer holds.
+//! [`PoolSchedule`] driven by the core's pool driver ([`drive`]) on a
+//! simulated scheduler thread, the loop the pool's scheduler runs, and its
+//! jobs done by the real [`work`] on simulated renewal threads (for a pool
+//! of 0 renewal threads, started the first time a job needs one, as the
+//! real pool's: the simulated store never answers at once). `add` hands
+//! the program's real `Lease` to the machine; `remove` asks the driver to
+//! release it and waits for that release, as the real one does, and says
+//! `None` for an id the pool never held (a lease that left after its loss
+//! answers its loss).
 //!
 //! The real pool starts OS threads the simulation cannot schedule, so
-//! this module is its threads. What differs: its scheduler takes every
-//! command and finished job at once each time it wakes, where the real
-//! one takes one of those ready; the machine, the leases and the jobs'
-//! calls are the real ones.
+//! this module is its threads, as the driver's runtime: commands and
+//! finished jobs from queues, jobs to the renewal threads, events to the
+//! queue the program reads. The driver, the machine, the leases and the
+//! jobs' calls are the real ones.
 
 use super::super::sched::{current, Shared, SEC};
 use super::super::values::ValueId;
-use bucket_lease_core::clock::Clock;
 use bucket_lease_core::keeper::DEFAULT_RELEASE_TIMEOUT;
 use bucket_lease_core::lease::{Lease, Released};
-use bucket_lease_core::pool::{work, Done, Job, LeaseId, PoolEvent, PoolSchedule};
+use bucket_lease_core::pool::driver::{drive, Runtime, Wake};
+use bucket_lease_core::pool::{
+    work, Done, Job, LeaseId, PoolEvent, PoolSchedule, DEFAULT_RENEWAL_THREADS,
+};
 use bucket_lease_core::LeaseError;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// A command to the scheduler.
 #[derive(Debug)]
@@ -59,12 +65,13 @@ pub(crate) struct SimPool {
 
 impl SimPool {
     /// Start the scheduler and `threads` renewal threads of contender `c`
-    /// (`KeeperPool::spawn`), waiting on `clock`.
-    pub(crate) fn spawn(sh: &Arc<Shared>, c: usize, threads: usize, clock: Arc<dyn Clock>) -> Self {
+    /// (`KeeperPool::spawn`), on the simulation's true time (the pool's
+    /// clock is its process's, whose monotonic side is true time).
+    pub(crate) fn spawn(sh: &Arc<Shared>, c: usize, threads: usize) -> Self {
         let queues = Arc::new(Mutex::new(Queues::default()));
         let scheduler = {
             let q = Arc::clone(&queues);
-            sh.spawn(c, move |sh| schedule(&sh, c, &q, &*clock, threads == 0))
+            sh.spawn(c, move |sh| schedule(&sh, c, &q, threads == 0))
         };
         lock(&queues).scheduler = scheduler;
         for _ in 0..threads {
@@ -149,74 +156,135 @@ fn answer(
     }
 }
 
-/// The scheduler thread: commands, finished jobs, due leases; jobs to the
-/// renewal threads (or done here when `inline`).
-fn schedule(sh: &Shared, c: usize, q: &Mutex<Queues>, clock: &dyn Clock, inline: bool) {
-    let mut machine = PoolSchedule::new();
-    loop {
-        let (commands, finished) = {
-            let mut q = lock(q);
-            (
-                q.commands.drain(..).collect::<Vec<_>>(),
-                q.done.drain(..).collect::<Vec<_>>(),
-            )
+/// The scheduler thread: the core's pool driver on [`Scheduler`].
+fn schedule(sh: &Arc<Shared>, c: usize, q: &Arc<Mutex<Queues>>, inline: bool) {
+    let mut scheduler = Scheduler {
+        sh,
+        c,
+        q,
+        inline,
+        removed: HashSet::new(),
+    };
+    drive(&mut scheduler, inline, DEFAULT_RELEASE_TIMEOUT);
+}
+
+/// The pool's scheduler thread as the pool driver's runtime: commands and
+/// finished jobs from the queues, jobs to the renewal threads (an inline
+/// pool starts [`DEFAULT_RENEWAL_THREADS`] the first time a job needs
+/// one, as the real one does), events to the queue the program reads.
+struct Scheduler<'a> {
+    sh: &'a Arc<Shared>,
+    c: usize,
+    q: &'a Arc<Mutex<Queues>>,
+    inline: bool,
+    /// The leases whose remove was asked: nothing of theirs but the release
+    /// may be handed out.
+    removed: HashSet<LeaseId>,
+}
+
+impl Scheduler<'_> {
+    /// A renewal of a lease removed, handed out, is a violation (mutant
+    /// `driver-pool-renews-after-remove`).
+    fn check_job(&self, job: &Job) {
+        if let Job::Renew(id, ..) = job {
+            if self.removed.contains(id) {
+                let c = self.c;
+                self.sh.lock().violation(format!(
+                    "pool: c{c}'s driver handed out a renewal of {id} after its remove"
+                ));
+            }
+        }
+    }
+
+    /// Put `job` on the renewal threads' queue and wake them.
+    fn queue(&self, job: Job) {
+        let workers = {
+            let mut q = lock(self.q);
+            q.jobs.push_back(job);
+            q.workers.clone()
         };
-        let (mut jobs, mut events) = (Vec::new(), Vec::new());
-        for command in commands {
-            match command {
-                Command::Add(id, lease) => machine.add(id, lease, &mut jobs, &mut events),
-                Command::Remove(id) => {
-                    if !machine.remove(id, &mut jobs, &mut events) {
-                        answer(sh, q, id, None);
+        self.sh.interrupt_each(&workers);
+    }
+}
+
+impl Runtime for Scheduler<'_> {
+    type Reply = LeaseId;
+    type StopReply = ();
+
+    fn now(&self) -> Instant {
+        self.sh.lock().mono()
+    }
+
+    fn wait(&mut self, until: Option<Instant>, _: &PoolSchedule) -> Wake<LeaseId, ()> {
+        loop {
+            {
+                let mut q = lock(self.q);
+                match q.commands.pop_front() {
+                    Some(Command::Add(id, lease)) => return Wake::Add(id, lease),
+                    Some(Command::Remove(id)) => {
+                        self.removed.insert(id);
+                        return Wake::Remove(id, id);
                     }
+                    None => {}
+                }
+                if let Some(done) = q.done.pop_front() {
+                    return Wake::Done(done);
                 }
             }
-        }
-        for done in finished {
-            if let Some(left) = machine.finish(done, &mut jobs, &mut events) {
-                answer(sh, q, left.id, Some(left.answer()));
-            }
-        }
-        machine.run_due(clock.now(), &mut jobs, &mut events);
-        {
-            let mut w = sh.lock();
-            for e in &events {
-                let (key, text) = (e.key.clone(), format!("{:?}", e.event));
-                w.log(|| format!("c{c} pool event: {} {key}: {text}", e.id));
-            }
-        }
-        lock(q).events.extend(events);
-        if inline {
-            for job in jobs {
-                let done = do_job(sh, q, job);
-                lock(q).done.push_back(done);
-            }
-        } else if !jobs.is_empty() {
-            let workers = {
-                let mut q = lock(q);
-                q.jobs.extend(jobs);
-                q.workers.clone()
+            let wake = {
+                let w = self.sh.lock();
+                let later = w.sched.now + 3600 * SEC;
+                let due = until.map_or(later, |at| w.nanos_of(at).min(later));
+                if until.is_some() && due <= w.sched.now {
+                    return Wake::Due;
+                }
+                due
             };
-            let mut w = sh.lock();
-            for tid in workers {
-                Shared::interrupt(&mut w, tid);
+            self.sh.wait_until(wake);
+        }
+    }
+
+    fn hand_out(&mut self, job: Job) -> Result<(), Job> {
+        self.check_job(&job);
+        if self.inline && lock(self.q).workers.is_empty() {
+            for _ in 0..DEFAULT_RENEWAL_THREADS {
+                let q = Arc::clone(self.q);
+                let tid = self.sh.spawn(self.c, move |sh| renewal_thread(&sh, &q));
+                lock(self.q).workers.push(tid);
             }
         }
-        let pending = {
-            let q = lock(q);
-            !q.commands.is_empty() || !q.done.is_empty()
-        };
-        if pending {
-            continue;
+        self.queue(job);
+        Ok(())
+    }
+
+    /// On a renewal thread, or here in an inline pool (a warm-up takes no
+    /// simulated time off a keeper's thread, and sends nothing).
+    fn warm_up(&mut self, lease: Arc<Lease>, due: Instant) {
+        let job = Job::WarmUp(lease, due);
+        if self.inline {
+            let _ = work(job, DEFAULT_RELEASE_TIMEOUT);
+        } else {
+            self.queue(job);
         }
-        let wake = {
-            let w = sh.lock();
-            let later = w.sched.now + 3600 * SEC;
-            machine
-                .next_wake()
-                .map_or(later, |at| w.nanos_of(at).min(later))
-        };
-        sh.wait_until(wake);
+    }
+
+    fn run_here(&mut self, job: Job, _: Duration) -> Done {
+        self.check_job(&job);
+        do_job(self.sh, self.q, job)
+    }
+
+    fn report(&mut self, event: PoolEvent, _: &PoolSchedule) {
+        {
+            let mut w = self.sh.lock();
+            let (key, text) = (event.key.clone(), format!("{:?}", event.event));
+            let c = self.c;
+            w.log(|| format!("c{c} pool event: {} {key}: {text}", event.id));
+        }
+        lock(self.q).events.push_back(event);
+    }
+
+    fn answer(&mut self, id: LeaseId, released: Option<Result<Released, LeaseError>>) {
+        answer(self.sh, self.q, id, released);
     }
 }
 
