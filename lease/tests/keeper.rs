@@ -504,3 +504,92 @@ fn a_panicking_loss_callback_does_not_stop_the_release() {
     assert!(matches!(keeper.stop(), Err(LeaseError::Lost { .. })));
     assert!(is_released(&store), "our record is freed all the same");
 }
+
+/// A store whose warm-up hangs until the test lets it go, then returns at
+/// the renewal's due instant (a hung warm-up returns by it: the test
+/// clock is moved there), as a warm-up to a dead endpoint does.
+#[derive(Debug)]
+struct HangingWarmUp {
+    inner: Arc<Recording>,
+    clock: TestClock,
+    entered: crossbeam_channel::Sender<()>,
+    go_on: Receiver<()>,
+}
+
+impl bucket_lease_core::Store for HangingWarmUp {
+    fn get(
+        &self,
+        key: &str,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<bucket_lease_core::Object, bucket_lease_core::StoreError> {
+        self.inner.get(key, deadline)
+    }
+
+    fn put(
+        &self,
+        key: &str,
+        body: &[u8],
+        options: &bucket_lease_core::PutOptions,
+    ) -> Result<bucket_lease_core::Version, bucket_lease_core::StoreError> {
+        self.inner.put(key, body, options)
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &bucket_lease_core::DeleteMode,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<(), bucket_lease_core::StoreError> {
+        self.inner.delete(key, mode, deadline)
+    }
+
+    fn warm_up(&self, key: &str, due: std::time::Instant) {
+        self.inner.warm_up(key, due);
+        let _ = self.entered.send(());
+        let _ = self.go_on.recv_timeout(PATIENCE);
+        self.clock
+            .advance(due.saturating_duration_since(self.clock.now()));
+    }
+}
+
+/// Review (issue 41): a stop asked while a warm-up hangs. The warm-up
+/// returns at its renewal's due instant, and the driver went from it
+/// straight to the renewal, asking no wait whether a stop had come: the
+/// stopped keeper sent a renewal (which may hang to the write deadline,
+/// a third of a TTL more, before the release) although a stop asked
+/// "wins over a due instant" (04be741) and nothing was in flight.
+#[test]
+fn a_stop_asked_during_a_hung_warm_up_begins_no_keeper_renewal() {
+    let recording = Recording::new();
+    let clock = TestClock::new();
+    let (entered_tx, entered) = crossbeam_channel::bounded(1);
+    let (go_on_tx, go_on) = crossbeam_channel::bounded(1);
+    let store = Arc::new(HangingWarmUp {
+        inner: Arc::clone(&recording),
+        clock: clock.clone(),
+        entered: entered_tx,
+        go_on,
+    });
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let lease = Lease::acquire(store, "db", options).unwrap();
+    let keeper = Keeper::spawn(lease, KeeperOptions::new()).unwrap();
+    let puts_before = recording.put_times.lock().unwrap().len();
+    // To the warm-up's instant: a second before the renewal.
+    clock.advance(secs(9));
+    entered
+        .recv_timeout(PATIENCE)
+        .expect("the warm-up begins");
+    // The stop is asked while the warm-up hangs.
+    let stopping = std::thread::spawn(move || keeper.stop());
+    std::thread::sleep(QUIET);
+    go_on_tx.send(()).unwrap();
+    let stopped = stopping.join().unwrap();
+    assert_eq!(stopped, Ok(Released::Freed));
+    let modes = recording.put_modes.lock().unwrap()[puts_before..].to_vec();
+    assert_eq!(
+        modes.len(),
+        1,
+        "only the release is sent after the stop, not a renewal: {modes:?}"
+    );
+    assert!(is_released(&recording));
+}
