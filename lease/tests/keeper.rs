@@ -576,9 +576,7 @@ fn a_stop_asked_during_a_hung_warm_up_begins_no_keeper_renewal() {
     let puts_before = recording.put_times.lock().unwrap().len();
     // To the warm-up's instant: a second before the renewal.
     clock.advance(secs(9));
-    entered
-        .recv_timeout(PATIENCE)
-        .expect("the warm-up begins");
+    entered.recv_timeout(PATIENCE).expect("the warm-up begins");
     // The stop is asked while the warm-up hangs.
     let stopping = std::thread::spawn(move || keeper.stop());
     std::thread::sleep(QUIET);
@@ -590,6 +588,99 @@ fn a_stop_asked_during_a_hung_warm_up_begins_no_keeper_renewal() {
         modes.len(),
         1,
         "only the release is sent after the stop, not a renewal: {modes:?}"
+    );
+    assert!(is_released(&recording));
+}
+
+/// A store whose next write, once armed, hangs until the test lets it go,
+/// then lands exactly at its deadline (the test clock moved there).
+#[derive(Debug)]
+struct SlowWrite {
+    inner: Arc<Recording>,
+    clock: TestClock,
+    armed: std::sync::atomic::AtomicBool,
+    entered: crossbeam_channel::Sender<()>,
+    go_on: Receiver<()>,
+}
+
+impl bucket_lease_core::Store for SlowWrite {
+    fn get(
+        &self,
+        key: &str,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<bucket_lease_core::Object, bucket_lease_core::StoreError> {
+        self.inner.get(key, deadline)
+    }
+
+    fn put(
+        &self,
+        key: &str,
+        body: &[u8],
+        options: &bucket_lease_core::PutOptions,
+    ) -> Result<bucket_lease_core::Version, bucket_lease_core::StoreError> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let _ = self.entered.send(());
+            let _ = self.go_on.recv_timeout(PATIENCE);
+            if let Some(deadline) = options.deadline {
+                self.clock
+                    .advance(deadline.saturating_duration_since(self.clock.now()));
+            }
+        }
+        self.inner.put(key, body, options)
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &bucket_lease_core::DeleteMode,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<(), bucket_lease_core::StoreError> {
+        self.inner.delete(key, mode, deadline)
+    }
+}
+
+/// Review (issue 41): a renewal that lands exactly at the write deadline
+/// makes the next renewal due at once (a renewal interval after the
+/// stamp, which was taken as the renewal began); the driver began it
+/// without a wait, so a stop asked while the slow renewal was in flight
+/// did not keep a second renewal from beginning after it.
+#[test]
+fn a_stop_asked_during_a_renewal_landing_at_the_deadline_begins_no_keeper_renewal() {
+    let recording = Recording::new();
+    let clock = TestClock::new();
+    let (entered_tx, entered) = crossbeam_channel::bounded(1);
+    let (go_on_tx, go_on) = crossbeam_channel::bounded(1);
+    let store = Arc::new(SlowWrite {
+        inner: Arc::clone(&recording),
+        clock: clock.clone(),
+        armed: std::sync::atomic::AtomicBool::new(false),
+        entered: entered_tx,
+        go_on,
+    });
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let lease = Lease::acquire(
+        Arc::clone(&store) as Arc<dyn bucket_lease_core::Store>,
+        "db",
+        options,
+    )
+    .unwrap();
+    let keeper = Keeper::spawn(lease, KeeperOptions::new()).unwrap();
+    let puts_before = recording.put_times.lock().unwrap().len();
+    store.armed.store(true, Ordering::SeqCst);
+    clock.advance(secs(10));
+    entered.recv_timeout(PATIENCE).expect("the renewal begins");
+    // The stop is asked while the renewal is in flight: it is finished
+    // first, and then only the release is sent.
+    let stopping = std::thread::spawn(move || keeper.stop());
+    std::thread::sleep(QUIET);
+    go_on_tx.send(()).unwrap();
+    let stopped = stopping.join().unwrap();
+    assert_eq!(stopped, Ok(Released::Freed));
+    let modes = recording.put_modes.lock().unwrap()[puts_before..].to_vec();
+    assert_eq!(
+        modes.len(),
+        2,
+        "the renewal in flight and the release, no renewal after the stop: {modes:?}"
     );
     assert!(is_released(&recording));
 }
