@@ -684,3 +684,27 @@ fn a_stop_asked_during_a_renewal_landing_at_the_deadline_begins_no_keeper_renewa
     );
     assert!(is_released(&recording));
 }
+
+/// Review (issue 41): between two renewals the record was taken over and
+/// freed by its new holder (or broken and left released by an operator).
+/// The stop's release finds a record not ours with no live holder
+/// (`LeftAlone { holder: None }`): `stop()` says the lease was lost, but
+/// the loss callback, promised "exactly once when the lease ends other
+/// than by a release that freed it", is never called (only a
+/// `LeftAlone` naming a holder reaches it).
+#[test]
+fn the_loss_callback_hears_of_a_stop_whose_keeper_release_found_the_record_not_ours() {
+    let (store, clock, keeper, losses) = start_reporting(30);
+    let now = format_stamp(clock.wall());
+    let mut usurper = LeaseRecord::new("usurper", now.clone(), now.clone(), 30, 2);
+    usurper.released_at = Some(now);
+    store.inner.insert(KEY, &usurper.to_bytes());
+    match keeper.stop() {
+        Err(LeaseError::Lost { .. }) => {}
+        other => panic!("expected Lost: the lease was not held to the end, got {other:?}"),
+    }
+    match losses.recv_timeout(PATIENCE) {
+        Ok((Loss::Lost { .. }, _)) => {}
+        other => panic!("the loss callback is called once with Lost, got {other:?}"),
+    }
+}
