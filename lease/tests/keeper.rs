@@ -574,6 +574,11 @@ fn a_stop_asked_during_a_hung_warm_up_begins_no_keeper_renewal() {
     let lease = Lease::acquire(store, "db", options).unwrap();
     let keeper = Keeper::spawn(lease, KeeperOptions::new()).unwrap();
     let puts_before = recording.put_times.lock().unwrap().len();
+    // Once the keeper's thread sleeps on its first timer.
+    let end = std::time::Instant::now() + PATIENCE;
+    while clock.pending_timers() == 0 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // To the warm-up's instant: a second before the renewal.
     clock.advance(secs(9));
     entered.recv_timeout(PATIENCE).expect("the warm-up begins");
@@ -667,6 +672,11 @@ fn a_stop_asked_during_a_renewal_landing_at_the_deadline_begins_no_keeper_renewa
     let keeper = Keeper::spawn(lease, KeeperOptions::new()).unwrap();
     let puts_before = recording.put_times.lock().unwrap().len();
     store.armed.store(true, Ordering::SeqCst);
+    // Once the keeper's thread sleeps on its first timer.
+    let end = std::time::Instant::now() + PATIENCE;
+    while clock.pending_timers() == 0 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     clock.advance(secs(10));
     entered.recv_timeout(PATIENCE).expect("the renewal begins");
     // The stop is asked while the renewal is in flight: it is finished
