@@ -175,8 +175,10 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
         self.runtime.report(Event::Released(released.clone()));
         match &released {
             Err(e) => self.tell_loss(&Loss::NotReleased(e.clone())),
+            // Another's record, live or not (taken over and freed since,
+            // broken): not held to the end, as `stop` says.
             Ok(Released::LeftAlone {
-                holder: holder @ Some(_),
+                holder,
                 holder_name,
             }) => self.tell_loss(&Loss::Lost {
                 holder: holder.clone(),
