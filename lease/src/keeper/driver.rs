@@ -34,8 +34,9 @@
 //!   passed on untouched, never taken for a panic of the renewal path.
 
 use super::{
-    note_end, panic_message, release_deadline, release_guarded_with, renew_guarded_with, warm_up_guarded_with,
-    warm_up_lead, Ended, Event, KeeperOptions, Loss, OnLoss, RenewalSchedule, Step,
+    note_end, panic_message, release_deadline, release_guarded_with, renew_guarded_with,
+    warm_up_guarded_with, warm_up_lead, Ended, Event, KeeperOptions, Loss, OnLoss, RenewalSchedule,
+    Step,
 };
 use crate::error::LeaseError;
 use crate::lease::{Lease, LeaseStatus, Released};
@@ -360,4 +361,3 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
         }
     }
 }
-
