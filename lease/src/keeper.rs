@@ -680,7 +680,9 @@ pub(crate) fn release_guarded(lease: &Lease, timeout: Duration) -> Result<Releas
 /// store with a write interval, that much more (the release may wait for
 /// its turn after a renewal).
 fn release_deadline(lease: &Lease, timeout: Duration) -> Option<Instant> {
-    let timeout = timeout + lease.store().write_interval().unwrap_or_default();
+    // Saturating: a timeout past what an instant can hold is no bound
+    // (`None`), not a panic outside the release's guard.
+    let timeout = timeout.saturating_add(lease.store().write_interval().unwrap_or_default());
     lease.clock().now().checked_add(timeout)
 }
 

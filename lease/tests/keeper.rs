@@ -504,3 +504,217 @@ fn a_panicking_loss_callback_does_not_stop_the_release() {
     assert!(matches!(keeper.stop(), Err(LeaseError::Lost { .. })));
     assert!(is_released(&store), "our record is freed all the same");
 }
+
+/// A store whose warm-up hangs until the test lets it go, then returns at
+/// the renewal's due instant (a hung warm-up returns by it: the test
+/// clock is moved there), as a warm-up to a dead endpoint does.
+#[derive(Debug)]
+struct HangingWarmUp {
+    inner: Arc<Recording>,
+    clock: TestClock,
+    entered: crossbeam_channel::Sender<()>,
+    go_on: Receiver<()>,
+}
+
+impl bucket_lease_core::Store for HangingWarmUp {
+    fn get(
+        &self,
+        key: &str,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<bucket_lease_core::Object, bucket_lease_core::StoreError> {
+        self.inner.get(key, deadline)
+    }
+
+    fn put(
+        &self,
+        key: &str,
+        body: &[u8],
+        options: &bucket_lease_core::PutOptions,
+    ) -> Result<bucket_lease_core::Version, bucket_lease_core::StoreError> {
+        self.inner.put(key, body, options)
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &bucket_lease_core::DeleteMode,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<(), bucket_lease_core::StoreError> {
+        self.inner.delete(key, mode, deadline)
+    }
+
+    fn warm_up(&self, key: &str, due: std::time::Instant) {
+        self.inner.warm_up(key, due);
+        let _ = self.entered.send(());
+        let _ = self.go_on.recv_timeout(PATIENCE);
+        self.clock
+            .advance(due.saturating_duration_since(self.clock.now()));
+    }
+}
+
+/// Review (issue 41): a stop asked while a warm-up hangs. The warm-up
+/// returns at its renewal's due instant, and the driver went from it
+/// straight to the renewal, asking no wait whether a stop had come: the
+/// stopped keeper sent a renewal (which may hang to the write deadline,
+/// a third of a TTL more, before the release) although a stop asked
+/// "wins over a due instant" (04be741) and nothing was in flight.
+#[test]
+fn a_stop_asked_during_a_hung_warm_up_begins_no_keeper_renewal() {
+    let recording = Recording::new();
+    let clock = TestClock::new();
+    let (entered_tx, entered) = crossbeam_channel::bounded(1);
+    let (go_on_tx, go_on) = crossbeam_channel::bounded(1);
+    let store = Arc::new(HangingWarmUp {
+        inner: Arc::clone(&recording),
+        clock: clock.clone(),
+        entered: entered_tx,
+        go_on,
+    });
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let lease = Lease::acquire(store, "db", options).unwrap();
+    let keeper = Keeper::spawn(lease, KeeperOptions::new()).unwrap();
+    let puts_before = recording.put_times.lock().unwrap().len();
+    // Once the keeper's thread sleeps on its first timer.
+    let end = std::time::Instant::now() + PATIENCE;
+    while clock.pending_timers() == 0 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // To the warm-up's instant: a second before the renewal.
+    clock.advance(secs(9));
+    entered.recv_timeout(PATIENCE).expect("the warm-up begins");
+    // The stop is asked while the warm-up hangs.
+    let stopping = std::thread::spawn(move || keeper.stop());
+    std::thread::sleep(QUIET);
+    go_on_tx.send(()).unwrap();
+    let stopped = stopping.join().unwrap();
+    assert_eq!(stopped, Ok(Released::Freed));
+    let modes = recording.put_modes.lock().unwrap()[puts_before..].to_vec();
+    assert_eq!(
+        modes.len(),
+        1,
+        "only the release is sent after the stop, not a renewal: {modes:?}"
+    );
+    assert!(is_released(&recording));
+}
+
+/// A store whose next write, once armed, hangs until the test lets it go,
+/// then lands exactly at its deadline (the test clock moved there).
+#[derive(Debug)]
+struct SlowWrite {
+    inner: Arc<Recording>,
+    clock: TestClock,
+    armed: std::sync::atomic::AtomicBool,
+    entered: crossbeam_channel::Sender<()>,
+    go_on: Receiver<()>,
+}
+
+impl bucket_lease_core::Store for SlowWrite {
+    fn get(
+        &self,
+        key: &str,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<bucket_lease_core::Object, bucket_lease_core::StoreError> {
+        self.inner.get(key, deadline)
+    }
+
+    fn put(
+        &self,
+        key: &str,
+        body: &[u8],
+        options: &bucket_lease_core::PutOptions,
+    ) -> Result<bucket_lease_core::Version, bucket_lease_core::StoreError> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let _ = self.entered.send(());
+            let _ = self.go_on.recv_timeout(PATIENCE);
+            if let Some(deadline) = options.deadline {
+                self.clock
+                    .advance(deadline.saturating_duration_since(self.clock.now()));
+            }
+        }
+        self.inner.put(key, body, options)
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        mode: &bucket_lease_core::DeleteMode,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<(), bucket_lease_core::StoreError> {
+        self.inner.delete(key, mode, deadline)
+    }
+}
+
+/// Review (issue 41): a renewal that lands exactly at the write deadline
+/// makes the next renewal due at once (a renewal interval after the
+/// stamp, which was taken as the renewal began); the driver began it
+/// without a wait, so a stop asked while the slow renewal was in flight
+/// did not keep a second renewal from beginning after it.
+#[test]
+fn a_stop_asked_during_a_renewal_landing_at_the_deadline_begins_no_keeper_renewal() {
+    let recording = Recording::new();
+    let clock = TestClock::new();
+    let (entered_tx, entered) = crossbeam_channel::bounded(1);
+    let (go_on_tx, go_on) = crossbeam_channel::bounded(1);
+    let store = Arc::new(SlowWrite {
+        inner: Arc::clone(&recording),
+        clock: clock.clone(),
+        armed: std::sync::atomic::AtomicBool::new(false),
+        entered: entered_tx,
+        go_on,
+    });
+    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
+    let lease = Lease::acquire(
+        Arc::clone(&store) as Arc<dyn bucket_lease_core::Store>,
+        "db",
+        options,
+    )
+    .unwrap();
+    let keeper = Keeper::spawn(lease, KeeperOptions::new()).unwrap();
+    let puts_before = recording.put_times.lock().unwrap().len();
+    store.armed.store(true, Ordering::SeqCst);
+    // Once the keeper's thread sleeps on its first timer.
+    let end = std::time::Instant::now() + PATIENCE;
+    while clock.pending_timers() == 0 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    clock.advance(secs(10));
+    entered.recv_timeout(PATIENCE).expect("the renewal begins");
+    // The stop is asked while the renewal is in flight: it is finished
+    // first, and then only the release is sent.
+    let stopping = std::thread::spawn(move || keeper.stop());
+    std::thread::sleep(QUIET);
+    go_on_tx.send(()).unwrap();
+    let stopped = stopping.join().unwrap();
+    assert_eq!(stopped, Ok(Released::Freed));
+    let modes = recording.put_modes.lock().unwrap()[puts_before..].to_vec();
+    assert_eq!(
+        modes.len(),
+        2,
+        "the renewal in flight and the release, no renewal after the stop: {modes:?}"
+    );
+    assert!(is_released(&recording));
+}
+
+/// Review (issue 41): between two renewals the record was taken over and
+/// freed by its new holder (or broken and left released by an operator).
+/// The stop's release finds a record not ours with no live holder
+/// (`LeftAlone { holder: None }`): `stop()` says the lease was lost, but
+/// the loss callback, promised "exactly once when the lease ends other
+/// than by a release that freed it", is never called (only a
+/// `LeftAlone` naming a holder reaches it).
+#[test]
+fn the_loss_callback_hears_of_a_stop_whose_keeper_release_found_the_record_not_ours() {
+    let (store, clock, keeper, losses) = start_reporting(30);
+    let now = format_stamp(clock.wall());
+    let mut usurper = LeaseRecord::new("usurper", now.clone(), now.clone(), 30, 2);
+    usurper.released_at = Some(now);
+    store.inner.insert(KEY, &usurper.to_bytes());
+    match keeper.stop() {
+        Err(LeaseError::Lost { .. }) => {}
+        other => panic!("expected Lost: the lease was not held to the end, got {other:?}"),
+    }
+    match losses.recv_timeout(PATIENCE) {
+        Ok((Loss::Lost { .. }, _)) => {}
+        other => panic!("the loss callback is called once with Lost, got {other:?}"),
+    }
+}

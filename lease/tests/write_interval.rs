@@ -585,3 +585,27 @@ fn a_wait_gives_each_attempt_two_intervals() {
     assert!(lease.may_write());
     assert_eq!(w.throttled(), 0);
 }
+
+/// Review (issue 41): a keeper given no practical bound on its release
+/// (`release_timeout(Duration::MAX)`, which the driver's `Work::Release`
+/// reads as `None`: "past what an instant can hold") on a store with a
+/// write interval. The release's deadline adds the interval to the
+/// timeout unchecked, before the release's panic guard: the keeper's
+/// thread dies of the overflow, no release is sent and no `Released`
+/// event comes, and `stop` says the lease was lost.
+#[test]
+fn a_keeper_with_an_unbounded_release_timeout_releases_on_a_store_with_a_write_interval() {
+    let w = World::r2(WriteCount::Accepted);
+    let lease = w.contender(30).try_acquire().unwrap();
+    let keeper = Keeper::spawn(lease, KeeperOptions::new().release_timeout(Duration::MAX)).unwrap();
+    let events = keeper.events().clone();
+    w.clock.advance(SECOND);
+    assert_eq!(keeper.stop(), Ok(Released::Freed));
+    assert!(w.record().is_released(), "the record is freed");
+    assert!(
+        events
+            .try_iter()
+            .any(|e| matches!(e, Event::Released(Ok(Released::Freed)))),
+        "the release is reported"
+    );
+}

@@ -117,6 +117,9 @@ impl<S: Fn() -> bool, D: FnMut(Event)> Runtime for Driven<'_, S, D> {
     }
 
     fn begins(&mut self, work: Work) {
+        // A stop asked before the call begins: nothing was in flight when
+        // it was asked (the call begins now), so the call must not begin.
+        let asked = !self.stopped && (self.stop_asked)();
         let mut w = self.sh.lock();
         let what = match work {
             Work::WarmUp { .. } => "keeper warm-ups",
@@ -133,6 +136,12 @@ impl<S: Fn() -> bool, D: FnMut(Event)> Runtime for Driven<'_, S, D> {
             let at = secs(w.nanos_of(at));
             w.violation(format!(
                 "keeper: {} began a {what} {at:.4} s after a wait said stop",
+                self.name
+            ));
+        } else if let Some((what, at)) = late.filter(|_| asked) {
+            let at = secs(w.nanos_of(at));
+            w.violation(format!(
+                "keeper: {} began a {what} {at:.4} s with a stop already asked",
                 self.name
             ));
         }

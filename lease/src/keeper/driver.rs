@@ -15,7 +15,11 @@
 //!
 //! - **Nothing begins after a wait said stop.** Once [`Runtime::wait`]
 //!   returns `false`, no warm-up and no renewal begins: the driver reports
-//!   an end the loop had not woken to see, if any, and releases.
+//!   an end the loop had not woken to see, if any, and releases. A
+//!   renewal begins only on a wait's word: one due with no wait since the
+//!   last store call (a warm-up that returned at its due instant, a
+//!   renewal that landed at the write deadline) asks a wait until now
+//!   first, so that a stop asked meanwhile wins.
 //! - **Every store call returns by its bound.** A renewal is bounded by the
 //!   write deadline its step gave, a warm-up by the instant its renewal is
 //!   due (a warm-up whose renewal is due already, the thread having slept
@@ -30,8 +34,9 @@
 //!   passed on untouched, never taken for a panic of the renewal path.
 
 use super::{
-    note_end, panic_message, release_deadline, release_guarded_with, renew_guarded_with, warm_up_guarded_with,
-    warm_up_lead, Ended, Event, KeeperOptions, Loss, OnLoss, RenewalSchedule, Step,
+    note_end, panic_message, release_deadline, release_guarded_with, renew_guarded_with,
+    warm_up_guarded_with, warm_up_lead, Ended, Event, KeeperOptions, Loss, OnLoss, RenewalSchedule,
+    Step,
 };
 use crate::error::LeaseError;
 use crate::lease::{Lease, LeaseStatus, Released};
@@ -171,8 +176,10 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
         self.runtime.report(Event::Released(released.clone()));
         match &released {
             Err(e) => self.tell_loss(&Loss::NotReleased(e.clone())),
+            // Another's record, live or not (taken over and freed since,
+            // broken): not held to the end, as `stop` says.
             Ok(Released::LeftAlone {
-                holder: holder @ Some(_),
+                holder,
                 holder_name,
             }) => self.tell_loss(&Loss::Lost {
                 holder: holder.clone(),
@@ -197,6 +204,9 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
         let mut schedule = RenewalSchedule::new(lease);
         // The wake-up the store was last warmed up for.
         let mut warmed = None;
+        // Whether the last thing done was a wait that said its instant
+        // came (no store call since): a renewal begins only then.
+        let mut woke = false;
         loop {
             match schedule.step(lease) {
                 Step::Wait { until } => {
@@ -207,10 +217,12 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
                         if !self.runtime.wait(Some(at)) {
                             return self.stopped();
                         }
+                        woke = true;
                         // Woken past the renewal's instant itself (the
                         // thread stalled): the renewal goes now, unwarmed.
                         if self.runtime.now() < until {
                             self.warm_up(until);
+                            woke = false;
                         }
                         warmed = Some(until);
                         continue;
@@ -218,8 +230,21 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
                     if !self.runtime.wait(Some(until)) {
                         return self.stopped();
                     }
+                    woke = true;
                 }
                 Step::Renew { deadline } => {
+                    // Due with no wait since the last store call (a warm-up
+                    // that returned at its due instant, a renewal that
+                    // landed at the write deadline, a lease handed over
+                    // late): ask the runtime first, so that a stop asked
+                    // meanwhile wins over the due instant.
+                    if !woke {
+                        let now = self.runtime.now();
+                        if !self.runtime.wait(Some(now)) {
+                            return self.stopped();
+                        }
+                    }
+                    woke = false;
                     let attempt = self.renew(deadline);
                     if let Some(event) = schedule.record(lease, attempt) {
                         self.runtime.report(event);
@@ -336,4 +361,3 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
         }
     }
 }
-
