@@ -9,7 +9,7 @@ use bucket_lease_core::pool::{KeeperPool, PoolEvent, PoolOptions};
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::{
     Clock, Contender, DeleteMode, Event, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions,
-    Object, PutOptions, Store, StoreError, StoreErrorKind, TestClock, Version,
+    Loss, Object, PutOptions, Store, StoreError, StoreErrorKind, TestClock, Version,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -442,4 +442,38 @@ fn control_a_keeper_stopped_during_a_renewal_that_finds_a_takeover_says_lost() {
         "{stopped:?}"
     );
     assert!(events.try_iter().any(|e| matches!(e, Event::Lost { .. })));
+}
+
+/// The pool's twin of the keeper's review test
+/// `the_loss_callback_hears_of_a_stop_whose_keeper_release_found_the_record_not_ours`:
+/// a removed lease whose release finds the record not ours and no longer
+/// live (`LeftAlone { holder: None }`: taken over and freed since, or
+/// broken) was not held to the end, so the loss callback hears of it, as
+/// it would of a holder named.
+#[test]
+fn the_loss_callback_hears_of_a_remove_whose_release_found_the_record_not_ours() {
+    let clock = TestClock::new();
+    let memory = Arc::new(MemoryStore::new());
+    let store: Arc<dyn Store> = Arc::clone(&memory) as Arc<dyn Store>;
+    let (heard, losses) = crossbeam_channel::unbounded();
+    let pool = KeeperPool::spawn(PoolOptions::new().clock(Arc::new(clock.clone())).on_loss(
+        move |loss| {
+            let _ = heard.send(loss.loss.clone());
+        },
+    ))
+    .expect("threads start");
+    let lease = pool.add(take_on(&store, "a", &clock));
+    let now = format_stamp(clock.wall());
+    let mut usurper = LeaseRecord::new("usurper", now.clone(), now.clone(), TTL_S, 2);
+    usurper.released_at = Some(now);
+    memory.insert("a/LEASE", &usurper.to_bytes());
+    let removed = pool.remove(lease.id());
+    assert!(
+        matches!(removed, Some(Err(LeaseError::Lost { .. }))),
+        "not held to the end, yet remove answered {removed:?}"
+    );
+    match losses.recv_timeout(secs(5)) {
+        Ok(Loss::Lost { .. }) => {}
+        other => panic!("the loss callback is called once with Lost, got {other:?}"),
+    }
 }
