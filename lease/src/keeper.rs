@@ -167,6 +167,31 @@ impl fmt::Display for Loss {
     }
 }
 
+impl Loss {
+    /// What a release at the end of a kept lease's life (a keeper's stop,
+    /// a pool's remove or stop) says of a lease that had not ended before
+    /// it: a failed release is [`Loss::NotReleased`], a record found
+    /// another's (a holder named or not: taken over, or taken over and
+    /// freed, or broken, since the last renewal) is [`Loss::Lost`], a
+    /// release that freed the record or found it free is none. The one
+    /// rule the keeper's and the pool's drivers tell their loss callbacks
+    /// by.
+    pub(crate) fn of_release(released: &Result<Released, LeaseError>) -> Option<Loss> {
+        match released {
+            Err(e) => Some(Loss::NotReleased(e.clone())),
+            Ok(Released::LeftAlone {
+                holder,
+                holder_name,
+            }) => Some(Loss::Lost {
+                holder: holder.clone(),
+                holder_name: holder_name.clone(),
+                reason: "the release found the record another holder's".to_string(),
+            }),
+            Ok(_) => None,
+        }
+    }
+}
+
 /// A loss callback, shared by clones of one [`KeeperOptions`].
 type OnLoss = Arc<dyn Fn(&Loss) + Send + Sync>;
 

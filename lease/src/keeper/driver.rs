@@ -174,19 +174,10 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
         }
         let released = self.release();
         self.runtime.report(Event::Released(released.clone()));
-        match &released {
-            Err(e) => self.tell_loss(&Loss::NotReleased(e.clone())),
-            // Another's record, live or not (taken over and freed since,
-            // broken): not held to the end, as `stop` says.
-            Ok(Released::LeftAlone {
-                holder,
-                holder_name,
-            }) => self.tell_loss(&Loss::Lost {
-                holder: holder.clone(),
-                holder_name: holder_name.clone(),
-                reason: "the release found the record another holder's".to_string(),
-            }),
-            Ok(_) => {}
+        // Another's record, live or not (taken over and freed since,
+        // broken): not held to the end, as `stop` says.
+        if let Some(loss) = Loss::of_release(&released) {
+            self.tell_loss(&loss);
         }
         // A record found not ours by the release itself: taken over (or
         // broken) since the last renewal, so not held to the end.

@@ -290,19 +290,7 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
                 }
             }
             None => {
-                let loss = match &left.released {
-                    Err(e) => Some(Loss::NotReleased(e.clone())),
-                    Ok(Released::LeftAlone {
-                        holder: holder @ Some(_),
-                        holder_name,
-                    }) => Some(Loss::Lost {
-                        holder: holder.clone(),
-                        holder_name: holder_name.clone(),
-                        reason: "the release found the record another holder's".to_string(),
-                    }),
-                    Ok(_) => None,
-                };
-                if let Some(loss) = loss {
+                if let Some(loss) = Loss::of_release(&left.released) {
                     self.runtime.tell(PoolLoss {
                         id,
                         prefix: prefix_of(&left.key).to_string(),
