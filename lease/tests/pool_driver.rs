@@ -8,8 +8,12 @@
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::pool::driver::{drive, Runtime, Wake};
 use bucket_lease_core::pool::{work, Done, Job, LeaseId, Left, PoolEvent, PoolLoss, PoolSchedule};
-use bucket_lease_core::{Clock, Event, Lease, LeaseError, LeaseOptions, Loss, Released, TestClock};
+use bucket_lease_core::{
+    Clock, DeleteMode, Event, Lease, LeaseError, LeaseOptions, Loss, Object, PutOptions, Released,
+    Store, StoreError, TestClock, Version,
+};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -277,4 +281,85 @@ fn a_remove_of_an_id_never_held_is_answered_none() {
     let clock = TestClock::new();
     let lines = run(&clock, false, vec![remove("remove"), stop()]);
     assert_eq!(lines, ["answer remove None", "stopped Some(\"stop\") []"]);
+}
+
+/// A memory store that answers at once (an inline pool renews on its
+/// scheduler thread), whose next PUT, once `slow` is set, takes the clock
+/// to that PUT's deadline before it lands: a renewal landing at the write
+/// deadline.
+#[derive(Debug)]
+struct LandsAtDeadline {
+    inner: MemoryStore,
+    clock: TestClock,
+    slow: AtomicBool,
+}
+
+impl Store for LandsAtDeadline {
+    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
+        self.inner.get(key, deadline)
+    }
+    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
+        if self.slow.swap(false, Ordering::SeqCst) {
+            if let Some(d) = options.deadline {
+                let now = self.clock.now();
+                self.clock.advance(d.saturating_duration_since(now));
+            }
+        }
+        self.inner.put(key, body, options)
+    }
+    fn delete(&self, key: &str, mode: &DeleteMode, d: Option<Instant>) -> Result<(), StoreError> {
+        self.inner.delete(key, mode, d)
+    }
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+}
+
+/// The keeper driver's rule (b34ce99), in the pool driver: a renewal begins
+/// only on a wait's word. An inline pool's renewal done on the scheduler
+/// thread lands at the write deadline, so the next renewal is due at once;
+/// a remove asked meanwhile (it waits in the runtime for the next wait)
+/// must win: nothing of the lease but its release after it. The driver
+/// takes the outcome back and begins the next renewal with no wait
+/// between, so the remove is heard only after a renewal it should have
+/// stopped.
+#[test]
+fn an_inline_renewal_landing_at_the_deadline_lets_a_remove_asked_meanwhile_win() {
+    let clock = TestClock::new();
+    let store = Arc::new(LandsAtDeadline {
+        inner: MemoryStore::new(),
+        clock: clock.clone(),
+        slow: AtomicBool::new(false),
+    });
+    let options = LeaseOptions::new(3).clock(Arc::new(clock.clone()));
+    let lease = Arc::new(
+        Lease::acquire(Arc::clone(&store) as Arc<dyn Store>, "a", options).expect("acquired"),
+    );
+    let arm: Step = {
+        let store = Arc::clone(&store);
+        Box::new(move |seen| {
+            store.slow.store(true, Ordering::SeqCst);
+            seen.clock.advance(Duration::from_secs(1));
+            Wake::Due
+        })
+    };
+    let steps = vec![add(&lease), arm, remove("remove"), stop()];
+    let mut script = Script {
+        seen: Seen {
+            clock: clock.clone(),
+            out: Vec::new(),
+            lines: Vec::new(),
+        },
+        steps: steps.into(),
+    };
+    drive(&mut script, true, Duration::from_secs(5));
+    let lines = script.seen.lines;
+    let renewals = lines
+        .iter()
+        .filter(|l| l.as_str() == "here renewal of #0")
+        .count();
+    assert_eq!(
+        renewals, 1,
+        "a second renewal began with no wait after the first, before the remove asked meanwhile was heard: {lines:#?}"
+    );
 }
