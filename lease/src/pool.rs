@@ -791,7 +791,10 @@ impl PoolSchedule {
                 if kept.removing {
                     self.release_if_free(id, jobs, events);
                 } else {
-                    self.step(id, jobs, events);
+                    // Right after a store call: a renewal due now (the last
+                    // one landed at the write deadline) waits for a wake-up
+                    // first, so a remove or the stop asked meanwhile wins.
+                    self.step_with(id, jobs, events, false);
                 }
                 None
             }
@@ -824,6 +827,20 @@ impl PoolSchedule {
 
     /// Ask lease `id`'s schedule what to do, and queue it.
     fn step(&mut self, id: LeaseId, jobs: &mut Vec<Job>, events: &mut Vec<PoolEvent>) {
+        self.step_with(id, jobs, events, true);
+    }
+
+    /// [`step`](Self::step); `woke`: whether a wake-up or a message, not a
+    /// store call's outcome, brought it. A renewal begins only then (as the
+    /// keeper driver's): one due at once after a store call is a wake-up
+    /// now instead.
+    fn step_with(
+        &mut self,
+        id: LeaseId,
+        jobs: &mut Vec<Job>,
+        events: &mut Vec<PoolEvent>,
+        woke: bool,
+    ) {
         let one_at_a_time =
             mutant::on(Mutant::PoolSerialRenewals) && self.leases.values().any(|k| k.busy);
         let Some(kept) = self.leases.get_mut(&id) else {
@@ -855,6 +872,11 @@ impl PoolSchedule {
                     _ => until,
                 };
                 self.due.push(Reverse((wake, id, kept.generation)));
+            }
+            Step::Renew { .. } if !woke => {
+                kept.generation = kept.generation.wrapping_add(1);
+                let now = kept.lease.clock().now();
+                self.due.push(Reverse((now, id, kept.generation)));
             }
             Step::Renew { .. } if one_at_a_time => {
                 kept.generation = kept.generation.wrapping_add(1);
