@@ -505,18 +505,54 @@ fn a_panicking_loss_callback_does_not_stop_the_release() {
     assert!(is_released(&store), "our record is freed all the same");
 }
 
-/// A store whose warm-up hangs until the test lets it go, then returns at
-/// the renewal's due instant (a hung warm-up returns by it: the test
-/// clock is moved there), as a warm-up to a dead endpoint does.
+/// A store whose store call, once armed, hangs until the test lets it go
+/// (`go_on`), then returns at its bound (the test clock moved there): a
+/// warm-up at its renewal's due instant, as a warm-up to a dead endpoint
+/// does; the next write exactly at its deadline.
 #[derive(Debug)]
-struct HangingWarmUp {
+struct HeldUp {
     inner: Arc<Recording>,
     clock: TestClock,
+    /// Every warm-up hangs.
+    warm_ups: bool,
+    /// The next write hangs.
+    next_write: std::sync::atomic::AtomicBool,
     entered: crossbeam_channel::Sender<()>,
     go_on: Receiver<()>,
 }
 
-impl bucket_lease_core::Store for HangingWarmUp {
+impl HeldUp {
+    /// A store that holds up warm-ups (`warm_ups`) or, once armed, the
+    /// next write; the receiver hears each call held up, the sender lets
+    /// it go on.
+    fn new(
+        recording: &Arc<Recording>,
+        clock: &TestClock,
+        warm_ups: bool,
+    ) -> (Arc<HeldUp>, Receiver<()>, crossbeam_channel::Sender<()>) {
+        let (entered, entered_rx) = crossbeam_channel::bounded(1);
+        let (go_on_tx, go_on) = crossbeam_channel::bounded(1);
+        let store = Arc::new(HeldUp {
+            inner: Arc::clone(recording),
+            clock: clock.clone(),
+            warm_ups,
+            next_write: std::sync::atomic::AtomicBool::new(false),
+            entered,
+            go_on,
+        });
+        (store, entered_rx, go_on_tx)
+    }
+
+    /// Hang until let go, then move the test clock to `bound`.
+    fn hold_up_until(&self, bound: std::time::Instant) {
+        let _ = self.entered.send(());
+        let _ = self.go_on.recv_timeout(PATIENCE);
+        self.clock
+            .advance(bound.saturating_duration_since(self.clock.now()));
+    }
+}
+
+impl bucket_lease_core::Store for HeldUp {
     fn get(
         &self,
         key: &str,
@@ -531,6 +567,11 @@ impl bucket_lease_core::Store for HangingWarmUp {
         body: &[u8],
         options: &bucket_lease_core::PutOptions,
     ) -> Result<bucket_lease_core::Version, bucket_lease_core::StoreError> {
+        if self.next_write.swap(false, Ordering::SeqCst) {
+            if let Some(deadline) = options.deadline {
+                self.hold_up_until(deadline);
+            }
+        }
         self.inner.put(key, body, options)
     }
 
@@ -545,10 +586,9 @@ impl bucket_lease_core::Store for HangingWarmUp {
 
     fn warm_up(&self, key: &str, due: std::time::Instant) {
         self.inner.warm_up(key, due);
-        let _ = self.entered.send(());
-        let _ = self.go_on.recv_timeout(PATIENCE);
-        self.clock
-            .advance(due.saturating_duration_since(self.clock.now()));
+        if self.warm_ups {
+            self.hold_up_until(due);
+        }
     }
 }
 
@@ -562,33 +602,17 @@ impl bucket_lease_core::Store for HangingWarmUp {
 fn a_stop_asked_during_a_hung_warm_up_begins_no_keeper_renewal() {
     let recording = Recording::new();
     let clock = TestClock::new();
-    let (entered_tx, entered) = crossbeam_channel::bounded(1);
-    let (go_on_tx, go_on) = crossbeam_channel::bounded(1);
-    let store = Arc::new(HangingWarmUp {
-        inner: Arc::clone(&recording),
-        clock: clock.clone(),
-        entered: entered_tx,
-        go_on,
-    });
+    let (store, entered, go_on_tx) = HeldUp::new(&recording, &clock, true);
     let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
     let lease = Lease::acquire(store, "db", options).unwrap();
     let keeper = Keeper::spawn(lease, KeeperOptions::new()).unwrap();
     let puts_before = recording.put_times.lock().unwrap().len();
-    // Once the keeper's thread sleeps on its first timer.
-    let end = std::time::Instant::now() + PATIENCE;
-    while clock.pending_timers() == 0 && std::time::Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    until_a_timer_is_set(&clock);
     // To the warm-up's instant: a second before the renewal.
     clock.advance(secs(9));
     entered.recv_timeout(PATIENCE).expect("the warm-up begins");
     // The stop is asked while the warm-up hangs.
-    let stopping = std::thread::spawn(move || keeper.stop());
-    std::thread::sleep(QUIET);
-    go_on_tx.send(()).unwrap();
-    let stopped = stopping.join().unwrap();
-    assert_eq!(stopped, Ok(Released::Freed));
-    let modes = recording.put_modes.lock().unwrap()[puts_before..].to_vec();
+    let modes = stop_while_held_up(keeper, &go_on_tx, &recording, puts_before);
     assert_eq!(
         modes.len(),
         1,
@@ -597,51 +621,28 @@ fn a_stop_asked_during_a_hung_warm_up_begins_no_keeper_renewal() {
     assert!(is_released(&recording));
 }
 
-/// A store whose next write, once armed, hangs until the test lets it go,
-/// then lands exactly at its deadline (the test clock moved there).
-#[derive(Debug)]
-struct SlowWrite {
-    inner: Arc<Recording>,
-    clock: TestClock,
-    armed: std::sync::atomic::AtomicBool,
-    entered: crossbeam_channel::Sender<()>,
-    go_on: Receiver<()>,
+/// Once the keeper's thread sleeps on its first timer (within `PATIENCE`).
+fn until_a_timer_is_set(clock: &TestClock) {
+    let end = std::time::Instant::now() + PATIENCE;
+    while clock.pending_timers() == 0 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
-impl bucket_lease_core::Store for SlowWrite {
-    fn get(
-        &self,
-        key: &str,
-        deadline: Option<std::time::Instant>,
-    ) -> Result<bucket_lease_core::Object, bucket_lease_core::StoreError> {
-        self.inner.get(key, deadline)
-    }
-
-    fn put(
-        &self,
-        key: &str,
-        body: &[u8],
-        options: &bucket_lease_core::PutOptions,
-    ) -> Result<bucket_lease_core::Version, bucket_lease_core::StoreError> {
-        if self.armed.swap(false, Ordering::SeqCst) {
-            let _ = self.entered.send(());
-            let _ = self.go_on.recv_timeout(PATIENCE);
-            if let Some(deadline) = options.deadline {
-                self.clock
-                    .advance(deadline.saturating_duration_since(self.clock.now()));
-            }
-        }
-        self.inner.put(key, body, options)
-    }
-
-    fn delete(
-        &self,
-        key: &str,
-        mode: &bucket_lease_core::DeleteMode,
-        deadline: Option<std::time::Instant>,
-    ) -> Result<(), bucket_lease_core::StoreError> {
-        self.inner.delete(key, mode, deadline)
-    }
+/// Stop `keeper` while its store call is held up, then let the call go
+/// on (`go_on`); the stop frees the record. The writes sent since the
+/// `puts_before`-th.
+fn stop_while_held_up(
+    keeper: Keeper,
+    go_on: &crossbeam_channel::Sender<()>,
+    recording: &Recording,
+    puts_before: usize,
+) -> Vec<bucket_lease_core::PutMode> {
+    let stopping = std::thread::spawn(move || keeper.stop());
+    std::thread::sleep(QUIET);
+    go_on.send(()).unwrap();
+    assert_eq!(stopping.join().unwrap(), Ok(Released::Freed));
+    recording.put_modes.lock().unwrap()[puts_before..].to_vec()
 }
 
 /// Review (issue 41): a renewal that lands exactly at the write deadline
@@ -653,15 +654,7 @@ impl bucket_lease_core::Store for SlowWrite {
 fn a_stop_asked_during_a_renewal_landing_at_the_deadline_begins_no_keeper_renewal() {
     let recording = Recording::new();
     let clock = TestClock::new();
-    let (entered_tx, entered) = crossbeam_channel::bounded(1);
-    let (go_on_tx, go_on) = crossbeam_channel::bounded(1);
-    let store = Arc::new(SlowWrite {
-        inner: Arc::clone(&recording),
-        clock: clock.clone(),
-        armed: std::sync::atomic::AtomicBool::new(false),
-        entered: entered_tx,
-        go_on,
-    });
+    let (store, entered, go_on_tx) = HeldUp::new(&recording, &clock, false);
     let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
     let lease = Lease::acquire(
         Arc::clone(&store) as Arc<dyn bucket_lease_core::Store>,
@@ -671,22 +664,13 @@ fn a_stop_asked_during_a_renewal_landing_at_the_deadline_begins_no_keeper_renewa
     .unwrap();
     let keeper = Keeper::spawn(lease, KeeperOptions::new()).unwrap();
     let puts_before = recording.put_times.lock().unwrap().len();
-    store.armed.store(true, Ordering::SeqCst);
-    // Once the keeper's thread sleeps on its first timer.
-    let end = std::time::Instant::now() + PATIENCE;
-    while clock.pending_timers() == 0 && std::time::Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    store.next_write.store(true, Ordering::SeqCst);
+    until_a_timer_is_set(&clock);
     clock.advance(secs(10));
     entered.recv_timeout(PATIENCE).expect("the renewal begins");
     // The stop is asked while the renewal is in flight: it is finished
     // first, and then only the release is sent.
-    let stopping = std::thread::spawn(move || keeper.stop());
-    std::thread::sleep(QUIET);
-    go_on_tx.send(()).unwrap();
-    let stopped = stopping.join().unwrap();
-    assert_eq!(stopped, Ok(Released::Freed));
-    let modes = recording.put_modes.lock().unwrap()[puts_before..].to_vec();
+    let modes = stop_while_held_up(keeper, &go_on_tx, &recording, puts_before);
     assert_eq!(
         modes.len(),
         2,

@@ -171,7 +171,8 @@ fn stop() -> Step {
     Box::new(|_| Wake::Stop(Some("stop")))
 }
 
-fn run(clock: &TestClock, inline: bool, steps: Vec<Step>) -> Vec<String> {
+/// Every line the driver's runtime saw, running `steps` on `clock`.
+fn run_all(clock: &TestClock, inline: bool, steps: Vec<Step>) -> Vec<String> {
     let mut script = Script {
         seen: Seen {
             clock: clock.clone(),
@@ -182,8 +183,14 @@ fn run(clock: &TestClock, inline: bool, steps: Vec<Step>) -> Vec<String> {
     };
     drive(&mut script, inline, Duration::from_secs(5));
     assert!(script.steps.is_empty(), "the driver ended early");
-    script.seen.lines.retain(|l| l != "wait" && l != "warm-up");
     script.seen.lines
+}
+
+/// The lines of `run_all` but its waits and warm-ups.
+fn run(clock: &TestClock, inline: bool, steps: Vec<Step>) -> Vec<String> {
+    let mut lines = run_all(clock, inline, steps);
+    lines.retain(|l| l != "wait" && l != "warm-up");
+    lines
 }
 
 #[test]
@@ -344,16 +351,7 @@ fn an_inline_renewal_landing_at_the_deadline_lets_a_remove_asked_meanwhile_win()
         })
     };
     let steps = vec![add(&lease), arm, remove("remove"), stop()];
-    let mut script = Script {
-        seen: Seen {
-            clock: clock.clone(),
-            out: Vec::new(),
-            lines: Vec::new(),
-        },
-        steps: steps.into(),
-    };
-    drive(&mut script, true, Duration::from_secs(5));
-    let lines = script.seen.lines;
+    let lines = run_all(&clock, true, steps);
     let renewals = lines
         .iter()
         .filter(|l| l.as_str() == "here renewal of #0")
