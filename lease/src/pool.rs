@@ -644,11 +644,22 @@ impl Kept {
         self.warm == Some(warm) && self.warm_for == until
     }
 
+    /// Step it again at `at` (as `id`), and at no earlier wake-up: those
+    /// are stale from now on.
+    fn wake_at(&mut self, at: Instant, id: LeaseId, due: &mut WakeUps) {
+        self.generation = self.generation.wrapping_add(1);
+        due.push(Reverse((at, id, self.generation)));
+    }
+
     /// The warm-up for the renewal at `until` stands at `warm` now.
     fn set_warm(&mut self, until: Instant, warm: Warm) {
         (self.warm_for, self.warm) = (until, Some(warm));
     }
 }
+
+/// When each kept lease is to be stepped again, earliest first, with the
+/// generation it was scheduled at (a wake-up of an older one is stale).
+type WakeUps = BinaryHeap<Reverse<(Instant, LeaseId, u32)>>;
 
 /// Where a lease's warm-up for one renewal instant stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -671,7 +682,7 @@ pub struct PoolSchedule {
     /// a map keeps a third of its slots and more free (issue 40: 1 KiB per
     /// lease).
     leases: HashMap<LeaseId, Box<Kept>>,
-    due: BinaryHeap<Reverse<(Instant, LeaseId, u32)>>,
+    due: WakeUps,
 }
 }
 
@@ -851,7 +862,6 @@ impl PoolSchedule {
         }
         match kept.schedule.step(&kept.lease) {
             Step::Wait { until } => {
-                kept.generation = kept.generation.wrapping_add(1);
                 // A while before the renewal, its store is warmed up (as a
                 // keeper does), once per renewal instant, off this thread.
                 // As a keeper: only when the lead is still ahead when the
@@ -871,17 +881,15 @@ impl PoolSchedule {
                     }
                     _ => until,
                 };
-                self.due.push(Reverse((wake, id, kept.generation)));
+                kept.wake_at(wake, id, &mut self.due);
             }
             Step::Renew { .. } if !woke => {
-                kept.generation = kept.generation.wrapping_add(1);
                 let now = kept.lease.clock().now();
-                self.due.push(Reverse((now, id, kept.generation)));
+                kept.wake_at(now, id, &mut self.due);
             }
             Step::Renew { .. } if one_at_a_time => {
-                kept.generation = kept.generation.wrapping_add(1);
                 let soon = kept.lease.clock().now() + Duration::from_millis(10);
-                self.due.push(Reverse((soon, id, kept.generation)));
+                kept.wake_at(soon, id, &mut self.due);
             }
             Step::Renew { deadline } => {
                 kept.busy = true;
