@@ -50,6 +50,7 @@ mod floor;
 use bucket_lease::backends::fs::DirStore;
 use bucket_lease::memory::MemoryStore;
 use bucket_lease::store::{DeleteMode, Object, PutOptions, StoreError};
+use bucket_lease::KeptLease;
 use bucket_lease::{Keeper, KeeperOptions, Lease, LeaseOptions, Store, Version};
 use measure::Row;
 use serde_json::{json, Value};

@@ -26,6 +26,7 @@ mod stream;
 
 use bucket_lease::backends::config;
 use bucket_lease::store::DeleteMode;
+use bucket_lease::KeptLease;
 use bucket_lease::{Contender, FencedWriter, Keeper, KeeperOptions, LeaseOptions};
 use std::process::{Command, ExitCode};
 use std::time::Instant;

@@ -14,6 +14,7 @@
 
 mod common;
 
+use bucket_lease::KeptLease;
 use bucket_lease::{Contender, Event, Keeper, KeeperOptions, LeaseError, LeaseOptions, Wait};
 use std::error::Error;
 use std::sync::Arc;

@@ -15,6 +15,7 @@
 
 use bucket_lease::backends::config;
 use bucket_lease::fence::FencedReader;
+use bucket_lease::KeptLease;
 use bucket_lease::{Contender, Keeper, KeeperOptions, LeaseOptions, Released};
 use std::error::Error;
 

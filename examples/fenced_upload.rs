@@ -22,6 +22,7 @@
 mod stream;
 
 use bucket_lease::backends::config;
+use bucket_lease::KeptLease;
 use bucket_lease::{Contender, Keeper, KeeperOptions, LeaseOptions, Released};
 use std::error::Error;
 use std::process::ExitCode;

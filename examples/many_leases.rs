@@ -16,6 +16,7 @@
 mod common;
 
 use bucket_lease::held_set::{HeldSet, HeldSetOptions, SetEvent};
+use bucket_lease::KeptLease;
 use bucket_lease::LeaseOptions;
 use std::error::Error;
 use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use bucket_lease::backends::config;
-//! use bucket_lease::{Contender, Keeper, KeeperOptions, LeaseOptions};
+//! use bucket_lease::{Contender, Keeper, KeeperOptions, KeptLease, LeaseOptions};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # if !cfg!(feature = "fs") { return Ok(()); } // the store `file://` is the feature `fs`
@@ -50,8 +50,8 @@
 //!    runs it only while it holds the lease, as `flock(1)` would.
 //! 2. **In a program**: [`Keeper`], as above: take the lease with a
 //!    [`Contender`], keep it renewed on a thread, write under it with
-//!    [`Keeper::writer`] (asking [`Keeper::may_write`] before writes of
-//!    your own), give it up with [`Keeper::stop`]. A closure run only
+//!    [`Keeper::writer`](crate::KeptLease::writer) (asking [`Keeper::may_write`](crate::KeptLease::may_write) before writes of
+//!    your own), give it up with [`Keeper::stop`](crate::KeptLease::stop). A closure run only
 //!    while it is held: [`Contender::run_while_held`].
 //! 3. **Many keys on a few threads**: [`KeeperPool`], a [`PooledLease`]
 //!    per key, answering as a keeper does.

@@ -18,6 +18,7 @@ mod cli_common;
 mod s3_proxy;
 
 use bucket_lease::fence::FencedReader;
+use bucket_lease::KeptLease;
 use bucket_lease::{Contender, FencedWriter, Keeper, KeeperOptions, LeaseOptions, Released};
 use cli_common::{Done, Target, CONFIG, USAGE};
 use s3_proxy::{Answer, FaultProxy, WriteLimit};

@@ -24,6 +24,7 @@ mod s3_proxy;
 
 use bucket_lease::backends::credentials::chain_with_env;
 use bucket_lease::store::{Delivery, DEADLINE_SLACK};
+use bucket_lease::KeptLease;
 use bucket_lease::{
     Contender, Event, FencedWriter, Keeper, KeeperOptions, LeaseOptions, Store, Wait,
 };

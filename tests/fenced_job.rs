@@ -7,6 +7,7 @@
 
 use bucket_lease::backends::fs::DirStore;
 use bucket_lease::fence::FencedReader;
+use bucket_lease::KeptLease;
 use bucket_lease::{
     Contender, DeleteMode, FencedWriter, Keeper, KeeperOptions, LeaseOptions, Object, PutOptions,
     Released, Store, StoreError, StoreErrorKind, Version, WriteError,

@@ -10,6 +10,7 @@
 
 use bucket_lease::backends::fs::DirStore;
 use bucket_lease::held_set::{HeldSet, HeldSetOptions};
+use bucket_lease::KeptLease;
 use bucket_lease::LeaseOptions;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

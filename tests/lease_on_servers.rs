@@ -21,6 +21,7 @@
 mod common;
 
 use bucket_lease::fence::EPOCH_METADATA;
+use bucket_lease::KeptLease;
 use bucket_lease::{
     Contender, DeleteMode, Event, Exclusion, FencedWriter, IgnoredCondition, Keeper, KeeperOptions,
     Lease, LeaseError, LeaseOptions, LeaseRecord, Object, PutMode, PutOptions, Released, Store,

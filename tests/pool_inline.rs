@@ -4,6 +4,7 @@
 //! so its renewals never run on the scheduler thread.
 
 use bucket_lease::backends::fs::DirStore;
+use bucket_lease::KeptLease;
 use bucket_lease::{Contender, Event, KeeperPool, LeaseOptions, PoolOptions, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -6,6 +6,7 @@
 use bucket_lease::channel::{select, Receiver};
 use bucket_lease::inspect::{inspect, Expiry};
 use bucket_lease::memory::MemoryStore;
+use bucket_lease::KeptLease;
 use bucket_lease::{Contender, Event, Keeper, KeeperOptions, LeaseOptions, SystemClock};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

@@ -12,6 +12,7 @@ mod cli_common;
 
 use bucket_lease::multipart::MIN_PART_BYTES;
 use bucket_lease::store::StoreErrorKind;
+use bucket_lease::KeptLease;
 use bucket_lease::{
     Contender, Event, FencedWriter, Keeper, KeeperOptions, LeaseOptions, WriteError,
 };

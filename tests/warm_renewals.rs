@@ -11,6 +11,7 @@
 mod cli_common;
 mod s3_proxy;
 
+use bucket_lease::KeptLease;
 use bucket_lease::{Event, Keeper, KeeperOptions, Lease, LeaseOptions};
 use cli_common::Target;
 use s3_proxy::FaultProxy;

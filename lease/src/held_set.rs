@@ -22,7 +22,7 @@
 //! - **Asking never waits on I/O.** [`HeldSet::held`] and
 //!   [`HeldSet::get`] read a table under a mutex held only to copy it: a
 //!   [`PooledLease`] per prefix held, to ask before each write
-//!   ([`PooledLease::may_write`], [`PooledLease::writer`]). A lease just
+//!   ([`PooledLease::may_write`](crate::KeptLease::may_write), [`PooledLease::writer`](crate::KeptLease::writer)). A lease just
 //!   lost may still be listed until the set hears of it; its `may_write`
 //!   is already false, which is what a writer must ask.
 //! - **Everything it does is an event** on [`HeldSet::events`]: a prefix
@@ -39,7 +39,7 @@
 //! # extern crate bucket_lease_core as bucket_lease;
 //! use bucket_lease::held_set::{HeldSet, HeldSetOptions};
 //! use bucket_lease::memory::MemoryStore;
-//! use bucket_lease::LeaseOptions;
+//! use bucket_lease::{KeptLease, LeaseOptions};
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //!
@@ -60,6 +60,8 @@
 use crate::clock::{doubling_pause, Clock};
 use crate::error::LeaseError;
 use crate::keeper::{Event, Loss};
+use crate::kept::{stop_answer_after_leaving, KeptLease};
+use crate::lease::Lease;
 use crate::lease::{Contender, LeaseOptions};
 use crate::pool::{KeeperPool, LeaseId, PoolOptions, PooledLease};
 use crate::record::{check_holder_name, new_instance_id, InvalidHolderName};
@@ -175,6 +177,14 @@ pub enum SetEvent {
         /// How it ended.
         loss: Loss,
     },
+    /// The prefix was given up ([`KeptLease::stop`] of its
+    /// [`HeldPrefix`]); it is tried again as one another instance holds.
+    Released {
+        /// The prefix.
+        prefix: String,
+        /// What the stop answered.
+        released: Result<crate::Released, LeaseError>,
+    },
     /// An attempt to take the prefix failed other than by finding it held;
     /// it is tried again after a pause.
     Failed {
@@ -185,42 +195,53 @@ pub enum SetEvent {
     },
 }
 
-/// A held prefix, as [`HeldSet::held`] lists it.
+/// A held prefix, as [`HeldSet::held`] lists it: its lease, kept by the
+/// set's pool, answers as a keeper does ([`KeptLease`]).
 #[derive(Debug, Clone)]
 pub struct HeldPrefix {
-    prefix: String,
     lease: PooledLease,
+    /// The set's thread, for [`KeptLease::stop`].
+    set: Sender<GiveUp>,
 }
 
 impl HeldPrefix {
-    /// The prefix.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// Its lease, as the pool keeps it.
-    pub fn lease(&self) -> &PooledLease {
+    /// Its lease as the set's pool keeps it, for its id there.
+    pub fn pooled(&self) -> &PooledLease {
         &self.lease
     }
+}
 
-    /// Whether a write may start now.
-    #[must_use]
-    pub fn may_write(&self) -> bool {
-        self.lease.may_write()
+/// What a held prefix answers. Its [`stop`](KeptLease::stop) gives the
+/// prefix up: the set stops keeping this lease and releases it (after an
+/// attempt in flight, which [`HeldSetOptions::attempt_timeout`] bounds),
+/// reports [`SetEvent::Released`], and tries the prefix again as one
+/// another instance holds, a quarter of the TTL later (jittered), so
+/// another worker may take it at once. A lease the set let go already (a
+/// clone stopped first, a loss, the set stopped) answers from how it
+/// ended.
+impl KeptLease for HeldPrefix {
+    fn lease(&self) -> &Arc<Lease> {
+        self.lease.lease()
     }
 
-    /// Its lease's epoch: what its writes are stamped with.
-    pub fn epoch(&self) -> u64 {
-        self.lease.epoch()
-    }
-
-    /// Fenced writes under its lease. Each call makes a new writer: keep
-    /// one per lease to keep its pointers' versions between writes (see
-    /// [`FencedWriter::put_pointer`](crate::FencedWriter::put_pointer)).
-    pub fn writer(&self) -> crate::FencedWriter {
-        self.lease.writer()
+    fn stop(self) -> Result<crate::Released, LeaseError> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        if self.set.send((self.lease.id(), reply)).is_err() {
+            // The set stopped: its pool released what it kept.
+            return self.lease.stop();
+        }
+        match answer.recv() {
+            Ok(Some(answer)) => answer,
+            Ok(None) => stop_answer_after_leaving(self.lease.lease()),
+            // The set stopped before it heard us.
+            Err(_) => self.lease.stop(),
+        }
     }
 }
+
+/// A held prefix's stop, for the set's thread: the lease's id in the pool,
+/// and who waits for the pool's answer (`None`: the pool keeps it no more).
+type GiveUp = (LeaseId, Sender<Option<Result<crate::Released, LeaseError>>>);
 
 /// Each prefix's release when the set stops: `Ok` when it was held to the
 /// end and freed, `Err(Fenced | Lost)` when it had ended, or the release's
@@ -231,6 +252,7 @@ pub type SetReleases = Vec<(String, Result<crate::Released, LeaseError>)>;
 pub struct HeldSet {
     table: Arc<Mutex<BTreeMap<String, PooledLease>>>,
     events: Receiver<SetEvent>,
+    give_ups: Sender<GiveUp>,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<SetReleases>>,
 }
@@ -271,6 +293,7 @@ impl HeldSet {
         let table = Arc::new(Mutex::new(BTreeMap::new()));
         let (events_tx, events) = crossbeam_channel::unbounded();
         let (stop, stop_rx) = crossbeam_channel::bounded(1);
+        let (give_ups, give_up_rx) = crossbeam_channel::unbounded();
         let clock = Arc::clone(options.lease.clock_ref());
         // An order of this worker's own: a rotation by a random offset.
         let offset = usize::from(random_u16()) % wanted.len().max(1);
@@ -284,6 +307,7 @@ impl HeldSet {
             table: Arc::clone(&table),
             events: events_tx,
             stop: stop_rx,
+            give_ups: give_up_rx,
             prefixes: order
                 .into_iter()
                 .map(|prefix| {
@@ -304,6 +328,7 @@ impl HeldSet {
         Ok(HeldSet {
             table,
             events,
+            give_ups,
             stop: Some(stop),
             thread: Some(thread),
         })
@@ -313,20 +338,23 @@ impl HeldSet {
     /// write. Answered without I/O.
     pub fn held(&self) -> Vec<HeldPrefix> {
         self.table()
-            .iter()
-            .map(|(prefix, lease)| HeldPrefix {
-                prefix: prefix.clone(),
-                lease: lease.clone(),
-            })
+            .values()
+            .map(|lease| self.held_prefix(lease))
             .collect()
     }
 
     /// `prefix`'s lease, if it is held now.
     pub fn get(&self, prefix: &str) -> Option<HeldPrefix> {
-        self.table().get(prefix).map(|lease| HeldPrefix {
-            prefix: prefix.to_string(),
+        self.table()
+            .get(prefix)
+            .map(|lease| self.held_prefix(lease))
+    }
+
+    fn held_prefix(&self, lease: &PooledLease) -> HeldPrefix {
+        HeldPrefix {
             lease: lease.clone(),
-        })
+            set: self.give_ups.clone(),
+        }
     }
 
     /// What the set did, one event per prefix taken, lost or failed.
@@ -382,6 +410,7 @@ struct SetKeeper {
     table: Arc<Mutex<BTreeMap<String, PooledLease>>>,
     events: Sender<SetEvent>,
     stop: Receiver<()>,
+    give_ups: Receiver<GiveUp>,
     prefixes: Vec<Prefix>,
 }
 
@@ -415,8 +444,14 @@ impl SetKeeper {
                 _ => crossbeam_channel::never(),
             };
             let pool_events = self.pool.events().clone();
+            let give_ups = self.give_ups.clone();
             select! {
                 recv(self.stop) -> _ => break,
+                recv(give_ups) -> give_up => {
+                    if let Ok((id, reply)) = give_up {
+                        let _ = reply.send(self.give_up(id));
+                    }
+                }
                 recv(pool_events) -> event => {
                     if let Ok(event) = event {
                         self.heard(event);
@@ -486,6 +521,25 @@ impl SetKeeper {
         self.table().remove(&prefix);
         log::info!("{prefix}: lost ({loss}); trying to take it again");
         let _ = self.events.send(SetEvent::Lost { prefix, loss });
+    }
+
+    /// A held prefix's stop: stop keeping lease `id` and release it; the
+    /// pool's answer. Its prefix, if it still holds it, is tried again as
+    /// one another instance holds.
+    fn give_up(&mut self, id: LeaseId) -> Option<Result<crate::Released, LeaseError>> {
+        let answer = self.pool.remove(id);
+        let ttl = Duration::from_secs(self.options.lease.ttl_s());
+        let next_try = self.clock.now() + self.clock.jitter(ttl / 4);
+        let p = self.prefixes.iter_mut().find(|p| p.held == Some(id))?;
+        p.held = None;
+        p.failures = 0;
+        p.next_try = next_try;
+        let prefix = p.prefix.clone();
+        self.table().remove(&prefix);
+        log::info!("{prefix}: given up; trying it again in a quarter of its TTL");
+        let released = answer.clone().unwrap_or(Ok(crate::Released::AlreadyFree));
+        let _ = self.events.send(SetEvent::Released { prefix, released });
+        answer
     }
 
     /// One attempt to take prefix `i`.

@@ -38,6 +38,7 @@
 use crate::error::LeaseError;
 use crate::fence::FencedWriter;
 use crate::keeper::{Event, Keeper, KeeperOptions, Loss};
+use crate::kept::KeptLease;
 use crate::lease::{Contender, Lease, LeaseStatus, Released, Wait};
 use crossbeam_channel::Receiver;
 use std::fmt;

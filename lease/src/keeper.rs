@@ -7,8 +7,8 @@
 //! driver (`keeper/driver.rs`, internal), which the thread runs with real
 //! waits and the simulation runs on simulated time. What it promises:
 //!
-//! - **The application never waits on I/O to ask.** [`Keeper::may_write`]
-//!   and [`Keeper::write_deadline`] read the lease's state under a mutex held
+//! - **The application never waits on I/O to ask.** [`Keeper::may_write`](crate::KeptLease::may_write)
+//!   and [`Keeper::write_deadline`](crate::KeptLease::write_deadline) read the lease's state under a mutex held
 //!   only for arithmetic; they are answered from any thread at any time.
 //! - **A hung request cannot outlive the fence.** Each renewal is abandoned
 //!   at the write deadline; a failed renewal is retried after a growing,
@@ -25,7 +25,7 @@
 //!   [`Event::Released`]. The channel is unbounded: a renewal adds at most one
 //!   event a renewal interval, so an application that never reads it does
 //!   not block the keeper.
-//! - **Running totals can be asked for at any time.** [`Keeper::stats`]
+//! - **Running totals can be asked for at any time.** [`Keeper::stats`](crate::KeptLease::stats)
 //!   returns a snapshot ([`crate::stats`]): renewals by outcome and
 //!   duration, retries, losses, the time left to the fence; answered
 //!   without I/O, as `may_write` is.
@@ -34,14 +34,14 @@
 //!   message; the thread then waits to be stopped, and still tries to free
 //!   its record then. A panic in that release is reported as
 //!   [`Event::Released`] with an error, and `stop` returns it.
-//! - **A lost lease never stops as "released".** [`Keeper::stop`] after the
+//! - **A lost lease never stops as "released".** [`Keeper::stop`](crate::KeptLease::stop) after the
 //!   lease was fenced or lost returns that ([`LeaseError::Fenced`],
 //!   [`LeaseError::Lost`]), whatever its release did, so `keeper.stop()?`
 //!   fails for a job that did not hold the lease to its end.
 //! - **`may_write()` turns false before the event.** The lease's state says
-//!   fenced or lost (so [`Keeper::may_write`] is false on every thread)
+//!   fenced or lost (so [`Keeper::may_write`](crate::KeptLease::may_write) is false on every thread)
 //!   before [`Event::Fenced`] or [`Event::Lost`] is sent.
-//! - **No thread outlives its handle.** [`Keeper::stop`] and dropping the
+//! - **No thread outlives its handle.** [`Keeper::stop`](crate::KeptLease::stop) and dropping the
 //!   keeper both release the lease and join the thread. A renewal already
 //!   in flight is finished first (it is bounded by the write deadline); the
 //!   release is bounded by the release timeout.
@@ -53,17 +53,17 @@
 //!   another's ([`Loss::NotReleased`], [`Loss::Lost`]). It is never called
 //!   after a clean release. The fence never waits on it: the callback runs
 //!   only once the renewal loop has ended, after the lease's state says
-//!   fenced or lost (so [`Keeper::may_write`] is already false on every
+//!   fenced or lost (so [`Keeper::may_write`](crate::KeptLease::may_write) is already false on every
 //!   thread) and after the event is on the channel. A callback that blocks
-//!   delays only the release at [`Keeper::stop`] (which waits for it); one
+//!   delays only the release at [`Keeper::stop`](crate::KeptLease::stop) (which waits for it); one
 //!   that panics is logged, and the release still happens.
 
 use crate::clock::{doubling_pause, Clock};
 use crate::error::LeaseError;
-use crate::fence::FencedWriter;
+use crate::kept::{stop_answer, KeptLease};
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
-use crate::stats::{LeaseStats, LossReason, RenewalOutcome};
+use crate::stats::{LossReason, RenewalOutcome};
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 use std::any::Any;
 use std::fmt;
@@ -247,7 +247,7 @@ impl KeeperOptions {
     /// that cannot poll [`Keeper::events`]. It runs after the lease's
     /// state already forbids writing and after the event is sent, so it
     /// cannot hold up the fence; keep it short all the same, since
-    /// [`Keeper::stop`] waits for it before releasing. Each keeper spawned
+    /// [`Keeper::stop`](crate::KeptLease::stop) waits for it before releasing. Each keeper spawned
     /// with these options (or a clone) calls it at most once. A second
     /// call of `on_loss` replaces the first callback.
     pub fn on_loss(mut self, callback: impl Fn(&Loss) + Send + Sync + 'static) -> Self {
@@ -318,73 +318,12 @@ impl Keeper {
         }
     }
 
-    /// The kept lease, for its id, key, epoch and state.
-    pub fn lease(&self) -> &Arc<Lease> {
-        &self.lease
-    }
-
-    /// The kept lease's epoch: what its writes are stamped with (as a
-    /// pooled lease and a held prefix answer it).
-    pub fn epoch(&self) -> u64 {
-        self.lease.epoch()
-    }
-
-    /// Fenced writes under the kept lease ([`FencedWriter`]). Each call
-    /// makes a new writer: keep one to keep its pointers' versions between
-    /// writes ([`FencedWriter::put_pointer`] then needs no read first).
-    pub fn writer(&self) -> FencedWriter {
-        FencedWriter::new(Arc::clone(&self.lease))
-    }
-
-    /// Whether the application may start a write now.
-    #[must_use]
-    pub fn may_write(&self) -> bool {
-        self.lease.may_write()
-    }
-
-    /// When the application must have finished writing; `None` when it
-    /// must not write at all.
-    #[must_use]
-    pub fn write_deadline(&self) -> Option<Instant> {
-        self.lease.write_deadline()
-    }
-
-    /// A snapshot of the lease's totals and state: renewals by outcome
-    /// and duration, retries, losses, the time left to the fence
-    /// ([`crate::stats`]). Answered without I/O, from any thread;
-    /// [`LeaseStats::prometheus`] renders it for a scraper.
-    pub fn stats(&self) -> LeaseStats {
-        self.lease.stats()
-    }
-
     /// The keeper's events. Clones of the receiver share one queue.
     pub fn events(&self) -> &Receiver<Event> {
         &self.events
     }
 
-    /// Stop renewing, release the lease and join the thread. `Ok` only
-    /// when the lease was held to the end: the release's outcome.
-    ///
-    /// # Errors
-    ///
-    /// [`LeaseError::Fenced`] or [`LeaseError::Lost`] when the lease was
-    /// fenced or lost before the stop (its record was still freed if it was
-    /// ours); [`LeaseError::Lost`] too when the release itself finds the
-    /// record another holder's (taken over or broken since the last
-    /// renewal), which [`stop_with_release`](Self::stop_with_release)
-    /// returns as [`Released::LeftAlone`]; otherwise the release's error,
-    /// when its request failed (the
-    /// record then expires after its TTL); [`LeaseError::Lost`] when the
-    /// renewal thread died without releasing.
-    pub fn stop(mut self) -> Result<Released, LeaseError> {
-        let (loss, released) = self.shut_down();
-        match loss {
-            Some(loss) => Err(loss),
-            None => released,
-        }
-    }
-
-    /// Stop as [`stop`](Self::stop) does, and return what the release
+    /// Stop as [`stop`](KeptLease::stop) does, and return what the release
     /// itself did, whatever happened before it: for a program that already
     /// knows the lease ended (from an event or the loss callback) and asks
     /// whether its record was freed.
@@ -411,6 +350,21 @@ impl Keeper {
                 (Some(lost.clone()), Err(lost))
             }
         }
+    }
+}
+
+/// What the keeper answers: the lease it renews on its thread. Its
+/// [`stop`](KeptLease::stop) stops renewing, releases the lease and joins
+/// the thread; [`LeaseError::Lost`] too when the renewal thread died
+/// without releasing.
+impl KeptLease for Keeper {
+    fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
+    fn stop(mut self) -> Result<Released, LeaseError> {
+        let (loss, released) = self.shut_down();
+        stop_answer(loss, &released, self.lease.key())
     }
 }
 

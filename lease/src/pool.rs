@@ -43,7 +43,7 @@
 //!   leaving: a result that cannot be taken for a clean release. To keep the
 //!   prefix, acquire it again and `add` the new lease (a new id).
 //! - **`may_write()` turns false before the event.** The lease's state
-//!   says fenced or lost (so [`PooledLease::may_write`] is false on every
+//!   says fenced or lost (so [`PooledLease::may_write`](crate::KeptLease::may_write) is false on every
 //!   thread) before its event is on the channel, and before the loss
 //!   callback ([`PoolOptions::on_loss`]) runs, on a thread of its own.
 //! - **Stopping releases every lease.** [`KeeperPool::stop`] and dropping
@@ -56,7 +56,7 @@
 //!   can wait, so a warm-up never holds a renewal or a release; a store
 //!   that answers at once (the memory store) is warmed up on the scheduler
 //!   thread, and a pool of such leases runs no thread more.
-//! - **Totals per lease and per key.** [`PooledLease::stats`] is one
+//! - **Totals per lease and per key.** [`PooledLease::stats`](crate::KeptLease::stats) is one
 //!   lease's snapshot ([`crate::stats`]); [`KeeperPool::stats`] gives one
 //!   per key over the pool's life, so a key taken again after a loss stays
 //!   one series with its counters summed.
@@ -69,13 +69,14 @@
 
 use crate::clock::{system_clock, Clock};
 use crate::error::LeaseError;
-use crate::fence::FencedWriter;
 use crate::keeper::{
     note_end, release_guarded, renew_guarded, warm_up_guarded, warm_up_lead, Attempt, Event, Loss,
     RenewalSchedule, Step, DEFAULT_RELEASE_TIMEOUT,
 };
+use crate::kept::{stop_answer, stop_answer_after_leaving, KeptLease};
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::mutant::{self, Mutant};
+pub(crate) use crate::record::prefix_of;
 use crate::stats::{merge_by_key, LeaseStats};
 use scheduler::{loss_notices, OnDemand, Registry, Scheduler};
 use warm_ups::WarmUps;
@@ -240,12 +241,6 @@ impl PoolEvent {
     }
 }
 
-/// The prefix of the lease object `key` ([`lease_key`](crate::lease_key)'s
-/// inverse): `shards/7` for `shards/7/LEASE`, empty for `LEASE`.
-fn prefix_of(key: &str) -> &str {
-    key.strip_suffix("/LEASE").unwrap_or("")
-}
-
 impl fmt::Display for LeaseId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "#{}", self.0)
@@ -266,11 +261,13 @@ pub struct PoolEvent {
     pub event: Event,
 }
 
-/// A lease kept by a pool: ask it before each write.
+/// A lease kept by a pool: ask it before each write ([`KeptLease`]).
 #[derive(Debug, Clone)]
 pub struct PooledLease {
     id: LeaseId,
     lease: Arc<Lease>,
+    /// The pool's scheduler, for [`KeptLease::stop`].
+    pool: Sender<Command>,
 }
 
 impl PooledLease {
@@ -278,46 +275,29 @@ impl PooledLease {
     pub fn id(&self) -> LeaseId {
         self.id
     }
+}
 
-    /// The lease, for its key, epoch and state, and for a
-    /// [`FencedWriter`] (or use [`writer`](Self::writer)).
-    pub fn lease(&self) -> &Arc<Lease> {
+/// What a pooled lease answers, as a keeper does. Its
+/// [`stop`](KeptLease::stop) is the pool's [`remove`](KeeperPool::remove)
+/// of its id: a lease the pool let go already (a clone stopped first, the
+/// pool stopped, the lease lost) answers from how it ended.
+impl KeptLease for PooledLease {
+    fn lease(&self) -> &Arc<Lease> {
         &self.lease
     }
 
-    /// Whether a write may start now.
-    #[must_use]
-    pub fn may_write(&self) -> bool {
-        self.lease.may_write()
+    fn stop(self) -> Result<Released, LeaseError> {
+        remove(&self.pool, self.id).unwrap_or_else(|| stop_answer_after_leaving(&self.lease))
     }
+}
 
-    /// When writing must have finished; `None` when it must not start.
-    #[must_use]
-    pub fn write_deadline(&self) -> Option<Instant> {
-        self.lease.write_deadline()
-    }
-
-    /// A snapshot of this lease's totals and state ([`crate::stats`]).
-    pub fn stats(&self) -> LeaseStats {
-        self.lease.stats()
-    }
-
-    /// The prefix the lease is on (`shards/7` for `shards/7/LEASE`).
-    pub fn prefix(&self) -> &str {
-        prefix_of(self.lease.key())
-    }
-
-    /// The lease's epoch: what its writes are stamped with.
-    pub fn epoch(&self) -> u64 {
-        self.lease.epoch()
-    }
-
-    /// Fenced writes under this lease ([`FencedWriter`]). Each call makes
-    /// a new writer: keep one to keep its pointers' versions between
-    /// writes ([`FencedWriter::put_pointer`] then needs no read first).
-    pub fn writer(&self) -> FencedWriter {
-        FencedWriter::new(Arc::clone(&self.lease))
-    }
+/// Ask the pool's scheduler behind `commands` to stop keeping lease `id`
+/// and release it; its answer, `None` when it does not hold the lease (or
+/// is gone).
+fn remove(commands: &Sender<Command>, id: LeaseId) -> Option<Result<Released, LeaseError>> {
+    let (reply, answer) = crossbeam_channel::bounded(1);
+    commands.send(Command::Remove(id, reply)).ok()?;
+    answer.recv().ok().flatten()
 }
 
 /// Leases renewed by a scheduler thread and a few renewal threads. See the
@@ -431,15 +411,17 @@ impl KeeperPool {
             let _ = lease.release();
             lease.mark_lost(None);
         }
-        PooledLease { id, lease }
+        PooledLease {
+            id,
+            lease,
+            pool: self.commands.clone(),
+        }
     }
 
     /// Stop keeping lease `id` and release it (after a renewal in flight);
     /// `None` when the pool does not hold it.
     pub fn remove(&self, id: LeaseId) -> Option<Result<Released, LeaseError>> {
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        self.commands.send(Command::Remove(id, reply)).ok()?;
-        answer.recv().ok().flatten()
+        remove(&self.commands, id)
     }
 
     /// A snapshot per key of every lease the pool keeps or kept
@@ -585,19 +567,13 @@ pub struct Left {
 }
 
 impl Left {
-    /// What a `remove` or `stop` returns for it: its loss, if it had one;
+    /// What a `remove` or `stop` returns for it, by the one end-of-life
+    /// rule ([`KeptLease::stop`]): its loss, if it had one;
     /// [`LeaseError::Lost`] when its release found the record another
     /// holder's (taken over since its last renewal); else its release's
     /// outcome.
     pub fn answer(&self) -> Result<Released, LeaseError> {
-        let shown = match &self.released {
-            Ok(released) => released.loss_shown(&self.key),
-            Err(_) => None,
-        };
-        match self.loss.clone().or(shown) {
-            Some(loss) => Err(loss),
-            None => self.released.clone(),
-        }
+        stop_answer(self.loss.clone(), &self.released, &self.key)
     }
 }
 

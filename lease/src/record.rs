@@ -99,6 +99,12 @@ pub fn lease_key(prefix: &str) -> String {
     }
 }
 
+/// The prefix of the lease object `key` ([`lease_key`]'s inverse):
+/// `shards/7` for `shards/7/LEASE`, empty for `LEASE`.
+pub(crate) fn prefix_of(key: &str) -> &str {
+    key.strip_suffix("/LEASE").unwrap_or("")
+}
+
 /// How many bytes longer than the lease key the acquire probe's key is:
 /// `{lease key}.probe-` and 32 hex digits ([`probe_key`]).
 pub const PROBE_KEY_EXTRA_BYTES: usize = ".probe-".len() + 32;

@@ -3,8 +3,8 @@
 //! Every [`Lease`] counts what its keeper ([`Keeper`](crate::Keeper) or
 //! [`KeeperPool`](crate::KeeperPool)) did with it: each renewal attempt by
 //! outcome and duration, the retries, and how the lease ended.
-//! [`Lease::stats`] (and [`Keeper::stats`](crate::Keeper::stats),
-//! [`PooledLease::stats`](crate::pool::PooledLease::stats),
+//! [`Lease::stats`] (and [`Keeper::stats`](crate::KeptLease::stats),
+//! [`PooledLease::stats`](crate::KeptLease::stats),
 //! [`KeeperPool::stats`](crate::KeeperPool::stats)) returns a plain
 //! snapshot, [`LeaseStats`]. What it promises:
 //!
@@ -56,7 +56,7 @@
 //!
 //! ```
 //! # extern crate bucket_lease_core as bucket_lease;
-//! use bucket_lease::{memory::MemoryStore, Keeper, KeeperOptions, Lease, LeaseOptions};
+//! use bucket_lease::{memory::MemoryStore, Keeper, KeeperOptions, KeptLease, Lease, LeaseOptions};
 //! use std::sync::Arc;
 //!
 //! let store = Arc::new(MemoryStore::new());
@@ -452,6 +452,12 @@ impl Recorder {
         if c.loss.is_none() {
             c.loss = Some(reason);
         }
+    }
+
+    /// Why the lease ended, once it did: what a stop of a handle whose
+    /// keeper let the lease go already answers by.
+    pub(crate) fn loss(&self) -> Option<LossReason> {
+        self.counts().loss
     }
 
     /// What a keeper's release returned: a failure, or a record found

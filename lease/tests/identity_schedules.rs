@@ -10,6 +10,7 @@ mod gate;
 use bucket_lease_core::lease::TRANSIENT_WRITE_TRIES;
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::LeaseRecord;
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
     Contender, DeleteMode, HolderRelation, Keeper, KeeperOptions, Lease, LeaseError, Object,
     PutOptions, Released, Store, StoreError, Version,

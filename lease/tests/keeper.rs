@@ -5,6 +5,7 @@
 mod common;
 
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
     Clock, Event, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions, Loss, Released, TestClock,
 };

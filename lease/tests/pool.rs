@@ -6,6 +6,7 @@
 
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::pool::{KeeperPool, PoolEvent, PoolOptions};
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
     Clock, Contender, DeleteMode, Event, LeaseError, LeaseOptions, LeaseRecord, Object, PutOptions,
     Released, Store, StoreError, StoreErrorKind, TestClock, Version,

@@ -5,6 +5,7 @@
 //! due, fence at its deadline, and the pool stops.
 
 use bucket_lease_core::memory::MemoryStore;
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
     Contender, DeleteMode, Event, KeeperPool, LeaseError, LeaseOptions, Object, PoolEvent,
     PoolOptions, PutOptions, Released, Store, StoreError, TestClock, Version,

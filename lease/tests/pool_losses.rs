@@ -7,6 +7,7 @@
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::pool::{KeeperPool, PoolEvent, PoolOptions};
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
     Clock, Contender, DeleteMode, Event, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions,
     Loss, Object, PutOptions, Store, StoreError, StoreErrorKind, TestClock, Version,

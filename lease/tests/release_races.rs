@@ -6,6 +6,7 @@
 
 mod gate;
 
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{Event, Keeper, KeeperOptions, LeaseError, Released};
 use gate::{secs, spawn_named, When, World, NAME};
 use std::sync::Arc;

@@ -7,6 +7,7 @@ mod common;
 use bucket_lease_core::inspect::{break_lease, inspect};
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::{format_stamp, LeaseRecord, MAX_SANE_TTL_S};
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
     Clock, Contender, DeleteMode, Event, Exclusion, Keeper, KeeperOptions, Lease, LeaseError,
     LeaseOptions, Object, PutOptions, Released, Store, StoreError, StoreErrorKind, TestClock,

@@ -5,6 +5,7 @@
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::stats::{prometheus_text, LossReason, RenewalOutcome, LATENCY_BUCKETS_S};
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
     Clock, DeleteMode, Event, Keeper, KeeperOptions, KeeperPool, Lease, LeaseOptions, LeaseStats,
     Object, PoolOptions, PutOptions, Store, StoreError, StoreErrorKind, TestClock, Version,

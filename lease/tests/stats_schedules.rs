@@ -3,6 +3,7 @@
 //! beside the keeper. Each test names the promise it checks.
 
 use bucket_lease_core::memory::MemoryStore;
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
     DeleteMode, Event, Keeper, KeeperOptions, Lease, LeaseOptions, Object, PutOptions, Store,
     StoreError, TestClock, Version,

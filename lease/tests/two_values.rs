@@ -8,6 +8,7 @@
 use bucket_lease_core::lease::TRANSIENT_WRITE_TRIES;
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::LeaseRecord;
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
     Contender, HolderRelation, Keeper, KeeperOptions, KeeperPool, Lease, LeaseError, LeaseOptions,
     PoolOptions, Released, TestClock,

@@ -22,6 +22,7 @@ use bucket_lease_core::spacing::SpacedStore;
 use bucket_lease_core::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, Version,
 };
+use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
     Clock, Contender, Event, Keeper, KeeperOptions, LeaseError, LeaseOptions, Released, TestClock,
 };

@@ -171,6 +171,7 @@
 
 mod options;
 
+use bucket_lease::KeptLease;
 pub use options::spec;
 use options::{parse, Options};
 
