@@ -27,8 +27,9 @@ mod common;
 
 use bucket_lease::memory::MemoryStore;
 use bucket_lease::{
-    Contender, DeleteMode, Event, KeeperPool, LeaseOptions, Object, PoolOptions, PutMode,
-    PutOptions, Store, StoreError, StoreErrorKind, Version, Wait,
+    store::DeleteMode, store::Object, store::PutMode, store::PutOptions, store::StoreErrorKind,
+    store::Version, Contender, Event, KeeperPool, LeaseOptions, PoolOptions, Store, StoreError,
+    Wait,
 };
 use common::{fs_store, moto, percentiles, resident_bytes, scratch, Opener};
 use std::collections::HashMap;

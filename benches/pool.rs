@@ -47,8 +47,8 @@
 mod common;
 
 use bucket_lease::{
-    Contender, DeleteMode, Event, KeeperPool, LeaseError, LeaseOptions, Object, PoolOptions,
-    PooledLease, PutMode, PutOptions, Store, StoreError, Version,
+    store::DeleteMode, store::Object, store::PutMode, store::PutOptions, store::Version, Contender,
+    Event, KeeperPool, LeaseError, LeaseOptions, PoolOptions, PooledLease, Store, StoreError,
 };
 use common::{fs_store, moto, percentiles, resident_bytes, scratch};
 use std::collections::HashMap;

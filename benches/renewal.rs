@@ -51,7 +51,7 @@ use bucket_lease::backends::fs::DirStore;
 use bucket_lease::memory::MemoryStore;
 use bucket_lease::store::{DeleteMode, Object, PutOptions, StoreError};
 use bucket_lease::KeptLease;
-use bucket_lease::{Keeper, KeeperOptions, Lease, LeaseOptions, Store, Version};
+use bucket_lease::{store::Version, Keeper, KeeperOptions, Lease, LeaseOptions, Store};
 use measure::Row;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -173,7 +173,7 @@ fn http(_: &str, _: &mut Setup) {
 
 #[cfg(feature = "minio")]
 fn http(prefix: &str, setup: &mut Setup) {
-    use bucket_lease::{PutMode, PutOptions};
+    use bucket_lease::{store::PutMode, store::PutOptions};
     let Some(store) = open_moto(prefix) else {
         return;
     };

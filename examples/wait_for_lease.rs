@@ -10,7 +10,7 @@
 
 mod common;
 
-use bucket_lease::{Cancel, Contender, LeaseError, LeaseOptions, Wait};
+use bucket_lease::{lease::Cancel, Contender, LeaseError, LeaseOptions, Wait};
 use std::error::Error;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -55,8 +55,8 @@
 //!    while it is held: [`Contender::run_while_held`].
 //! 3. **Many keys on a few threads**: [`KeeperPool`], a [`PooledLease`]
 //!    per key, answering as a keeper does.
-//! 4. **Shards of a service**: [`held_set::HeldSet`] takes and keeps
-//!    what it can of a set of prefixes.
+//! 4. **Shards of a service**: [`HeldSet`] takes and keeps what it can
+//!    of a set of prefixes, a [`HeldPrefix`](held_set::HeldPrefix) each.
 //! 5. **By hand**: [`Lease`]: [`Lease::renew`] every third of a TTL,
 //!    [`Lease::release`] at the end; the module [`lease`] holds every
 //!    promise of a lease's life.
@@ -73,11 +73,14 @@
 //! - Waiting for a lease, bounded and cancellable: [`Wait`],
 //!   [`Contender::acquire_with`].
 //! - Writes bound to the lease and reads that refuse older holders:
-//!   [`FencedWriter`], [`FencedReader`] ([`fence`]); objects of any size
+//!   [`FencedWriter`], [`fence::FencedReader`] ([`fence`]); objects of any size
 //!   streamed: [`FencedWriter::create`] ([`upload`]).
-//! - Many leases on a few threads: [`KeeperPool`] ([`pool`]).
+//! - What every kept lease answers, however it is kept: [`KeptLease`]
+//!   ([`kept`]).
+//! - Many leases on a few threads: [`KeeperPool`] ([`pool`]); shards of a
+//!   service: [`HeldSet`] ([`held_set`]).
 //! - Looking from outside: who holds a lease, breaking a dead holder's
-//!   ([`inspect`]), following each change ([`Watcher`], [`watch`]).
+//!   ([`inspect`]), following each change ([`watch::Watcher`]).
 //! - Running totals, in the Prometheus text format too: [`stats`].
 //! - Stores: a URL and the environment ([`backends::config`]), each store's
 //!   module under [`backends`], the trait they implement ([`Store`]), an

@@ -52,9 +52,9 @@ fn bench_removes_its_scratch_lease_on_moto() {
     let report: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
     let scratch = report["prefix"].as_str().expect("the scratch prefix");
     let (store, _) = t.store(&url);
-    let gone = store.get(&bucket_lease::lease_key(scratch), None);
+    let gone = store.get(&bucket_lease::record::lease_key(scratch), None);
     assert!(
-        matches!(&gone, Err(e) if e.kind() == bucket_lease::StoreErrorKind::NotFound),
+        matches!(&gone, Err(e) if e.kind() == bucket_lease::store::StoreErrorKind::NotFound),
         "{gone:?}"
     );
 }

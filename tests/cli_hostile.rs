@@ -89,7 +89,7 @@ proptest! {
             prop_assert!(!raw_control(&done.stderr), "{args:?} stderr: {:?}", done.stderr);
             let (store, prefix) = t.store(&url);
             prop_assert!(
-                store.get(&bucket_lease::lease_key(&prefix), None).is_ok(),
+                store.get(&bucket_lease::record::lease_key(&prefix), None).is_ok(),
                 "{args:?} removed the record"
             );
         }

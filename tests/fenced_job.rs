@@ -9,8 +9,9 @@ use bucket_lease::backends::fs::DirStore;
 use bucket_lease::fence::FencedReader;
 use bucket_lease::KeptLease;
 use bucket_lease::{
-    Contender, DeleteMode, FencedWriter, Keeper, KeeperOptions, LeaseOptions, Object, PutOptions,
-    Released, Store, StoreError, StoreErrorKind, Version, WriteError,
+    store::DeleteMode, store::Object, store::PutOptions, store::StoreErrorKind, store::Version,
+    Contender, FencedWriter, Keeper, KeeperOptions, LeaseOptions, Released, Store, StoreError,
+    WriteError,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

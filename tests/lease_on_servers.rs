@@ -23,9 +23,10 @@ mod common;
 use bucket_lease::fence::EPOCH_METADATA;
 use bucket_lease::KeptLease;
 use bucket_lease::{
-    Contender, DeleteMode, Event, Exclusion, FencedWriter, IgnoredCondition, Keeper, KeeperOptions,
-    Lease, LeaseError, LeaseOptions, LeaseRecord, Object, PutMode, PutOptions, Released, Store,
-    StoreError, Version, WriteError,
+    error::IgnoredCondition, lease::Exclusion, record::LeaseRecord, store::DeleteMode,
+    store::Object, store::PutMode, store::PutOptions, store::Version, Contender, Event,
+    FencedWriter, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions, Released, Store,
+    StoreError, WriteError,
 };
 use common::Server;
 use std::io::{Read, Write};

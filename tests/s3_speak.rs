@@ -29,7 +29,7 @@ mod cli_common;
 mod s3_proxy;
 
 use bucket_lease::store::{PutMode, PutOptions};
-use bucket_lease::{LeaseOptions, LeaseRecord, Store};
+use bucket_lease::{record::LeaseRecord, LeaseOptions, Store};
 use cli_common::{finish, Done, CONFIG, STORE};
 use s3_proxy::{Answer, FaultProxy, Outcome};
 use std::path::PathBuf;
@@ -715,7 +715,7 @@ fn assert_scratch_removed(env: &Env, proxy: &FaultProxy, context: &str) {
         .expect_err("the scratch lease is removed");
     assert_eq!(
         err.kind(),
-        bucket_lease::StoreErrorKind::NotFound,
+        bucket_lease::store::StoreErrorKind::NotFound,
         "{context}: {err}"
     );
 }

@@ -21,8 +21,8 @@
 mod common;
 
 use bucket_lease::{
-    Contender, Lease, LeaseError, LeaseOptions, PutMode, PutOptions, Released, Store, StoreError,
-    Version,
+    store::PutMode, store::PutOptions, store::Version, Contender, Lease, LeaseError, LeaseOptions,
+    Released, Store, StoreError,
 };
 use common::Server;
 use std::collections::BTreeMap;

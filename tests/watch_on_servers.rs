@@ -18,8 +18,8 @@ mod common;
 use bucket_lease::backends::trace::{self, Outcome, RequestTrace};
 use bucket_lease::watch::{Change, ChangeKind, LeaseState, Watcher};
 use bucket_lease::{
-    Contender, DeleteMode, Lease, LeaseError, LeaseOptions, Object, PutOptions, Store, StoreError,
-    SystemClock, Version, Wait,
+    clock::SystemClock, store::DeleteMode, store::Object, store::PutOptions, store::Version,
+    Contender, Lease, LeaseError, LeaseOptions, Store, StoreError, Wait,
 };
 use common::Server;
 use std::sync::{Arc, Mutex};

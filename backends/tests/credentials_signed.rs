@@ -22,7 +22,8 @@ use bucket_lease_backends::credentials::{chain_with_env, Source};
 use bucket_lease_backends::{Addressing, HttpStore};
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::{
-    DeleteMode, Lease, LeaseOptions, PutMode, PutOptions, Store, StoreErrorKind, Version,
+    store::DeleteMode, store::PutMode, store::PutOptions, store::StoreErrorKind, store::Version,
+    Lease, LeaseOptions, Store,
 };
 use common::canned::{Canned, Reply, Seen};
 use std::collections::{BTreeSet, HashMap};

@@ -6,7 +6,7 @@
 use bucket_lease::multipart::UploadedPart;
 use bucket_lease::store::{PutMode, StoreError};
 use bucket_lease::upload::DEFAULT_PART_BYTES;
-use bucket_lease::{FencedReader, FencedWriter, Store, Version};
+use bucket_lease::{fence::FencedReader, store::Version, FencedWriter, Store};
 use std::error::Error;
 use std::io::{self, Read, Write};
 use std::sync::Arc;

@@ -894,7 +894,7 @@ mod tests {
     use super::*;
     use crate::conformance::assert_said_once;
     use crate::memory::MemoryStore;
-    use crate::{LeaseOptions, TestClock};
+    use crate::{clock::TestClock, LeaseOptions};
     use std::time::Duration;
 
     thread_local! {

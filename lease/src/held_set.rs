@@ -497,7 +497,7 @@ impl SetKeeper {
     }
 
     /// A pool event: a loss frees the prefix for another try.
-    fn heard(&mut self, event: crate::PoolEvent) {
+    fn heard(&mut self, event: crate::pool::PoolEvent) {
         let loss = match event.event {
             Event::Fenced => Loss::Fenced,
             Event::Lost {

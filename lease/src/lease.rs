@@ -54,7 +54,7 @@
 //!   newer one. A process holds a key through one `Lease` at a time: an
 //!   acquire that finds a fresh record of another live `Lease` of its own
 //!   process is refused ([`LeaseError::Held`] with
-//!   [`HolderRelation::ThisProcess`](crate::HolderRelation::ThisProcess):
+//!   [`HolderRelation::ThisProcess`](crate::error::HolderRelation::ThisProcess):
 //!   release or drop the older one first), and takes it over at the next
 //!   epoch once it is stale, as another process's; a record of this
 //!   process that no live `Lease` holds (an acquire that failed after its

@@ -1,23 +1,76 @@
 //! The synchronous core of bucket-lease: one writer at a time on a prefix
 //! of an S3-compatible bucket, with no async runtime.
 //!
-//! - [`store`]: the blocking store trait every backend implements.
-//! - [`memory`]: a strict in-memory store that can be told to misbehave.
-//! - [`record`]: the `LEASE` object's JSON and how a reader judges it.
-//! - [`lease`]: taking, renewing, fencing and releasing the lease.
+//! # Which way to hold a lease
+//!
+//! From the simplest to the most hands-on; each keeps every promise of the
+//! ones below it, and the crate's root names what each needs:
+//!
+//! 1. **A command**: `bucket-lease run URL -- COMMAND` (the crate
+//!    `bucket-lease`, feature `cli`) runs it only while it holds the lease.
+//! 2. **In a program**: take the lease with a [`Contender`], keep it
+//!    renewed on a thread with a [`Keeper`], write under it with its
+//!    [`writer`](KeptLease::writer) (asking
+//!    [`may_write`](KeptLease::may_write) before writes of your own), give
+//!    it up with [`stop`](KeptLease::stop). A closure run only while the
+//!    lease is held: [`Contender::run_while_held`].
+//! 3. **Many keys on a few threads**: a [`KeeperPool`], a [`PooledLease`]
+//!    per key.
+//! 4. **Shards of a service**: a [`HeldSet`] takes and keeps what it can of
+//!    a set of prefixes.
+//! 5. **By hand**: a [`Lease`], [`Lease::renew`] every third of a TTL,
+//!    [`Lease::release`] at the end.
+//!
+//! A keeper, a pooled lease and a held prefix answer alike
+//! ([`KeptLease`]): whether a write may start, the write deadline, the
+//! epoch, a fenced writer, running totals, and a stop that is `Ok` only for
+//! a lease held to its end.
+//!
+//! ```
+//! # extern crate bucket_lease_core as bucket_lease;
+//! use bucket_lease::memory::MemoryStore;
+//! use bucket_lease::{Contender, Keeper, KeeperOptions, KeptLease, LeaseError, LeaseOptions};
+//! use std::sync::Arc;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(MemoryStore::new());
+//! let mut contender = Contender::new(store.clone(), "backups/db1", LeaseOptions::new(30));
+//! let keeper = Keeper::spawn(contender.try_acquire()?, KeeperOptions::new())?;
+//!
+//! // Writes start only before the write deadline, stamped with the epoch.
+//! keeper.writer().put_new(&format!("backups/db1/part-{}", keeper.epoch()), b"...")?;
+//!
+//! // A second instance is told who holds the prefix.
+//! let mut other = Contender::new(store, "backups/db1", LeaseOptions::new(30));
+//! assert!(matches!(other.try_acquire(), Err(LeaseError::Held { .. })));
+//!
+//! keeper.stop()?; // released, and Ok only if it was held to the end
+//! # Ok(()) }
+//! ```
+//!
+//! # Modules
+//!
+//! - [`lease`]: taking, renewing, fencing and releasing a lease; waiting
+//!   for one.
 //! - [`keeper`]: the renewal thread, its events and its loss callback.
+//! - [`kept`]: what a kept lease answers, however it is kept.
 //! - [`hold`]: run a closure while holding the lease, released however it
 //!   ends ([`Contender::run_while_held`]).
 //! - [`pool`]: many leases renewed by a scheduler and a few renewal threads.
 //! - [`held_set`]: a set of prefixes kept held, taken again after a loss.
+//! - [`fence`]: writes bound to a held lease, stamped with its epoch, and
+//!   reads that refuse older holders; [`upload`]: objects of any size.
 //! - [`stats`]: running totals of a kept lease, in the Prometheus text
 //!   format too.
-//! - [`fence`]: writes bound to a held lease, stamped with its epoch.
 //! - [`inspect`]: reading a lease from outside, and breaking a dead holder's.
 //! - [`watch`]: following a lease from outside, each change of holder,
-//!   epoch or state reported ([`Watcher`], [`Contender::watch`]).
-//! - [`versioned`]: a bucket that keeps every version of the record, named
-//!   once with what it costs and the lifecycle rule that bounds it.
+//!   epoch or state reported.
+//! - [`store`]: the blocking store trait every backend implements;
+//!   [`memory`]: a strict in-memory store that can be told to misbehave;
+//!   [`spacing`]: stores that take one write of a key per interval;
+//!   [`versioned`]: a bucket that keeps every version of the record;
+//!   [`multipart`]: uploads in parts.
+//! - [`record`]: the `LEASE` object's JSON and how a reader judges it.
 //! - [`clock`]: the monotonic and wall clocks, real and for tests.
 //! - [`error`]: why a lease operation failed.
 //! - `conformance` (feature `conformance`): the suite every store passes.
@@ -42,26 +95,6 @@
 //! ```
 //!
 //! or writes `bucket_lease_core` where the examples write `bucket_lease`.
-//!
-//! ```
-//! # extern crate bucket_lease_core as bucket_lease;
-//! use bucket_lease::{memory::MemoryStore, Lease, LeaseError, LeaseOptions};
-//! use std::sync::Arc;
-//!
-//! let store = Arc::new(MemoryStore::new());
-//! let lease = Lease::acquire(store.clone(), "backups/db1", LeaseOptions::new(30))?;
-//! assert!(lease.may_write());
-//!
-//! // A second instance is told who holds the prefix.
-//! match Lease::acquire(store.clone(), "backups/db1", LeaseOptions::new(30)) {
-//!     Err(LeaseError::Held { holder, .. }) => assert_eq!(holder, lease.instance_id()),
-//!     other => panic!("expected Held, got {other:?}"),
-//! }
-//!
-//! lease.renew()?;
-//! lease.release()?;
-//! # Ok::<(), LeaseError>(())
-//! ```
 #![forbid(unsafe_code)]
 // Where other crates' pages link to this one's items when its docs are not
 // built beside theirs (`cargo doc --no-deps -p` of a crate that depends on
@@ -157,18 +190,14 @@ pub mod watch;
 /// dependency of your own (and so at the version this crate uses).
 pub use crossbeam_channel as channel;
 
-pub use clock::{Clock, SystemClock, TestClock};
-pub use error::{HolderRelation, IgnoredCondition, LeaseError, OwnWrite};
-pub use fence::{FencedReader, FencedStream, FencedWriter, WriteError};
-pub use hold::{HoldError, HoldOutcome, Holding, Ran};
+// The front door: what a program needs to take a lease, keep it, write
+// under it and give it up, on each rung of the ladder (the crate docs).
+// Everything else is named by its module.
+pub use error::LeaseError;
+pub use fence::{FencedWriter, WriteError};
+pub use held_set::{HeldSet, HeldSetOptions};
 pub use keeper::{Event, Keeper, KeeperOptions, Loss};
 pub use kept::KeptLease;
-pub use lease::{Cancel, Contender, Exclusion, Lease, LeaseOptions, LeaseStatus, Released, Wait};
-pub use pool::{KeeperPool, LeaseId, PoolEvent, PoolOptions, PooledLease};
-pub use record::{lease_key, LeaseRecord};
-pub use stats::{prometheus_text, LeaseStats};
-pub use store::{
-    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
-};
-pub use upload::FencedUpload;
-pub use watch::{Change, ChangeKind, LeaseState, Watcher};
+pub use lease::{Contender, Lease, LeaseOptions, Released, Wait};
+pub use pool::{KeeperPool, PoolOptions, PooledLease};
+pub use store::{Store, StoreError};

@@ -29,7 +29,7 @@
 //!   [`Contender::acquire_with`](crate::Contender::acquire_with) is: every
 //!   read is bounded by the wait's deadline (and
 //!   [`Wait::attempt_timeout`]), no sleep ends after it, and a cancel
-//!   ([`Cancel`](crate::Cancel)) is seen at once, also mid-sleep (a read in
+//!   ([`Cancel`](crate::lease::Cancel)) is seen at once, also mid-sleep (a read in
 //!   flight finishes first, bounded by its deadline). At the deadline it
 //!   returns `Ok(None)`, or, when the last read failed, that read's error.
 //! - **Failures**: a permanent error ([`StoreError::is_permanent`]) is
@@ -45,7 +45,7 @@
 //! # extern crate bucket_lease_core as bucket_lease;
 //! use bucket_lease::memory::MemoryStore;
 //! use bucket_lease::watch::{ChangeKind, LeaseState, Watcher};
-//! use bucket_lease::{Lease, LeaseError, LeaseOptions, SystemClock, Wait};
+//! use bucket_lease::{Lease, LeaseError, LeaseOptions, clock::SystemClock, Wait};
 //! use std::sync::Arc;
 //! use std::time::{Duration, Instant};
 //!
@@ -320,7 +320,7 @@ impl Watcher {
     ///
     /// # Errors
     ///
-    /// [`LeaseError::Cancelled`] once `wait`'s [`Cancel`](crate::Cancel) is
+    /// [`LeaseError::Cancelled`] once `wait`'s [`Cancel`](crate::lease::Cancel) is
     /// cancelled; [`LeaseError::Store`] with a permanent error at once, or,
     /// when the deadline comes while reads are failing, with the last
     /// read's (transient) error.

@@ -8,8 +8,8 @@ use bucket_lease_core::inspect::{break_lease, inspect};
 use bucket_lease_core::lease::DEFAULT_CALL_TIMEOUT;
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::{
-    Clock, Contender, DeleteMode, Lease, LeaseOptions, Object, PutOptions, Store, StoreError,
-    StoreErrorKind, TestClock, Version,
+    clock::Clock, clock::TestClock, store::DeleteMode, store::Object, store::PutOptions,
+    store::StoreErrorKind, store::Version, Contender, Lease, LeaseOptions, Store, StoreError,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -5,8 +5,8 @@ mod common;
 use bucket_lease_core::fence::{FencedReader, ReadError};
 use bucket_lease_core::fence::{EPOCH_METADATA, HOLDER_METADATA};
 use bucket_lease_core::{
-    Clock, FencedWriter, Lease, LeaseOptions, LeaseRecord, PutMode, PutOptions, Released, Store,
-    StoreErrorKind, TestClock, WriteError,
+    clock::Clock, clock::TestClock, record::LeaseRecord, store::PutMode, store::PutOptions,
+    store::StoreErrorKind, FencedWriter, Lease, LeaseOptions, Released, Store, WriteError,
 };
 use common::Recording;
 use std::sync::Arc;

@@ -6,8 +6,8 @@ use bucket_lease_core::hold::{HoldError, HoldOutcome};
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::{
-    Clock, Contender, Event, KeeperOptions, LeaseError, LeaseOptions, Loss, Released, Store,
-    TestClock, Wait,
+    clock::Clock, clock::TestClock, Contender, Event, KeeperOptions, LeaseError, LeaseOptions,
+    Loss, Released, Store, Wait,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

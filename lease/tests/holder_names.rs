@@ -7,8 +7,8 @@
 use bucket_lease_core::fence::{FencedReader, HOLDER_METADATA, HOLDER_NAME_METADATA};
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::{
-    Contender, FencedWriter, LeaseError, LeaseOptions, PutMode, PutOptions, Released, Store,
-    TestClock,
+    clock::TestClock, store::PutMode, store::PutOptions, Contender, FencedWriter, LeaseError,
+    LeaseOptions, Released, Store,
 };
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,7 +13,7 @@ use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::{
     check_holder_name, LeaseRecord, MAX_HOLDER_NAME_BYTES, MAX_SANE_TTL_S,
 };
-use bucket_lease_core::{Contender, LeaseError, LeaseOptions, TestClock};
+use bucket_lease_core::{clock::TestClock, Contender, LeaseError, LeaseOptions};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::sync::Arc;

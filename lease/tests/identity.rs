@@ -10,8 +10,8 @@ use bucket_lease_core::lease::TRANSIENT_WRITE_TRIES;
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::{format_stamp, process_nonce, LeaseRecord};
 use bucket_lease_core::{
-    Clock, Contender, FencedWriter, HolderRelation, Lease, LeaseError, LeaseOptions, PutMode,
-    PutOptions, Released, Store, TestClock, WriteError,
+    clock::Clock, clock::TestClock, error::HolderRelation, store::PutMode, store::PutOptions,
+    Contender, FencedWriter, Lease, LeaseError, LeaseOptions, Released, Store, WriteError,
 };
 use std::sync::Arc;
 use std::time::Duration;

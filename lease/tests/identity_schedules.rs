@@ -12,8 +12,8 @@ use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::LeaseRecord;
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    Contender, DeleteMode, HolderRelation, Keeper, KeeperOptions, Lease, LeaseError, Object,
-    PutOptions, Released, Store, StoreError, Version,
+    error::HolderRelation, store::DeleteMode, store::Object, store::PutOptions, store::Version,
+    Contender, Keeper, KeeperOptions, Lease, LeaseError, Released, Store, StoreError,
 };
 use gate::{secs, spawn_named, When, World, KEY, NAME, TTL_S};
 use std::sync::atomic::{AtomicUsize, Ordering};

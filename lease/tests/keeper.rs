@@ -7,7 +7,8 @@ mod common;
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    Clock, Event, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions, Loss, Released, TestClock,
+    clock::Clock, clock::TestClock, Event, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions,
+    Loss, Released,
 };
 use common::Recording;
 use crossbeam_channel::Receiver;
@@ -558,7 +559,7 @@ impl bucket_lease_core::Store for HeldUp {
         &self,
         key: &str,
         deadline: Option<std::time::Instant>,
-    ) -> Result<bucket_lease_core::Object, bucket_lease_core::StoreError> {
+    ) -> Result<bucket_lease_core::store::Object, bucket_lease_core::StoreError> {
         self.inner.get(key, deadline)
     }
 
@@ -566,8 +567,8 @@ impl bucket_lease_core::Store for HeldUp {
         &self,
         key: &str,
         body: &[u8],
-        options: &bucket_lease_core::PutOptions,
-    ) -> Result<bucket_lease_core::Version, bucket_lease_core::StoreError> {
+        options: &bucket_lease_core::store::PutOptions,
+    ) -> Result<bucket_lease_core::store::Version, bucket_lease_core::StoreError> {
         if self.next_write.swap(false, Ordering::SeqCst) {
             if let Some(deadline) = options.deadline {
                 self.hold_up_until(deadline);
@@ -579,7 +580,7 @@ impl bucket_lease_core::Store for HeldUp {
     fn delete(
         &self,
         key: &str,
-        mode: &bucket_lease_core::DeleteMode,
+        mode: &bucket_lease_core::store::DeleteMode,
         deadline: Option<std::time::Instant>,
     ) -> Result<(), bucket_lease_core::StoreError> {
         self.inner.delete(key, mode, deadline)
@@ -638,7 +639,7 @@ fn stop_while_held_up(
     go_on: &crossbeam_channel::Sender<()>,
     recording: &Recording,
     puts_before: usize,
-) -> Vec<bucket_lease_core::PutMode> {
+) -> Vec<bucket_lease_core::store::PutMode> {
     let stopping = std::thread::spawn(move || keeper.stop());
     std::thread::sleep(QUIET);
     go_on.send(()).unwrap();

@@ -10,7 +10,8 @@ mod common;
 use bucket_lease_core::keeper::driver::{keep, Runtime, Work};
 use bucket_lease_core::keeper::DEFAULT_RELEASE_TIMEOUT;
 use bucket_lease_core::{
-    Clock, Event, KeeperOptions, Lease, LeaseError, LeaseOptions, Loss, Released, TestClock,
+    clock::Clock, clock::TestClock, Event, KeeperOptions, Lease, LeaseError, LeaseOptions, Loss,
+    Released,
 };
 use common::Recording;
 use std::any::Any;

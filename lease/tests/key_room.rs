@@ -6,8 +6,8 @@
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::{lease_key, max_prefix_bytes, PROBE_KEY_EXTRA_BYTES};
 use bucket_lease_core::{
-    Contender, DeleteMode, LeaseError, LeaseOptions, Object, PutOptions, Released, Store,
-    StoreError, StoreErrorKind, Version,
+    store::DeleteMode, store::Object, store::PutOptions, store::StoreErrorKind, store::Version,
+    Contender, LeaseError, LeaseOptions, Released, Store, StoreError,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

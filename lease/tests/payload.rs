@@ -7,7 +7,9 @@
 use bucket_lease_core::inspect::inspect;
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::{check_payload, InvalidPayload, LeaseRecord, MAX_PAYLOAD_BYTES};
-use bucket_lease_core::{Contender, LeaseOptions, Released, TestClock, Wait, Watcher};
+use bucket_lease_core::{
+    clock::TestClock, watch::Watcher, Contender, LeaseOptions, Released, Wait,
+};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -8,8 +8,9 @@ use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::pool::{KeeperPool, PoolEvent, PoolOptions};
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    Clock, Contender, DeleteMode, Event, LeaseError, LeaseOptions, LeaseRecord, Object, PutOptions,
-    Released, Store, StoreError, StoreErrorKind, TestClock, Version,
+    clock::Clock, clock::TestClock, record::LeaseRecord, store::DeleteMode, store::Object,
+    store::PutOptions, store::StoreErrorKind, store::Version, Contender, Event, LeaseError,
+    LeaseOptions, Released, Store, StoreError,
 };
 use crossbeam_channel::Receiver;
 use std::collections::{HashMap, HashSet};

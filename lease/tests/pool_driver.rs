@@ -9,8 +9,8 @@ use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::pool::driver::{drive, Runtime, Wake};
 use bucket_lease_core::pool::{work, Done, Job, LeaseId, Left, PoolEvent, PoolLoss, PoolSchedule};
 use bucket_lease_core::{
-    Clock, DeleteMode, Event, Lease, LeaseError, LeaseOptions, Loss, Object, PutOptions, Released,
-    Store, StoreError, TestClock, Version,
+    clock::Clock, clock::TestClock, store::DeleteMode, store::Object, store::PutOptions,
+    store::Version, Event, Lease, LeaseError, LeaseOptions, Loss, Released, Store, StoreError,
 };
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};

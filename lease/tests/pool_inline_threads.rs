@@ -7,8 +7,9 @@
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    Contender, DeleteMode, Event, KeeperPool, LeaseError, LeaseOptions, Object, PoolEvent,
-    PoolOptions, PutOptions, Released, Store, StoreError, TestClock, Version,
+    clock::TestClock, pool::PoolEvent, store::DeleteMode, store::Object, store::PutOptions,
+    store::Version, Contender, Event, KeeperPool, LeaseError, LeaseOptions, PoolOptions, Released,
+    Store, StoreError,
 };
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -206,7 +207,7 @@ fn dropping_an_inline_pool_with_renewal_threads_releases_and_joins() {
     drop(handles);
     assert_eq!(Arc::strong_count(&stalling), 1);
     for i in 0..5 {
-        let rec = bucket_lease_core::LeaseRecord::parse(
+        let rec = bucket_lease_core::record::LeaseRecord::parse(
             &stalling.inner.peek(&format!("p{i}/LEASE")).unwrap(),
         )
         .unwrap();

@@ -9,8 +9,9 @@ use bucket_lease_core::pool::{KeeperPool, PoolEvent, PoolOptions};
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    Clock, Contender, DeleteMode, Event, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions,
-    Loss, Object, PutOptions, Store, StoreError, StoreErrorKind, TestClock, Version,
+    clock::Clock, clock::TestClock, store::DeleteMode, store::Object, store::PutOptions,
+    store::StoreErrorKind, store::Version, Contender, Event, Keeper, KeeperOptions, Lease,
+    LeaseError, LeaseOptions, Loss, Store, StoreError,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -5,9 +5,9 @@ use bucket_lease_core::lease::TRANSIENT_WRITE_TRIES;
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::{
-    Clock, Contender, DeleteMode, Exclusion, HolderRelation, IgnoredCondition, Lease, LeaseError,
-    LeaseOptions, Object, PutOptions, Released, Store, StoreError, StoreErrorKind, TestClock,
-    Version,
+    clock::Clock, clock::TestClock, error::HolderRelation, error::IgnoredCondition,
+    lease::Exclusion, store::DeleteMode, store::Object, store::PutOptions, store::StoreErrorKind,
+    store::Version, Contender, Lease, LeaseError, LeaseOptions, Released, Store, StoreError,
 };
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};

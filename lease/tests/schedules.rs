@@ -9,9 +9,9 @@ use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::{format_stamp, LeaseRecord, MAX_SANE_TTL_S};
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    Clock, Contender, DeleteMode, Event, Exclusion, Keeper, KeeperOptions, Lease, LeaseError,
-    LeaseOptions, Object, PutOptions, Released, Store, StoreError, StoreErrorKind, TestClock,
-    Version,
+    clock::Clock, clock::TestClock, lease::Exclusion, store::DeleteMode, store::Object,
+    store::PutOptions, store::StoreErrorKind, store::Version, Contender, Event, Keeper,
+    KeeperOptions, Lease, LeaseError, LeaseOptions, Released, Store, StoreError,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

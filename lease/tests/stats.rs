@@ -7,8 +7,9 @@ use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::stats::{prometheus_text, LossReason, RenewalOutcome, LATENCY_BUCKETS_S};
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    Clock, DeleteMode, Event, Keeper, KeeperOptions, KeeperPool, Lease, LeaseOptions, LeaseStats,
-    Object, PoolOptions, PutOptions, Store, StoreError, StoreErrorKind, TestClock, Version,
+    clock::Clock, clock::TestClock, stats::LeaseStats, store::DeleteMode, store::Object,
+    store::PutOptions, store::StoreErrorKind, store::Version, Event, Keeper, KeeperOptions,
+    KeeperPool, Lease, LeaseOptions, PoolOptions, Store, StoreError,
 };
 use crossbeam_channel::Receiver;
 use std::sync::{Arc, Mutex};

@@ -5,8 +5,8 @@
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    DeleteMode, Event, Keeper, KeeperOptions, Lease, LeaseOptions, Object, PutOptions, Store,
-    StoreError, TestClock, Version,
+    clock::TestClock, store::DeleteMode, store::Object, store::PutOptions, store::Version, Event,
+    Keeper, KeeperOptions, Lease, LeaseOptions, Store, StoreError,
 };
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::{Arc, Mutex};

@@ -7,8 +7,8 @@
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::LeaseRecord;
 use bucket_lease_core::{
-    Contender, DeleteMode, Lease, LeaseError, LeaseOptions, Object, PutMode, PutOptions, Released,
-    Store, StoreError, StoreErrorKind, Version,
+    store::DeleteMode, store::Object, store::PutMode, store::PutOptions, store::StoreErrorKind,
+    store::Version, Contender, Lease, LeaseError, LeaseOptions, Released, Store, StoreError,
 };
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -236,7 +236,7 @@ fn a_throttled_release_is_tried_again_after_reading() {
 #[test]
 fn a_retried_release_never_touches_a_successors_record() {
     let store = Flaky::new(KEY, &[]);
-    let clock = bucket_lease_core::TestClock::new();
+    let clock = bucket_lease_core::clock::TestClock::new();
     let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
     let lease = Contender::new(store.clone(), "db", options.clone())
         .try_acquire()

@@ -10,8 +10,8 @@ use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::LeaseRecord;
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    Contender, HolderRelation, Keeper, KeeperOptions, KeeperPool, Lease, LeaseError, LeaseOptions,
-    PoolOptions, Released, TestClock,
+    clock::TestClock, error::HolderRelation, Contender, Keeper, KeeperOptions, KeeperPool, Lease,
+    LeaseError, LeaseOptions, PoolOptions, Released,
 };
 use std::sync::Arc;
 use std::time::Duration;

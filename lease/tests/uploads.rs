@@ -13,8 +13,9 @@ use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart,
 use bucket_lease_core::spacing::SpacedStore;
 use bucket_lease_core::upload::UPLOAD_METADATA;
 use bucket_lease_core::{
-    DeleteMode, FencedReader, FencedUpload, FencedWriter, Lease, LeaseOptions, Object, PutMode,
-    PutOptions, Store, StoreError, StoreErrorKind, SystemClock, TestClock, Version, WriteError,
+    clock::SystemClock, clock::TestClock, fence::FencedReader, store::DeleteMode, store::Object,
+    store::PutMode, store::PutOptions, store::StoreErrorKind, store::Version, upload::FencedUpload,
+    FencedWriter, Lease, LeaseOptions, Store, StoreError, WriteError,
 };
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -552,7 +553,7 @@ fn a_write_interval_longer_than_the_abort_bound_still_removes_the_checks_object(
 /// the lease's first renewal removed its acquire's own probe objects.
 fn removed_in_its_turn(
     interval: Duration,
-    clock: Arc<dyn bucket_lease_core::Clock>,
+    clock: Arc<dyn bucket_lease_core::clock::Clock>,
     writer_on: impl FnOnce(Arc<dyn Store>) -> FencedWriter,
 ) {
     let inner = Arc::new(MemoryStore::new());

@@ -5,8 +5,8 @@
 
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::{
-    Contender, DeleteMode, FencedWriter, Lease, LeaseOptions, Object, PutMode, PutOptions, Store,
-    StoreError, TestClock, Version,
+    clock::TestClock, store::DeleteMode, store::Object, store::PutMode, store::PutOptions,
+    store::Version, Contender, FencedWriter, Lease, LeaseOptions, Store, StoreError,
 };
 use std::sync::{Arc, Mutex, Once};
 use std::time::Instant;

@@ -6,8 +6,8 @@
 
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::{
-    Cancel, Clock, Contender, LeaseError, LeaseOptions, LeaseRecord, PutMode, PutOptions, Store,
-    TestClock, Wait,
+    clock::Clock, clock::TestClock, lease::Cancel, record::LeaseRecord, store::PutMode,
+    store::PutOptions, Contender, LeaseError, LeaseOptions, Store, Wait,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,7 +107,7 @@ impl Store for HookAt {
         &self,
         key: &str,
         deadline: Option<Instant>,
-    ) -> Result<bucket_lease_core::Object, bucket_lease_core::StoreError> {
+    ) -> Result<bucket_lease_core::store::Object, bucket_lease_core::StoreError> {
         let n = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         if n == self.n {
             if let Some(hook) = self.hook.lock().unwrap().take() {
@@ -121,13 +121,13 @@ impl Store for HookAt {
         key: &str,
         body: &[u8],
         options: &PutOptions,
-    ) -> Result<bucket_lease_core::Version, bucket_lease_core::StoreError> {
+    ) -> Result<bucket_lease_core::store::Version, bucket_lease_core::StoreError> {
         self.inner.put(key, body, options)
     }
     fn delete(
         &self,
         key: &str,
-        mode: &bucket_lease_core::DeleteMode,
+        mode: &bucket_lease_core::store::DeleteMode,
         deadline: Option<Instant>,
     ) -> Result<(), bucket_lease_core::StoreError> {
         self.inner.delete(key, mode, deadline)

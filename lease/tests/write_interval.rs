@@ -24,7 +24,8 @@ use bucket_lease_core::store::{
 };
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    Clock, Contender, Event, Keeper, KeeperOptions, LeaseError, LeaseOptions, Released, TestClock,
+    clock::Clock, clock::TestClock, Contender, Event, Keeper, KeeperOptions, LeaseError,
+    LeaseOptions, Released,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -234,7 +234,7 @@ impl Target {
         let (store, prefix) = self.store(url);
         store
             .put(
-                &bucket_lease::lease_key(&prefix),
+                &bucket_lease::record::lease_key(&prefix),
                 body,
                 &PutOptions::new(PutMode::Overwrite),
             )
@@ -1194,7 +1194,7 @@ pub fn store_text_is_shown_escaped(t: &Target) {
 pub fn a_versioned_bucket_is_named_once_and_by_inspect(t: &Target) {
     let url = t.url("versioned");
     let (_, prefix) = t.store(&url);
-    let key = bucket_lease::lease_key(&prefix);
+    let key = bucket_lease::record::lease_key(&prefix);
     let rule = format!(
         r#"{{"Filter":{{"Prefix":"{key}"}},"NoncurrentVersionExpiration":{{"NoncurrentDays":1}},"Status":"Enabled"}}"#
     );

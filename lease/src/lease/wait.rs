@@ -114,7 +114,7 @@ impl fmt::Debug for Cancel {
 ///
 /// ```
 /// # extern crate bucket_lease_core as bucket_lease;
-/// use bucket_lease::{Cancel, Wait};
+/// use bucket_lease::{lease::Cancel, Wait};
 /// use std::time::{Duration, Instant};
 ///
 /// let cancel = Cancel::new();

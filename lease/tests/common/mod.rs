@@ -1,7 +1,10 @@
 //! A store wrapper for tests that need to see or disturb single requests.
 
 use bucket_lease_core::memory::MemoryStore;
-use bucket_lease_core::{DeleteMode, Object, PutMode, PutOptions, Store, StoreError, Version};
+use bucket_lease_core::{
+    store::DeleteMode, store::Object, store::PutMode, store::PutOptions, store::Version, Store,
+    StoreError,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

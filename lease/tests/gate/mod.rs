@@ -6,7 +6,8 @@
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::record::LeaseRecord;
 use bucket_lease_core::{
-    Contender, DeleteMode, LeaseOptions, Object, PutOptions, Store, StoreError, TestClock, Version,
+    clock::TestClock, store::DeleteMode, store::Object, store::PutOptions, store::Version,
+    Contender, LeaseOptions, Store, StoreError,
 };
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::cell::Cell;

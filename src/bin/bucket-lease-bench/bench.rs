@@ -41,7 +41,7 @@ use crate::cli::{
 };
 use crate::measure::{self, Row};
 use bucket_lease::record::{lease_key, longest_key_bytes, max_prefix_bytes, new_instance_id};
-use bucket_lease::{Contender, DeleteMode, Exclusion, LeaseOptions, Store};
+use bucket_lease::{lease::Exclusion, store::DeleteMode, Contender, LeaseOptions, Store};
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;

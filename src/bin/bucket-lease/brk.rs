@@ -31,8 +31,8 @@ use crate::cli::{
     WATCHDOG_SLACK,
 };
 use crate::text::{object, printable};
+use bucket_lease::clock::SystemClock;
 use bucket_lease::inspect::{break_lease_before, BreakError, Broken};
-use bucket_lease::SystemClock;
 use serde_json::Value;
 use std::time::Duration;
 

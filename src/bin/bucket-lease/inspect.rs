@@ -68,7 +68,7 @@ use crate::text::{object, printable};
 use bucket_lease::inspect::{inspect_before, Inspection};
 use bucket_lease::record::{format_stamp, LeaseRecord};
 use bucket_lease::watch::{Change, Watcher};
-use bucket_lease::{versioned, Cancel, LeaseError, Store, SystemClock, Wait};
+use bucket_lease::{clock::SystemClock, lease::Cancel, versioned, LeaseError, Store, Wait};
 use serde_json::Value;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -217,7 +217,7 @@ pub fn main(mut p: Args) -> Result<u8, Failure> {
             format!("inspect: {}reading the lease: {e}", store_error_summary(&e)),
         )
     })?;
-    let key = bucket_lease::lease_key(&prefix);
+    let key = bucket_lease::record::lease_key(&prefix);
     if json {
         println!(
             "{}",
@@ -254,7 +254,7 @@ fn watch_lease(p: &Args, url: &str, limit: Duration, interval: Duration) -> Resu
     let watchdog = timeout.watchdog("reading the lease", WATCHDOG_SLACK);
     let (store, prefix) = open_store(url, &p.shared.store)?;
     let store: Arc<dyn Store> = store;
-    let key = bucket_lease::lease_key(&prefix);
+    let key = bucket_lease::record::lease_key(&prefix);
     let mut watcher = Watcher::new(store, &prefix, Arc::new(SystemClock));
     let wait = |deadline| {
         let wait = match deadline {

@@ -186,8 +186,8 @@ use bucket_lease::keeper::DEFAULT_RELEASE_TIMEOUT;
 use bucket_lease::record::lease_key;
 use bucket_lease::supervision::{Plan, Seen, Stop};
 use bucket_lease::{
-    Cancel, Contender, Event, Exclusion, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions,
-    Released, Store, Wait,
+    lease::Cancel, lease::Exclusion, Contender, Event, Keeper, KeeperOptions, Lease, LeaseError,
+    LeaseOptions, Released, Store, Wait,
 };
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGTSTP};
 use signal_hook::iterator::Signals;

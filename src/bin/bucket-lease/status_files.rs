@@ -40,7 +40,7 @@ use crate::cli::{exit, Failure};
 use crate::text::object;
 use bucket_lease::channel::{self as crossbeam_channel, Receiver, Sender};
 use bucket_lease::stats::{prometheus_not_held, LeaseStats, LossReason, RenewalOutcome};
-use bucket_lease::{Lease, LeaseStatus};
+use bucket_lease::{lease::LeaseStatus, Lease};
 use serde_json::Value;
 use std::collections::hash_map::RandomState;
 use std::ffi::{OsStr, OsString};

@@ -13,7 +13,7 @@
 use bucket_lease::backends::config;
 use bucket_lease::fence::FencedReader;
 use bucket_lease::hold::HoldOutcome;
-use bucket_lease::{Cancel, Contender, FencedWriter, Keeper, KeeperOptions, LeaseOptions, Wait};
+use bucket_lease::{lease::Cancel, Contender, FencedWriter, Keeper, KeeperOptions, LeaseOptions, Wait};
 use std::error::Error;
 use std::time::{Duration, Instant};
 

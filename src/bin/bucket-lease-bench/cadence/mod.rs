@@ -342,7 +342,11 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let lease = Arc::new(Lease::acquire(store.clone(), "p", LeaseOptions::new(3)).unwrap());
         store
-            .delete("p/LEASE", &bucket_lease::DeleteMode::Unconditional, None)
+            .delete(
+                "p/LEASE",
+                &bucket_lease::store::DeleteMode::Unconditional,
+                None,
+            )
             .unwrap();
         let plan = Plan {
             interval: Duration::from_millis(50),
