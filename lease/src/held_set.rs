@@ -26,7 +26,13 @@
 //!   lost may still be listed until the set hears of it; its `may_write`
 //!   is already false, which is what a writer must ask.
 //! - **Everything it does is an event** on [`HeldSet::events`]: a prefix
-//!   taken, lost, or whose attempt failed. The channel is unbounded.
+//!   taken, lost, given up, or whose attempt failed. The channel is
+//!   unbounded.
+//! - **A prefix can be given up** by its [`HeldPrefix`]'s
+//!   [`stop`](KeptLease::stop) (or its pooled lease's): released at once,
+//!   so another worker may take it, reported ([`SetEvent::Released`], with
+//!   what the stop answered), and tried again by this set as one another
+//!   instance holds, a quarter of the TTL later.
 //! - **Stopping releases every lease** ([`HeldSet::stop`], or dropping the
 //!   set): an attempt in flight finishes first (bounded by
 //!   [`HeldSetOptions::attempt_timeout`]), then the pool is stopped.
@@ -64,7 +70,7 @@ use crate::kept::{stop_answer_after_leaving, KeptLease};
 use crate::lease::Lease;
 use crate::lease::{Contender, LeaseOptions};
 use crate::pool::{KeeperPool, LeaseId, PoolOptions, PooledLease};
-use crate::record::{check_holder_name, new_instance_id, InvalidHolderName};
+use crate::record::{check_holder_name, lease_key, new_instance_id, prefix_of, InvalidHolderName};
 use crate::store::Store;
 use crossbeam_channel::{select, Receiver, Sender};
 use std::collections::BTreeMap;
@@ -226,22 +232,19 @@ impl KeptLease for HeldPrefix {
 
     fn stop(self) -> Result<crate::Released, LeaseError> {
         let (reply, answer) = crossbeam_channel::bounded(1);
-        if self.set.send((self.lease.id(), reply)).is_err() {
+        let pooled = self.lease.clone();
+        if self.set.send((pooled, reply)).is_err() {
             // The set stopped: its pool released what it kept.
             return self.lease.stop();
         }
-        match answer.recv() {
-            Ok(Some(answer)) => answer,
-            Ok(None) => stop_answer_after_leaving(self.lease.lease()),
-            // The set stopped before it heard us.
-            Err(_) => self.lease.stop(),
-        }
+        // The set stopped before it heard us: the same.
+        answer.recv().unwrap_or_else(|_| self.lease.stop())
     }
 }
 
-/// A held prefix's stop, for the set's thread: the lease's id in the pool,
-/// and who waits for the pool's answer (`None`: the pool keeps it no more).
-type GiveUp = (LeaseId, Sender<Option<Result<crate::Released, LeaseError>>>);
+/// A held prefix's stop, for the set's thread: its lease, and who waits
+/// for the answer.
+type GiveUp = (PooledLease, Sender<Result<crate::Released, LeaseError>>);
 
 /// Each prefix's release when the set stops: `Ok` when it was held to the
 /// end and freed, `Err(Fenced | Lost)` when it had ended, or the release's
@@ -266,7 +269,9 @@ impl fmt::Debug for HeldSet {
 }
 
 impl HeldSet {
-    /// Start keeping `prefixes` held (duplicates count once).
+    /// Start keeping `prefixes` held (duplicates count once). Each is named
+    /// as its lease key names it, in [`held`](Self::held), the events and
+    /// [`KeptLease::prefix`]: `shards/7/` is `shards/7`.
     ///
     /// # Errors
     ///
@@ -279,6 +284,8 @@ impl HeldSet {
         let id = options.instance_id.clone().unwrap_or_else(new_instance_id);
         let mut wanted = BTreeMap::new();
         for prefix in prefixes {
+            // Named as its lease key names it: `shards/7/` is `shards/7`.
+            let prefix = prefix_of(&lease_key(&prefix)).to_string();
             let mut contender = Contender::new(Arc::clone(&store), &prefix, options.lease.clone())
                 .with_instance_id(id.clone());
             if let Some(name) = &options.holder_name {
@@ -343,10 +350,12 @@ impl HeldSet {
             .collect()
     }
 
-    /// `prefix`'s lease, if it is held now.
+    /// `prefix`'s lease, if it is held now (`shards/7/` is `shards/7`, as
+    /// the set names it).
     pub fn get(&self, prefix: &str) -> Option<HeldPrefix> {
+        let prefix = prefix_of(&lease_key(prefix)).to_string();
         self.table()
-            .get(prefix)
+            .get(&prefix)
             .map(|lease| self.held_prefix(lease))
     }
 
@@ -357,7 +366,8 @@ impl HeldSet {
         }
     }
 
-    /// What the set did, one event per prefix taken, lost or failed.
+    /// What the set did, one event per prefix taken, lost, given up or
+    /// failed.
     pub fn events(&self) -> &Receiver<SetEvent> {
         &self.events
     }
@@ -448,8 +458,8 @@ impl SetKeeper {
             select! {
                 recv(self.stop) -> _ => break,
                 recv(give_ups) -> give_up => {
-                    if let Ok((id, reply)) = give_up {
-                        let _ = reply.send(self.give_up(id));
+                    if let Ok((lease, reply)) = give_up {
+                        let _ = reply.send(self.give_up(lease));
                     }
                 }
                 recv(pool_events) -> event => {
@@ -460,6 +470,10 @@ impl SetKeeper {
                 recv(timer) -> _ => {}
             }
         }
+        // A held prefix's stop from now on falls back to the pool's answer
+        // (one waiting here is let go too): none can wait for this thread
+        // while it waits for the pool, whose loss callback may be one.
+        drop(std::mem::replace(&mut self.give_ups, crossbeam_channel::never()));
         let prefixes: BTreeMap<LeaseId, String> = std::mem::take(&mut *self.table())
             .into_iter()
             .map(|(prefix, lease)| (lease.id(), prefix))
@@ -499,6 +513,16 @@ impl SetKeeper {
     /// A pool event: a loss frees the prefix for another try.
     fn heard(&mut self, event: crate::pool::PoolEvent) {
         let loss = match event.event {
+            // Stopped behind the set's back, through its pooled lease.
+            Event::Released(_) => {
+                let held = self.prefixes.iter().find(|p| p.held == Some(event.id));
+                let lease = held.and_then(|p| self.table().get(&p.prefix).cloned());
+                if let Some(lease) = lease {
+                    let answer = stop_answer_after_leaving(lease.lease());
+                    self.given_up(event.id, &answer);
+                }
+                return;
+            }
             Event::Fenced => Loss::Fenced,
             Event::Lost {
                 holder,
@@ -523,23 +547,34 @@ impl SetKeeper {
         let _ = self.events.send(SetEvent::Lost { prefix, loss });
     }
 
-    /// A held prefix's stop: stop keeping lease `id` and release it; the
-    /// pool's answer. Its prefix, if it still holds it, is tried again as
-    /// one another instance holds.
-    fn give_up(&mut self, id: LeaseId) -> Option<Result<crate::Released, LeaseError>> {
-        let answer = self.pool.remove(id);
+    /// A held prefix's stop: stop keeping its lease and release it; the
+    /// answer. The prefix, if the set still holds it by this lease, is
+    /// given up ([`given_up`](Self::given_up)).
+    fn give_up(&mut self, lease: PooledLease) -> Result<crate::Released, LeaseError> {
+        let id = lease.id();
+        let answer = lease.stop();
+        self.given_up(id, &answer);
+        answer
+    }
+
+    /// Lease `id` was stopped (by its held prefix, or through
+    /// [`HeldPrefix::pooled`]) with `answer`: if it holds a prefix of the
+    /// set, that prefix is free again, tried again as one another instance
+    /// holds, and reported.
+    fn given_up(&mut self, id: LeaseId, answer: &Result<crate::Released, LeaseError>) {
         let ttl = Duration::from_secs(self.options.lease.ttl_s());
         let next_try = self.clock.now() + self.clock.jitter(ttl / 4);
-        let p = self.prefixes.iter_mut().find(|p| p.held == Some(id))?;
+        let Some(p) = self.prefixes.iter_mut().find(|p| p.held == Some(id)) else {
+            return;
+        };
         p.held = None;
         p.failures = 0;
         p.next_try = next_try;
         let prefix = p.prefix.clone();
         self.table().remove(&prefix);
         log::info!("{prefix}: given up; trying it again in a quarter of its TTL");
-        let released = answer.clone().unwrap_or(Ok(crate::Released::AlreadyFree));
+        let released = answer.clone();
         let _ = self.events.send(SetEvent::Released { prefix, released });
-        answer
     }
 
     /// One attempt to take prefix `i`.

@@ -337,9 +337,11 @@ impl Keeper {
         self.shut_down().1
     }
 
+    /// Stop the thread; how the lease ended, its answer kept on the lease
+    /// ([`stop_answer`]).
     fn shut_down(&mut self) -> Ended {
         drop(self.stop.take());
-        match self.thread.take().map(JoinHandle::join) {
+        let (loss, released) = match self.thread.take().map(JoinHandle::join) {
             Some(Ok(ended)) => ended,
             // The thread died outside the guarded renewal: nothing released.
             _ => {
@@ -349,7 +351,9 @@ impl Keeper {
                 };
                 (Some(lost.clone()), Err(lost))
             }
-        }
+        };
+        let _ = stop_answer(&self.lease, loss.clone(), &released);
+        (loss, released)
     }
 }
 
@@ -364,7 +368,7 @@ impl KeptLease for Keeper {
 
     fn stop(mut self) -> Result<Released, LeaseError> {
         let (loss, released) = self.shut_down();
-        stop_answer(loss, &released, self.lease.key())
+        stop_answer(&self.lease, loss, &released)
     }
 }
 

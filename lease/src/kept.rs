@@ -54,8 +54,7 @@ use crate::error::LeaseError;
 use crate::fence::FencedWriter;
 use crate::lease::{Lease, LeaseStatus, Released};
 use crate::record::prefix_of;
-use crate::stats::{LeaseStats, LossReason};
-use crate::store::{StoreError, StoreErrorKind};
+use crate::stats::LeaseStats;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -131,45 +130,40 @@ mod sealed {
 
 /// The end-of-life rule every stop answers by: the loss the lease ended
 /// with, if any; [`LeaseError::Lost`] when the release found the record
-/// another holder's; else the release's outcome.
+/// another holder's; else the release's outcome. The answer is kept on
+/// the lease (the first one), for any later stop of a handle to it.
 pub(crate) fn stop_answer(
+    lease: &Lease,
     loss: Option<LeaseError>,
     released: &Result<Released, LeaseError>,
-    key: &str,
 ) -> Result<Released, LeaseError> {
     let shown = released
         .as_ref()
         .ok()
-        .and_then(|released| released.loss_shown(key));
-    match loss.or(shown) {
+        .and_then(|released| released.loss_shown(lease.key()));
+    let answer = match loss.or(shown) {
         Some(loss) => Err(loss),
         None => released.clone(),
-    }
+    };
+    lease.recorder().settle(&answer);
+    answer
 }
 
 /// What a stop answers for a lease its keeper let go already (a clone's
-/// stop, the pool's or the set's stop, a loss): by [`stop_answer`]'s rule,
-/// from how the lease ended. A lease still held (its keeper gone without
-/// a release) is released now.
+/// stop, the pool's or the set's stop, a loss): the first stop's answer,
+/// the release done ([`Released::AlreadyFree`] for a clean one), its loss
+/// otherwise. A lease still held (its keeper gone without a release) is
+/// released now; one fenced or lost and not yet released answers its loss.
 pub(crate) fn stop_answer_after_leaving(lease: &Lease) -> Result<Released, LeaseError> {
+    if let Some(first) = lease.recorder().settled() {
+        return first.map(|_| Released::AlreadyFree);
+    }
     let key = lease.key().to_string();
     match lease.status() {
-        LeaseStatus::Held { .. } => stop_answer(None, &lease.release(), &key),
+        LeaseStatus::Held { .. } => stop_answer(lease, None, &lease.release()),
         LeaseStatus::Fenced => Err(LeaseError::Fenced { key }),
         LeaseStatus::Lost { holder } => Err(LeaseError::Lost { key, holder }),
-        LeaseStatus::Released => match lease.recorder().loss() {
-            None => Ok(Released::AlreadyFree),
-            Some(LossReason::Fenced) => Err(LeaseError::Fenced { key }),
-            Some(LossReason::Lost) => Err(LeaseError::Lost {
-                holder: lease.lost_to(),
-                key,
-            }),
-            Some(LossReason::NotReleased) => Err(LeaseError::Store(
-                StoreError::new(StoreErrorKind::Transport, "PUT", key).with_message(
-                    "its release failed when its keeper let it go (that stop or remove \
-                     returned the error); the record expires after its TTL",
-                ),
-            )),
-        },
+        // Released by hand, through its `lease()`: nothing kept it to an end.
+        LeaseStatus::Released => Ok(Released::AlreadyFree),
     }
 }

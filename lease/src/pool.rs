@@ -563,6 +563,8 @@ pub struct Left {
     pub released: Result<Released, LeaseError>,
     /// How it ended before that, if it was fenced or lost.
     pub loss: Option<LeaseError>,
+    /// What a `remove` or `stop` of it answers ([`Left::answer`]).
+    answer: Result<Released, LeaseError>,
 }
 }
 
@@ -573,7 +575,7 @@ impl Left {
     /// holder's (taken over since its last renewal); else its release's
     /// outcome.
     pub fn answer(&self) -> Result<Released, LeaseError> {
-        stop_answer(self.loss.clone(), &self.released, &self.key)
+        self.answer.clone()
     }
 }
 
@@ -802,11 +804,13 @@ impl PoolSchedule {
                         Event::Released(released.clone()),
                     ));
                 }
+                let loss = kept.loss.map(|loss| *loss);
                 Some(Left {
                     id,
                     key: kept.lease.key().to_string(),
+                    answer: stop_answer(&kept.lease, loss.clone(), &released),
                     released,
-                    loss: kept.loss.map(|loss| *loss),
+                    loss,
                 })
             }
         }

@@ -380,6 +380,9 @@ struct Counts {
     last_failed: bool,
     /// Why the lease ended, once it did: a lease ends once.
     loss: Option<LossReason>,
+    /// What the first stop of a kept lease answered, for any later one
+    /// ([`crate::kept`]). Boxed: set once at the end, 8 bytes until then.
+    answer: Option<Box<Result<Released, LeaseError>>>,
     transitions: u32,
     /// Attempts by outcome, in [`RenewalOutcome::ALL`]'s order.
     renewals: [u32; RenewalOutcome::ALL.len()],
@@ -402,6 +405,7 @@ impl Recorder {
                 held: true,
                 last_failed: false,
                 loss: None,
+                answer: None,
                 transitions: 1,
                 renewals: [0; RenewalOutcome::ALL.len()],
                 retries: 0,
@@ -454,10 +458,18 @@ impl Recorder {
         }
     }
 
-    /// Why the lease ended, once it did: what a stop of a handle whose
-    /// keeper let the lease go already answers by.
-    pub(crate) fn loss(&self) -> Option<LossReason> {
-        self.counts().loss
+    /// What ended the lease's keeping answers, once (the first answer
+    /// stays): what a later stop of a handle answers by.
+    pub(crate) fn settle(&self, answer: &Result<Released, LeaseError>) {
+        let mut c = self.counts();
+        if c.answer.is_none() {
+            c.answer = Some(Box::new(answer.clone()));
+        }
+    }
+
+    /// The answer [`settle`](Self::settle) kept, if any.
+    pub(crate) fn settled(&self) -> Option<Result<Released, LeaseError>> {
+        self.counts().answer.as_deref().cloned()
     }
 
     /// What a keeper's release returned: a failure, or a record found
@@ -466,9 +478,9 @@ impl Recorder {
         self.observe(false);
         match released {
             Err(_) => self.ended(LossReason::NotReleased),
-            Ok(Released::LeftAlone {
-                holder: Some(_), ..
-            }) => self.ended(LossReason::Lost),
+            // Another's record, a holder named or not (taken over and
+            // freed since, broken): lost, as `Loss::of_release` says.
+            Ok(Released::LeftAlone { .. }) => self.ended(LossReason::Lost),
             Ok(_) => {}
         }
     }
