@@ -473,7 +473,10 @@ impl SetKeeper {
         // A held prefix's stop from now on falls back to the pool's answer
         // (one waiting here is let go too): none can wait for this thread
         // while it waits for the pool, whose loss callback may be one.
-        drop(std::mem::replace(&mut self.give_ups, crossbeam_channel::never()));
+        drop(std::mem::replace(
+            &mut self.give_ups,
+            crossbeam_channel::never(),
+        ));
         let prefixes: BTreeMap<LeaseId, String> = std::mem::take(&mut *self.table())
             .into_iter()
             .map(|(prefix, lease)| (lease.id(), prefix))
