@@ -387,13 +387,23 @@ struct Counts {
     /// Attempts by outcome, in [`RenewalOutcome::ALL`]'s order.
     renewals: [u32; RenewalOutcome::ALL.len()],
     retries: u32,
-    last_renewal: Option<Duration>,
+    /// The last attempt's duration in nanoseconds, [`NO_RENEWAL`] before
+    /// the first: 8 bytes where an `Option<Duration>` takes 16.
+    last_renewal_ns: u64,
     /// Attempts per bucket of [`LATENCY_BUCKETS_S`], not cumulative; the
     /// last is `+Inf`.
     latency: [u32; LATENCY_BUCKETS_S.len() + 1],
     /// Their durations added up, in nanoseconds: 8 bytes where a
     /// `Duration` takes 16. Saturates at 2^64 ns (584 years of renewals).
     latency_sum_ns: u64,
+}
+
+/// [`Counts::last_renewal_ns`] before the first renewal attempt.
+const NO_RENEWAL: u64 = u64::MAX;
+
+/// `duration` in nanoseconds, saturating at 2^64 ns (584 years).
+fn nanos_of(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Recorder {
@@ -409,7 +419,7 @@ impl Recorder {
                 transitions: 1,
                 renewals: [0; RenewalOutcome::ALL.len()],
                 retries: 0,
-                last_renewal: None,
+                last_renewal_ns: NO_RENEWAL,
                 latency: [0; LATENCY_BUCKETS_S.len() + 1],
                 latency_sum_ns: 0,
             }),
@@ -432,10 +442,10 @@ impl Recorder {
             c.retries = c.retries.saturating_add(1);
         }
         c.last_failed = outcome != RenewalOutcome::Ok;
-        c.last_renewal = Some(duration);
+        c.last_renewal_ns = nanos_of(duration).min(NO_RENEWAL - 1);
         let bucket = bucket_of(duration);
         c.latency[bucket] = c.latency[bucket].saturating_add(1);
-        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = nanos_of(duration);
         c.latency_sum_ns = c.latency_sum_ns.saturating_add(nanos);
     }
 
@@ -516,7 +526,8 @@ impl Lease {
             renewals,
             retries: u64::from(c.retries),
             losses,
-            last_renewal: c.last_renewal,
+            last_renewal: (c.last_renewal_ns != NO_RENEWAL)
+                .then(|| Duration::from_nanos(c.last_renewal_ns)),
             latency: LatencyHistogram {
                 counts: c.latency.map(u64::from),
                 sum: Duration::from_nanos(c.latency_sum_ns),
