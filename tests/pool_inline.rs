@@ -1,5 +1,5 @@
 //! A pool that renews "inline" (`renewal_threads(0)`) never lets one
-//! store call hold another lease's renewals or its fence (issue 29): a
+//! store call hold another lease's renewals or its fence: a
 //! directory store waits for its bucket's lock up to the write deadline,
 //! so its renewals never run on the scheduler thread.
 

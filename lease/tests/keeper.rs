@@ -1,14 +1,17 @@
 //! The renewal thread on the in-memory store with a test clock. The clock
 //! moves only when a test moves it; the tests wait for the keeper's events
 //! (with a generous real-time bound) rather than sleeping.
+//!
+//! How a kept lease ends (takeovers, the fence, the loss callback, the
+//! stop's answer) is checked for the keeper beside the pool and the set,
+//! in one table: `losses.rs`.
 
 mod common;
 
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::KeptLease;
 use bucket_lease_core::{
-    clock::Clock, clock::TestClock, Event, Keeper, KeeperOptions, Lease, LeaseError, LeaseOptions,
-    Loss, Released,
+    clock::Clock, clock::TestClock, Event, Keeper, KeeperOptions, Lease, LeaseOptions, Released,
 };
 use common::Recording;
 use crossbeam_channel::Receiver;
@@ -158,159 +161,6 @@ fn a_failed_renewal_is_retried_and_recovers() {
     assert!(keeper.may_write());
 }
 
-#[test]
-fn renewals_that_keep_failing_end_in_the_fence_and_then_stop() {
-    let (store, clock, keeper) = start(30);
-    let events = keeper.events().clone();
-    let deadline = keeper.write_deadline().unwrap();
-    store.inner.fail_next_requests(usize::MAX);
-    let mut failures = 0;
-    let fenced_at = loop {
-        clock.advance(Duration::from_millis(500));
-        match events.recv_timeout(QUIET) {
-            Ok(Event::RenewalFailed { .. }) => failures += 1,
-            Ok(Event::Fenced) => break clock.now(),
-            Ok(other) => panic!("unexpected {other:?}"),
-            Err(_) => assert!(clock.now() < deadline + secs(1), "no Fenced event"),
-        }
-    };
-    assert!(failures >= 3, "{failures} retries");
-    assert!(fenced_at >= deadline && fenced_at < deadline + secs(1));
-    assert!(!keeper.may_write());
-    let requests = store.inner.requests();
-    clock.advance(secs(60));
-    nothing_yet(&events);
-    assert_eq!(
-        store.inner.requests(),
-        requests,
-        "no renewal after the fence"
-    );
-}
-
-#[test]
-fn a_takeover_is_reported_as_lost_naming_the_new_holder() {
-    let (store, clock, keeper) = start(30);
-    let events = keeper.events().clone();
-    let now = format_stamp(clock.wall());
-    let mut usurper = LeaseRecord::new("usurper", now.clone(), now, 30, 2);
-    usurper.holder_name = Some("night-shift".into());
-    store.inner.insert(KEY, &usurper.to_bytes());
-    clock.advance(secs(10));
-    match next(&events) {
-        Event::Lost {
-            holder,
-            holder_name,
-            ..
-        } => {
-            assert_eq!(holder.as_deref(), Some("usurper"));
-            assert_eq!(holder_name.as_deref(), Some("night-shift"), "its name too");
-        }
-        other => panic!("expected Lost, got {other:?}"),
-    }
-    assert!(!keeper.may_write());
-    // A lost lease never stops as released.
-    match keeper.stop() {
-        Err(LeaseError::Lost { holder, .. }) => assert_eq!(holder.as_deref(), Some("usurper")),
-        other => panic!("expected Lost, got {other:?}"),
-    }
-    assert!(
-        store.inner.peek(KEY).is_some(),
-        "the new holder's record stays"
-    );
-}
-
-/// A takeover between two renewals, seen only by the stop's release: the
-/// stop is `Err(Lost)` naming the new holder (the newcomer's `stop()?`
-/// passed it as `Ok(LeftAlone)`), while `stop_with_release` still says
-/// what the release did.
-#[test]
-fn a_takeover_seen_only_by_the_stop_makes_the_stop_an_error() {
-    for with_release in [false, true] {
-        let (store, clock, keeper) = start(30);
-        let now = format_stamp(clock.wall());
-        let usurper = LeaseRecord::new("usurper", now.clone(), now, 30, 2);
-        store.inner.insert(KEY, &usurper.to_bytes());
-        if with_release {
-            match keeper.stop_with_release() {
-                Ok(Released::LeftAlone { holder, .. }) => {
-                    assert_eq!(holder.as_deref(), Some("usurper"))
-                }
-                other => panic!("expected the release's LeftAlone, got {other:?}"),
-            }
-        } else {
-            match keeper.stop() {
-                Err(LeaseError::Lost { holder, .. }) => {
-                    assert_eq!(holder.as_deref(), Some("usurper"))
-                }
-                other => panic!("expected Lost, got {other:?}"),
-            }
-        }
-        assert!(!LeaseRecord::parse(&store.inner.peek(KEY).unwrap())
-            .unwrap()
-            .is_released());
-    }
-}
-
-#[test]
-fn stop_releases_the_lease_and_joins_the_thread() {
-    let (store, _clock, keeper) = start(30);
-    let events = keeper.events().clone();
-    assert_eq!(keeper.stop().unwrap(), Released::Freed);
-    assert_eq!(next(&events), Event::Released(Ok(Released::Freed)));
-    assert!(is_released(&store));
-    assert!(events.recv_timeout(QUIET).is_err(), "the thread is gone");
-}
-
-#[test]
-fn dropping_the_keeper_releases_the_lease() {
-    let (store, _clock, keeper) = start(30);
-    let lease = Arc::clone(keeper.lease());
-    drop(keeper);
-    assert!(is_released(&store));
-    assert!(!lease.may_write());
-}
-
-#[test]
-fn a_panic_in_the_renewal_is_a_loss_not_silence() {
-    let (store, clock, keeper) = start(30);
-    let events = keeper.events().clone();
-    store.panic_on_put.store(true, Ordering::SeqCst);
-    clock.advance(secs(10));
-    match next(&events) {
-        Event::Lost { holder, reason, .. } => {
-            assert_eq!(holder, None);
-            assert!(reason.contains("injected panic in the store"), "{reason}");
-        }
-        other => panic!("expected Lost, got {other:?}"),
-    }
-    assert!(!keeper.may_write() && keeper.lease().is_lost());
-    // Stopping still frees our record; a release that panics too is an
-    // error from stop, not a panic.
-    let (store2, clock2, keeper2) = start(30);
-    store2.panic_on_put.store(true, Ordering::SeqCst);
-    clock2.advance(secs(10));
-    assert!(matches!(next(keeper2.events()), Event::Lost { .. }));
-    assert!(keeper2.stop().is_err());
-    store.panic_on_put.store(false, Ordering::SeqCst);
-    // The stop says it was lost, and frees our record all the same.
-    assert!(matches!(keeper.stop(), Err(LeaseError::Lost { .. })));
-    assert!(is_released(&store));
-}
-
-#[test]
-fn a_lease_marked_lost_by_a_writer_ends_the_renewals() {
-    let (store, clock, keeper) = start(30);
-    let events = keeper.events().clone();
-    keeper.lease().mark_lost(Some("other".into()));
-    let puts = store.inner.puts();
-    clock.advance(secs(10));
-    match next(&events) {
-        Event::Lost { holder, .. } => assert_eq!(holder.as_deref(), Some("other")),
-        other => panic!("expected Lost, got {other:?}"),
-    }
-    assert_eq!(store.inner.puts(), puts);
-}
-
 // The schedule is internal: public only with the feature `internals`
 // (`cargo test --all-features`).
 #[cfg(feature = "internals")]
@@ -381,130 +231,6 @@ fn the_schedule_never_waits_for_nothing() {
             reason
         })
     );
-}
-
-// ------------------------------------------------ the loss callback
-
-/// A keeper whose loss callback sends each call's `Loss` down a channel.
-fn start_reporting(ttl_s: u64) -> (Arc<Recording>, TestClock, Keeper, Receiver<(Loss, String)>) {
-    let store = Recording::new();
-    let clock = TestClock::new();
-    let options = LeaseOptions::new(ttl_s).clock(Arc::new(clock.clone()));
-    let lease = Lease::acquire(store.clone(), "db", options).unwrap();
-    let (tx, losses) = crossbeam_channel::unbounded();
-    let keeper_options = KeeperOptions::new().on_loss(move |loss: &Loss| {
-        let thread = std::thread::current().name().unwrap_or("").to_string();
-        let _ = tx.send((loss.clone(), thread));
-    });
-    let keeper = Keeper::spawn(lease, keeper_options).unwrap();
-    (store, clock, keeper, losses)
-}
-
-#[test]
-fn the_loss_callback_hears_of_a_takeover_once_on_the_renewal_thread() {
-    let (store, clock, keeper, losses) = start_reporting(30);
-    let now = format_stamp(clock.wall());
-    store.inner.insert(
-        KEY,
-        &LeaseRecord::new("usurper", now.clone(), now, 30, 2).to_bytes(),
-    );
-    clock.advance(secs(10));
-    let (loss, thread) = losses
-        .recv_timeout(PATIENCE)
-        .expect("the callback is called");
-    match loss {
-        Loss::Lost { holder, .. } => assert_eq!(holder.as_deref(), Some("usurper")),
-        other => panic!("expected Lost, got {other:?}"),
-    }
-    assert_eq!(thread, "bucket-lease");
-    assert!(!keeper.may_write());
-    assert!(keeper.stop().is_err(), "lost");
-    assert!(losses.recv_timeout(QUIET).is_err(), "called exactly once");
-}
-
-#[test]
-fn the_loss_callback_hears_of_the_fence_and_cannot_delay_it() {
-    let store = Recording::new();
-    let clock = TestClock::new();
-    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
-    let lease = Lease::acquire(store.clone(), "db", options).unwrap();
-    let (entered_tx, entered) = crossbeam_channel::bounded(1);
-    let (go_on_tx, go_on) = crossbeam_channel::bounded::<()>(1);
-    // A callback that blocks until the test lets it go on.
-    let keeper_options = KeeperOptions::new().on_loss(move |loss: &Loss| {
-        let _ = entered_tx.send(loss.clone());
-        let _ = go_on.recv_timeout(PATIENCE);
-    });
-    let keeper = Keeper::spawn(lease, keeper_options).unwrap();
-    let events = keeper.events().clone();
-    let deadline = keeper.write_deadline().unwrap();
-    store.inner.fail_next_requests(usize::MAX);
-    // The fence is by time, and its event comes before the callback.
-    loop {
-        clock.advance(Duration::from_millis(500));
-        match events.recv_timeout(QUIET) {
-            Ok(Event::Fenced) => break,
-            Ok(Event::RenewalFailed { .. }) | Err(_) => {}
-            Ok(other) => panic!("unexpected {other:?}"),
-        }
-        assert!(clock.now() < deadline + secs(1), "no Fenced event");
-    }
-    assert!(!keeper.may_write());
-    assert_eq!(entered.recv_timeout(PATIENCE).unwrap(), Loss::Fenced);
-    // Still blocked in the callback: the keeper is fenced all the same.
-    assert!(!keeper.may_write() && keeper.write_deadline().is_none());
-    go_on_tx.send(()).unwrap();
-    store.inner.fail_next_requests(0);
-    assert!(
-        matches!(keeper.stop(), Err(LeaseError::Fenced { .. })),
-        "a fenced lease never stops as released"
-    );
-    assert!(is_released(&store), "our record is freed");
-}
-
-#[test]
-fn the_loss_callback_is_not_called_after_a_clean_release() {
-    let (store, _clock, keeper, losses) = start_reporting(30);
-    assert_eq!(keeper.stop().unwrap(), Released::Freed);
-    assert!(is_released(&store));
-    assert!(losses.recv_timeout(QUIET).is_err());
-    // Nor when the keeper is dropped.
-    let (_store, _clock, keeper, losses) = start_reporting(30);
-    drop(keeper);
-    assert!(losses.recv_timeout(QUIET).is_err());
-}
-
-#[test]
-fn the_loss_callback_hears_of_a_stop_that_could_not_release() {
-    let (store, _clock, keeper, losses) = start_reporting(30);
-    store.inner.fail_next_requests(usize::MAX);
-    assert!(keeper.stop().is_err(), "the release failed");
-    match losses
-        .recv_timeout(PATIENCE)
-        .expect("the callback is called")
-    {
-        (Loss::NotReleased(error), _) => {
-            assert!(error.to_string().contains("no answer"), "{error}")
-        }
-        other => panic!("expected NotReleased, got {other:?}"),
-    }
-    assert!(losses.recv_timeout(QUIET).is_err(), "called exactly once");
-}
-
-#[test]
-fn a_panicking_loss_callback_does_not_stop_the_release() {
-    let store = Recording::new();
-    let clock = TestClock::new();
-    let options = LeaseOptions::new(30).clock(Arc::new(clock.clone()));
-    let lease = Lease::acquire(store.clone(), "db", options).unwrap();
-    let keeper_options = KeeperOptions::new().on_loss(|_: &Loss| panic!("callback panics"));
-    let keeper = Keeper::spawn(lease, keeper_options).unwrap();
-    let events = keeper.events().clone();
-    keeper.lease().mark_lost(None);
-    clock.advance(secs(10));
-    assert!(matches!(next(&events), Event::Lost { .. }));
-    assert!(matches!(keeper.stop(), Err(LeaseError::Lost { .. })));
-    assert!(is_released(&store), "our record is freed all the same");
 }
 
 /// A store whose store call, once armed, hangs until the test lets it go
@@ -679,28 +405,4 @@ fn a_stop_asked_during_a_renewal_landing_at_the_deadline_begins_no_keeper_renewa
         "the renewal in flight and the release, no renewal after the stop: {modes:?}"
     );
     assert!(is_released(&recording));
-}
-
-/// Review (issue 41): between two renewals the record was taken over and
-/// freed by its new holder (or broken and left released by an operator).
-/// The stop's release finds a record not ours with no live holder
-/// (`LeftAlone { holder: None }`): `stop()` says the lease was lost, but
-/// the loss callback, promised "exactly once when the lease ends other
-/// than by a release that freed it", is never called (only a
-/// `LeftAlone` naming a holder reaches it).
-#[test]
-fn the_loss_callback_hears_of_a_stop_whose_keeper_release_found_the_record_not_ours() {
-    let (store, clock, keeper, losses) = start_reporting(30);
-    let now = format_stamp(clock.wall());
-    let mut usurper = LeaseRecord::new("usurper", now.clone(), now.clone(), 30, 2);
-    usurper.released_at = Some(now);
-    store.inner.insert(KEY, &usurper.to_bytes());
-    match keeper.stop() {
-        Err(LeaseError::Lost { .. }) => {}
-        other => panic!("expected Lost: the lease was not held to the end, got {other:?}"),
-    }
-    match losses.recv_timeout(PATIENCE) {
-        Ok((Loss::Lost { .. }, _)) => {}
-        other => panic!("the loss callback is called once with Lost, got {other:?}"),
-    }
 }

@@ -1,8 +1,9 @@
-//! The inline pool (issue 29, item 3), as a reviewer tried to break it: a
-//! pool with `renewal_threads(0)` renews the memory store's leases on its
-//! scheduler and others on renewal threads it starts when needed.
-//! Schedules: a renewal hanging on such a thread while memory leases fall
-//! due, fence at its deadline, and the pool stops.
+//! Inline renewal (`renewal_threads(0)`): a pool renews the leases of
+//! stores that answer at once (the memory store) on its scheduler, and
+//! any other lease on renewal threads it starts when first needed, so a
+//! renewal hanging on such a thread holds no memory lease's renewal, its
+//! own lease is still fenced at its deadline, and stopping or dropping
+//! the pool releases every lease and joins every thread it started.
 
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::KeptLease;
