@@ -235,10 +235,13 @@ mod upload;
 
 use crate::settings::url_text;
 use beneath::{Folder, Kind, Resolve};
-use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart};
+use bucket_lease_core::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, ObjectReader, UploadConditions, UploadPart,
+    UploadedPart,
+};
 use bucket_lease_core::mutant::StoreMutant;
 use bucket_lease_core::store::{
-    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+    DeleteMode, Object, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
 use claim::claim_as_bucket;
 use layout::{encode_header, split_key, LOCK, STATE_DIR, TEMP_DIR};
@@ -1103,53 +1106,29 @@ impl Store for DirStore {
 
     /// The upload's file, `NAME.<id>.upload` beside the object, holds its
     /// header (metadata included) from now on; see [Uploads](self#uploads).
-    fn begin_upload(
-        &self,
-        key: &str,
-        metadata: &[(String, String)],
-        deadline: Option<Instant>,
-    ) -> Result<String, StoreError> {
-        self.begin(key, metadata, deadline)
+    fn begin_upload(&self, begin: &BeginUpload<'_>) -> Result<String, StoreError> {
+        self.begin(begin)
     }
 
     /// Parts are taken in order, each once: a part out of order or sent
     /// again is refused ([`StoreErrorKind::Rejected`], `InvalidPartOrder`)
     /// and changes nothing. A part whose deadline passes is not taken.
-    fn upload_part(
-        &self,
-        key: &str,
-        upload: &str,
-        number: u32,
-        body: &[u8],
-        deadline: Option<Instant>,
-    ) -> Result<UploadedPart, StoreError> {
-        self.take_part(key, upload, number, body, deadline)
+    fn upload_part(&self, part: &UploadPart<'_>) -> Result<UploadedPart, StoreError> {
+        self.take_part(part)
     }
 
-    /// Publishes the upload's file as a PUT in `mode` publishes its
-    /// temporary file; `parts` must name every part taken, in order, with
+    /// Publishes the upload's file as a PUT in its `mode` publishes its
+    /// temporary file; its `parts` must name every part taken, in order, with
     /// its ETag ([`StoreErrorKind::Rejected`] else). A completion that
     /// publishes nothing leaves the upload as it was, to complete again or
     /// abort.
-    fn complete_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        parts: &[UploadedPart],
-        mode: &PutMode,
-        deadline: Option<Instant>,
-    ) -> Result<Version, StoreError> {
-        self.complete(key, upload, parts, mode, deadline)
+    fn complete_upload(&self, complete: &CompleteUpload<'_>) -> Result<Version, StoreError> {
+        self.complete(complete)
     }
 
     /// Removes the upload's file, and the folders that leaves empty, under
     /// the bucket's lock.
-    fn abort_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        self.abort(key, upload, deadline)
+    fn abort_upload(&self, abort: &AbortUpload<'_>) -> Result<(), StoreError> {
+        self.abort(abort)
     }
 }

@@ -5,6 +5,7 @@
 //! twice: with `openat2` (where the kernel has it) and with the walk.
 
 use super::*;
+use bucket_lease_core::multipart::{BeginUpload, CompleteUpload, UploadPart};
 use bucket_lease_core::store::Store;
 
 /// Run `test` once as the store resolves paths here, and once by the walk
@@ -99,31 +100,32 @@ fn a_link_on_a_keys_path_is_refused_and_nothing_outside_is_touched() {
         );
         assert_link_refused(
             "an upload begun through the link",
-            store.begin_upload("nightly/parts/big", &[], None),
+            store.begin_upload(&BeginUpload::new("nightly/parts/big", &[])),
             &link,
         );
         // An upload begun before the link was planted: its part is taken
         // (the upload's file is the store's own), its completion refused.
         fs::remove_file(&link).unwrap();
-        let upload = store.begin_upload("nightly/parts/big", &[], None).unwrap();
+        let upload = store
+            .begin_upload(&BeginUpload::new("nightly/parts/big", &[]))
+            .unwrap();
         let part = store
-            .upload_part("nightly/parts/big", &upload, 1, b"part", None)
+            .upload_part(&UploadPart::new("nightly/parts/big", &upload, 1, b"part"))
             .unwrap();
         std::os::unix::fs::symlink(&outside.0, &link).unwrap();
         assert_link_refused(
             "a part through the link",
-            store.upload_part("nightly/parts/big", &upload, 2, b"part", None),
+            store.upload_part(&UploadPart::new("nightly/parts/big", &upload, 2, b"part")),
             &link,
         );
         assert_link_refused(
             "a completion through the link",
-            store.complete_upload(
+            store.complete_upload(&CompleteUpload::new(
                 "nightly/parts/big",
                 &upload,
                 &[part],
                 &PutMode::Create,
-                None,
-            ),
+            )),
             &link,
         );
         assert_eq!(snapshot(&outside.0), before, "the outside was changed");
@@ -182,7 +184,7 @@ fn a_link_in_the_stores_own_folder_is_refused() {
                 let uploads = dir.0.join(".bucket-lease/uploads");
                 fs::remove_dir(&uploads).unwrap();
                 std::os::unix::fs::symlink(&outside.0, &uploads).unwrap();
-                store.begin_upload("k", &[], None)
+                store.begin_upload(&BeginUpload::new("k", &[]))
             },
             &dir.0.join(".bucket-lease/uploads"),
         );
