@@ -453,7 +453,9 @@ mod forwarding {
     use crate::memory::MemoryStore;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    /// A memory store that counts conditional reads.
+    /// A memory store that counts conditional reads, and refuses a plain
+    /// read: a conditional read that fell back to one (the trait's
+    /// default) fails.
     #[derive(Debug, Default)]
     struct Counting {
         inner: MemoryStore,
@@ -461,8 +463,9 @@ mod forwarding {
     }
 
     impl Store for Counting {
-        fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-            self.inner.get(key, deadline)
+        fn get(&self, key: &str, _: Option<Instant>) -> Result<Object, StoreError> {
+            Err(StoreError::new(StoreErrorKind::Rejected, "GET", key)
+                .with_message("only conditional reads are expected"))
         }
         fn get_if_changed(
             &self,

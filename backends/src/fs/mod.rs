@@ -486,6 +486,24 @@ impl DirStore {
         &self.root
     }
 
+    /// The object `request` names, opened (its header read, its body
+    /// still to read), for a HEAD or a streamed read; `NoSuchKey` when
+    /// there is none.
+    fn open_found(
+        &self,
+        request: &Request<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<Opened, StoreError> {
+        request.check_deadline(deadline)?;
+        let at = self.locate(request)?;
+        let root = self.root_folder(request)?;
+        let found = match self.find_folder(request, &root, &at)? {
+            Some(folder) => request.open_object(&folder, at.name)?,
+            None => None,
+        };
+        found.ok_or_else(|| request.refusal(StoreErrorKind::NotFound, "NoSuchKey"))
+    }
+
     /// The bucket's directory, open, for one request: a directory removed
     /// since the store opened answers as a missing bucket, `NoSuchBucket`.
     fn root_folder(&self, request: &Request<'_>) -> Result<Folder, StoreError> {
@@ -943,20 +961,8 @@ impl Store for DirStore {
     /// object of any size.
     fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         let request = self.request("HEAD", key);
-        request.check_deadline(deadline)?;
-        let at = self.locate(&request)?;
-        let root = self.root_folder(&request)?;
-        let found = match self.find_folder(&request, &root, &at)? {
-            Some(folder) => request.open_object(&folder, at.name)?,
-            None => None,
-        };
-        match found {
-            Some(Opened { header, .. }) => {
-                Ok(Object::new(Vec::new(), Version::etag(header.etag))
-                    .with_metadata(header.metadata))
-            }
-            None => Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey")),
-        }
+        let Opened { header, .. } = self.open_found(&request, deadline)?;
+        Ok(Object::new(Vec::new(), Version::etag(header.etag)).with_metadata(header.metadata))
     }
 
     fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {

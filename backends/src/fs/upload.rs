@@ -589,16 +589,7 @@ impl DirStore {
         deadline: Option<Instant>,
     ) -> Result<ObjectReader, StoreError> {
         let request = self.request("GET", key);
-        request.check_deadline(deadline)?;
-        let at = self.locate(&request)?;
-        let root = self.root_folder(&request)?;
-        let found = match self.find_folder(&request, &root, &at)? {
-            Some(folder) => request.open_object(&folder, at.name)?,
-            None => None,
-        };
-        let Some(opened) = found else {
-            return Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey"));
-        };
+        let opened = self.open_found(&request, deadline)?;
         let object = Object::new(Vec::new(), Version::etag(opened.header.etag))
             .with_metadata(opened.header.metadata);
         Ok(ObjectReader {
