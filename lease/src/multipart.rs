@@ -7,7 +7,7 @@
 //! numbered parts ([`Store::upload_part`](crate::store::Store::upload_part)),
 //! and becomes an object only at its completion
 //! ([`Store::complete_upload`](crate::store::Store::complete_upload)),
-//! which takes a [`PutMode`](crate::store::PutMode) as a PUT does: a
+//! which takes a [`PutMode`] as a PUT does: a
 //! create-only completion (`If-None-Match: *`) makes nothing when the key
 //! is taken. Until then nothing is visible at the key, and an abort
 //! ([`Store::abort_upload`](crate::store::Store::abort_upload)) drops the

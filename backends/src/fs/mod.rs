@@ -222,6 +222,10 @@
 //! - A delete removes the folders it leaves empty (S3 has no folders to
 //!   leave behind); a folder made for a new prefix is not itself synced to
 //!   its parent.
+//!
+//! [`PutMode`]: bucket_lease_core::store::PutMode
+//! [`PutMode::Create`]: bucket_lease_core::store::PutMode::Create
+//! [`PutMode::Update`]: bucket_lease_core::store::PutMode::Update
 
 mod attr;
 mod beneath;
