@@ -75,8 +75,9 @@ pub struct BeginUpload<'a> {
 /// One part of an upload
 /// ([`Store::upload_part`](crate::store::Store::upload_part)): part
 /// `number` (from 1) of the upload `upload` of `key`, its bytes, and the
-/// request's deadline.
-#[derive(Debug, Clone, Copy)]
+/// request's deadline. Its `Debug` shows the body's length, not its
+/// bytes.
+#[derive(Clone, Copy)]
 pub struct UploadPart<'a> {
     /// The key the upload was begun on.
     pub key: &'a str,
@@ -138,6 +139,18 @@ impl<'a> BeginUpload<'a> {
     /// The same request, answered by `deadline`.
     pub fn with_deadline(self, deadline: Option<Instant>) -> Self {
         BeginUpload { deadline, ..self }
+    }
+}
+
+impl fmt::Debug for UploadPart<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UploadPart")
+            .field("key", &self.key)
+            .field("upload", &self.upload)
+            .field("number", &self.number)
+            .field("body_bytes", &self.body.len())
+            .field("deadline", &self.deadline)
+            .finish()
     }
 }
 
@@ -264,5 +277,18 @@ impl UploadConditions {
         };
         *kept = Some(settled);
         settled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parts_debug_shows_its_length_not_its_bytes() {
+        let part = UploadPart::new("k", "id", 1, b"secret bytes");
+        let shown = format!("{part:?}");
+        assert!(shown.contains("body_bytes: 12"), "{shown}");
+        assert!(!shown.contains("115"), "the bytes are shown: {shown}");
     }
 }
