@@ -10,7 +10,7 @@
 
 mod cli_common;
 
-use bucket_lease::multipart::MIN_PART_BYTES;
+use bucket_lease::multipart::{UploadPart, MIN_PART_BYTES};
 use bucket_lease::store::StoreErrorKind;
 use bucket_lease::KeptLease;
 use bucket_lease::{
@@ -68,7 +68,7 @@ fn a_break_mid_upload_aborts_it(t: &Target, options: LeaseOptions, unknown: Unkn
     let gone = store.head(&key, None).map(|_| ()).unwrap_err();
     assert_eq!(gone.kind(), StoreErrorKind::NotFound, "an object appeared");
     let aborted = store
-        .upload_part(&key, &id, 2, b"late", None)
+        .upload_part(&UploadPart::new(&key, &id, 2, b"late"))
         .map(|_| ())
         .unwrap_err();
     let expected = match unknown {

@@ -43,11 +43,14 @@ use answers::{
 // For the submodules, which name them `super::…`.
 use answers::{object_of, version_of};
 use bucket_lease_core::clock::{Clock, SystemClock};
-use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart};
+use bucket_lease_core::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, ObjectReader, UploadConditions, UploadPart,
+    UploadedPart,
+};
 use bucket_lease_core::mutant::StoreMutant;
 use bucket_lease_core::spacing::WriteSpacing;
 use bucket_lease_core::store::{
-    DeleteMode, Delivery, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+    DeleteMode, Delivery, Object, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
 pub use builder::{
     Addressing, EndpointVariant, HttpStoreBuilder, Profile, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT,
@@ -946,48 +949,21 @@ impl Store for HttpStore {
         Some(&self.upload_conditions)
     }
 
-    fn begin_upload(
-        &self,
-        key: &str,
-        metadata: &[(String, String)],
-        deadline: Option<Instant>,
-    ) -> Result<String, StoreError> {
-        self.begin_upload_object(key, metadata, deadline)
+    fn begin_upload(&self, begin: &BeginUpload<'_>) -> Result<String, StoreError> {
+        self.begin_upload_object(begin).map_err(|e| self.named(e))
+    }
+
+    fn upload_part(&self, part: &UploadPart<'_>) -> Result<UploadedPart, StoreError> {
+        self.upload_part_object(part).map_err(|e| self.named(e))
+    }
+
+    fn complete_upload(&self, complete: &CompleteUpload<'_>) -> Result<Version, StoreError> {
+        self.complete_upload_object(complete)
             .map_err(|e| self.named(e))
     }
 
-    fn upload_part(
-        &self,
-        key: &str,
-        upload: &str,
-        number: u32,
-        body: &[u8],
-        deadline: Option<Instant>,
-    ) -> Result<UploadedPart, StoreError> {
-        self.upload_part_object(key, upload, number, body, deadline)
-            .map_err(|e| self.named(e))
-    }
-
-    fn complete_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        parts: &[UploadedPart],
-        mode: &PutMode,
-        deadline: Option<Instant>,
-    ) -> Result<Version, StoreError> {
-        self.complete_upload_object(key, upload, parts, mode, deadline)
-            .map_err(|e| self.named(e))
-    }
-
-    fn abort_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        self.abort_upload_object(key, upload, deadline)
-            .map_err(|e| self.named(e))
+    fn abort_upload(&self, abort: &AbortUpload<'_>) -> Result<(), StoreError> {
+        self.abort_upload_object(abort).map_err(|e| self.named(e))
     }
 }
 

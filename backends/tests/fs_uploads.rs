@@ -4,7 +4,9 @@
 #![cfg(feature = "fs")]
 
 use bucket_lease_backends::fs::DirStore;
-use bucket_lease_core::multipart::UploadedPart;
+use bucket_lease_core::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, UploadPart, UploadedPart,
+};
 use bucket_lease_core::store::{DeleteMode, PutMode, PutOptions, Store, StoreErrorKind, Version};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -73,10 +75,14 @@ fn upload(
     meta: &[(String, String)],
     parts: &[&[u8]],
 ) -> (String, Vec<UploadedPart>) {
-    let id = store.begin_upload(key, meta, None).unwrap();
+    let id = store.begin_upload(&BeginUpload::new(key, meta)).unwrap();
     let taken = (1..)
         .zip(parts)
-        .map(|(number, body)| store.upload_part(key, &id, number, body, None).unwrap())
+        .map(|(number, body)| {
+            store
+                .upload_part(&UploadPart::new(key, &id, number, body))
+                .unwrap()
+        })
         .collect();
     (id, taken)
 }
@@ -103,7 +109,12 @@ fn a_create_only_upload_on_an_absent_key_becomes_the_object_with_its_metadata() 
         "nothing at the key before the completion"
     );
     let version = store
-        .complete_upload("jobs/a/OUT", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new(
+            "jobs/a/OUT",
+            &id,
+            &parts,
+            &PutMode::Create,
+        ))
         .unwrap();
     let etag = version.etag.clone().unwrap();
     assert!(
@@ -136,7 +147,12 @@ fn a_create_only_upload_on_an_absent_key_becomes_the_object_with_its_metadata() 
 
     // Done: the upload is no more.
     let again = store
-        .complete_upload("jobs/a/OUT", &id, &parts, &PutMode::Overwrite, None)
+        .complete_upload(&CompleteUpload::new(
+            "jobs/a/OUT",
+            &id,
+            &parts,
+            &PutMode::Overwrite,
+        ))
         .unwrap_err();
     assert_eq!(
         (again.kind(), again.code()),
@@ -144,10 +160,12 @@ fn a_create_only_upload_on_an_absent_key_becomes_the_object_with_its_metadata() 
         "{again}"
     );
     let e = store
-        .upload_part("jobs/a/OUT", &id, 4, b"more", None)
+        .upload_part(&UploadPart::new("jobs/a/OUT", &id, 4, b"more"))
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::NotFound, "{e}");
-    store.abort_upload("jobs/a/OUT", &id, None).unwrap();
+    store
+        .abort_upload(&AbortUpload::new("jobs/a/OUT", &id))
+        .unwrap();
     assert_eq!(store.get("jobs/a/OUT", None).unwrap().version, version);
 }
 
@@ -159,7 +177,7 @@ fn a_create_only_completion_on_a_taken_key_changes_nothing_and_the_upload_stays(
         .unwrap();
     let (id, parts) = upload(&store, "k", &[], &[b"after"]);
     let e = store
-        .complete_upload("k", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("k", &id, &parts, &PutMode::Create))
         .unwrap_err();
     assert_eq!(
         (e.kind(), e.code()),
@@ -173,12 +191,12 @@ fn a_create_only_completion_on_a_taken_key_changes_nothing_and_the_upload_stays(
     );
     // The upload is as it was: refused again, or completed on the version.
     let e = store
-        .complete_upload("k", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("k", &id, &parts, &PutMode::Create))
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::AlreadyExists);
     let stale = PutMode::Update(Version::etag("\"stale\""));
     let e = store
-        .complete_upload("k", &id, &parts, &stale, None)
+        .complete_upload(&CompleteUpload::new("k", &id, &parts, &stale))
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Precondition, "{e}");
     assert_eq!(
@@ -187,13 +205,13 @@ fn a_create_only_completion_on_a_taken_key_changes_nothing_and_the_upload_stays(
         "the object and the upload"
     );
 
-    store.abort_upload("k", &id, None).unwrap();
+    store.abort_upload(&AbortUpload::new("k", &id)).unwrap();
     assert_eq!(
         (listing(&dir.0), uploads(&dir.0).len()),
         (vec!["k".to_string()], 0)
     );
     let e = store
-        .complete_upload("k", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("k", &id, &parts, &PutMode::Create))
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::NotFound, "{e}");
     assert_eq!(store.get("k", None).unwrap().version, existing);
@@ -207,12 +225,17 @@ fn an_update_completion_replaces_the_version_it_names() {
         .unwrap();
     let (id, parts) = upload(&store, "k", &[], &[b"2"]);
     let v2 = store
-        .complete_upload("k", &id, &parts, &PutMode::Update(v1.clone()), None)
+        .complete_upload(&CompleteUpload::new(
+            "k",
+            &id,
+            &parts,
+            &PutMode::Update(v1.clone()),
+        ))
         .unwrap();
     assert_ne!(v1, v2);
     let (id, parts) = upload(&store, "k", &[], &[b"3"]);
     let v3 = store
-        .complete_upload("k", &id, &parts, &PutMode::Overwrite, None)
+        .complete_upload(&CompleteUpload::new("k", &id, &parts, &PutMode::Overwrite))
         .unwrap();
     let got = store.get("k", None).unwrap();
     assert_eq!((got.body, got.version), (b"3".to_vec(), v3));
@@ -239,19 +262,21 @@ fn an_abort_removes_the_upload_and_no_folder_waits_for_it() {
     );
 
     // An abort names the upload's key: another key's aborts nothing.
-    store.abort_upload("p/q/other", &id, None).unwrap();
+    store
+        .abort_upload(&AbortUpload::new("p/q/other", &id))
+        .unwrap();
     assert_eq!(uploads(&dir.0), std::slice::from_ref(&id));
-    store.abort_upload("p/q/k", &id, None).unwrap();
+    store.abort_upload(&AbortUpload::new("p/q/k", &id)).unwrap();
     assert_eq!((listing(&dir.0), uploads(&dir.0)), (vec![], vec![]));
     store
-        .abort_upload("p/q/k", &id, None)
+        .abort_upload(&AbortUpload::new("p/q/k", &id))
         .expect("an unknown upload is aborted already");
     let e = store
-        .complete_upload("p/q/k", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("p/q/k", &id, &parts, &PutMode::Create))
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::NotFound, "{e}");
     let e = store
-        .upload_part("p/q/k", &id, 2, b"more", None)
+        .upload_part(&UploadPart::new("p/q/k", &id, 2, b"more"))
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::NotFound, "{e}");
     assert_eq!(
@@ -270,7 +295,9 @@ fn parts_go_in_order_once_and_the_completion_names_them_all() {
         (2, "taken already"),
         (4, "before part 3"),
     ] {
-        let e = store.upload_part("k", &id, number, b"x", None).unwrap_err();
+        let e = store
+            .upload_part(&UploadPart::new("k", &id, number, b"x"))
+            .unwrap_err();
         assert_eq!(
             (e.kind(), e.code()),
             (StoreErrorKind::Rejected, Some("InvalidPartOrder")),
@@ -281,7 +308,9 @@ fn parts_go_in_order_once_and_the_completion_names_them_all() {
             "{e}"
         );
     }
-    let e = store.upload_part("k", &id, 0, b"x", None).unwrap_err();
+    let e = store
+        .upload_part(&UploadPart::new("k", &id, 0, b"x"))
+        .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Rejected, "{e}");
 
     let swapped = [parts[1].clone(), parts[0].clone()];
@@ -299,7 +328,7 @@ fn parts_go_in_order_once_and_the_completion_names_them_all() {
         (&[][..], "MalformedXML"),
     ] {
         let e = store
-            .complete_upload("k", &id, list, &PutMode::Create, None)
+            .complete_upload(&CompleteUpload::new("k", &id, list, &PutMode::Create))
             .unwrap_err();
         assert_eq!(
             (e.kind(), e.code()),
@@ -309,7 +338,7 @@ fn parts_go_in_order_once_and_the_completion_names_them_all() {
         assert!(e.to_string().contains("every part"), "{e}");
     }
     store
-        .complete_upload("k", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("k", &id, &parts, &PutMode::Create))
         .unwrap();
     assert_eq!(store.get("k", None).unwrap().body, b"12");
 }
@@ -330,11 +359,13 @@ fn an_upload_id_that_is_not_the_stores_is_refused_and_names_no_file() {
         &format!("{id}0"),
     ] {
         let answers = [
-            store.upload_part("a/k", bad, 2, b"y", None).map(drop),
             store
-                .complete_upload("a/k", bad, &parts, &PutMode::Create, None)
+                .upload_part(&UploadPart::new("a/k", bad, 2, b"y"))
                 .map(drop),
-            store.abort_upload("a/k", bad, None),
+            store
+                .complete_upload(&CompleteUpload::new("a/k", bad, &parts, &PutMode::Create))
+                .map(drop),
+            store.abort_upload(&AbortUpload::new("a/k", bad)),
         ];
         for answer in answers {
             let e = answer.unwrap_err();
@@ -344,10 +375,12 @@ fn an_upload_id_that_is_not_the_stores_is_refused_and_names_no_file() {
     }
     assert_eq!(std::fs::read(&outside).unwrap(), b"not an upload");
     // Keys are checked as a PUT checks them.
-    let e = store.begin_upload("a/../k", &[], None).unwrap_err();
+    let e = store
+        .begin_upload(&BeginUpload::new("a/../k", &[]))
+        .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Rejected, "{e}");
     store
-        .complete_upload("a/k", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("a/k", &id, &parts, &PutMode::Create))
         .unwrap();
 }
 
@@ -355,24 +388,32 @@ fn an_upload_id_that_is_not_the_stores_is_refused_and_names_no_file() {
 fn a_passed_deadline_begins_nothing_takes_no_part_and_publishes_nothing() {
     let (dir, store) = store();
     let past = Some(Instant::now() - Duration::from_millis(1));
-    let e = store.begin_upload("k", &[], past).unwrap_err();
+    let e = store
+        .begin_upload(&BeginUpload::new("k", &[]).with_deadline(past))
+        .unwrap_err();
     assert!(e.is_timeout() && !e.may_have_landed(), "{e}");
     assert_eq!((listing(&dir.0), uploads(&dir.0)), (vec![], vec![]));
     let (id, parts) = upload(&store, "k", &[], &[b"x"]);
-    let e = store.upload_part("k", &id, 2, b"y", past).unwrap_err();
-    assert!(e.is_timeout() && !e.may_have_landed(), "{e}");
     let e = store
-        .complete_upload("k", &id, &parts, &PutMode::Create, past)
+        .upload_part(&UploadPart::new("k", &id, 2, b"y").with_deadline(past))
         .unwrap_err();
     assert!(e.is_timeout() && !e.may_have_landed(), "{e}");
-    let e = store.abort_upload("k", &id, past).unwrap_err();
+    let e = store
+        .complete_upload(
+            &CompleteUpload::new("k", &id, &parts, &PutMode::Create).with_deadline(past),
+        )
+        .unwrap_err();
+    assert!(e.is_timeout() && !e.may_have_landed(), "{e}");
+    let e = store
+        .abort_upload(&AbortUpload::new("k", &id).with_deadline(past))
+        .unwrap_err();
     assert!(e.is_timeout() && !e.may_have_landed(), "{e}");
     assert_eq!(
         store.get("k", None).unwrap_err().kind(),
         StoreErrorKind::NotFound
     );
     store
-        .complete_upload("k", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("k", &id, &parts, &PutMode::Create))
         .unwrap();
     assert_eq!(store.get("k", None).unwrap().body, b"x");
 }
@@ -394,9 +435,14 @@ fn of_two_handles_racing_create_only_completions_exactly_one_wins() {
                 std::thread::spawn(move || {
                     let (id, parts) = upload(&store, &key, &[], &[&[b'a' + n; 100]]);
                     barrier.wait();
-                    let answer = store.complete_upload(&key, &id, &parts, &PutMode::Create, None);
+                    let answer = store.complete_upload(&CompleteUpload::new(
+                        &key,
+                        &id,
+                        &parts,
+                        &PutMode::Create,
+                    ));
                     if answer.is_err() {
-                        store.abort_upload(&key, &id, None).unwrap();
+                        store.abort_upload(&AbortUpload::new(&key, &id)).unwrap();
                     }
                     (n, answer)
                 })
@@ -432,18 +478,22 @@ fn a_64_mib_object_streams_whole_through_open() {
     const SIZE: usize = 64 << 20;
     const PART: usize = 8 << 20;
     let (_dir, store) = store();
-    let id = store.begin_upload("big", &[], None).unwrap();
+    let id = store.begin_upload(&BeginUpload::new("big", &[])).unwrap();
     let mut parts = Vec::new();
     let mut part = vec![0u8; PART];
     for (at, number) in (0..SIZE).step_by(PART).zip(1..) {
         for (i, byte) in part.iter_mut().enumerate() {
             *byte = pattern(at + i);
         }
-        parts.push(store.upload_part("big", &id, number, &part, None).unwrap());
+        parts.push(
+            store
+                .upload_part(&UploadPart::new("big", &id, number, &part))
+                .unwrap(),
+        );
     }
     drop(part);
     let version = store
-        .complete_upload("big", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("big", &id, &parts, &PutMode::Create))
         .unwrap();
     let e = store.get("big", None).unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::TooLarge, "{e}");

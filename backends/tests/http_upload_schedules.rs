@@ -10,7 +10,7 @@
 mod common;
 
 use bucket_lease_backends::{Credentials, HttpStore};
-use bucket_lease_core::multipart::UploadedPart;
+use bucket_lease_core::multipart::{CompleteUpload, UploadPart, UploadedPart};
 use bucket_lease_core::store::{
     Delivery, PutMode, PutOptions, Store, StoreError, StoreErrorKind, DEADLINE_SLACK,
 };
@@ -134,7 +134,9 @@ fn a_completions_bytes_never_reach_the_server_after_its_deadline() {
     let store = store_at(url);
     let parts = many_parts(3000);
     let e = store
-        .complete_upload("k", "u1", &parts, &PutMode::Create, Some(deadline))
+        .complete_upload(
+            &CompleteUpload::new("k", "u1", &parts, &PutMode::Create).with_deadline(Some(deadline)),
+        )
         .unwrap_err();
     let returned = Instant::now();
     assert!(
@@ -177,7 +179,7 @@ fn a_parts_bytes_never_reach_the_server_after_its_deadline() {
         let store = store_at(url);
         let started = Instant::now();
         let e = store
-            .upload_part("k", "u1", 1, &part, Some(deadline))
+            .upload_part(&UploadPart::new("k", "u1", 1, &part).with_deadline(Some(deadline)))
             .unwrap_err();
         let returned = Instant::now();
         if e.delivery() == Delivery::NotSent {
@@ -233,7 +235,7 @@ fn a_completions_200_with_only_whitespace_is_not_a_success() {
     let server = Canned::start(vec![reply]);
     let store = canned_store(&server);
     let parts = many_parts(2);
-    let result = store.complete_upload("k", "u1", &parts, &PutMode::Create, None);
+    let result = store.complete_upload(&CompleteUpload::new("k", "u1", &parts, &PutMode::Create));
     let e = result.expect_err("a body of whitespace only is neither a result nor an error");
     assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
     assert!(e.may_have_landed(), "{e}");
@@ -265,7 +267,7 @@ fn a_slow_down_in_a_completions_200_spaces_the_next_write_of_the_key() {
     let parts = many_parts(2);
     for (key, status) in [("a", 503), ("b", 200)] {
         let e = store
-            .complete_upload(key, "u1", &parts, &PutMode::Overwrite, None)
+            .complete_upload(&CompleteUpload::new(key, "u1", &parts, &PutMode::Overwrite))
             .unwrap_err();
         assert!(e.is_throttled(), "{status}: {e}");
         assert_eq!(

@@ -12,7 +12,9 @@
 mod common;
 
 use bucket_lease_backends::HttpStore;
-use bucket_lease_core::multipart::{UploadedPart, MIN_PART_BYTES};
+use bucket_lease_core::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, UploadPart, UploadedPart, MIN_PART_BYTES,
+};
 use bucket_lease_core::store::{
     Delivery, Object, PutMode, Store, StoreError, StoreErrorKind, Version,
 };
@@ -44,12 +46,18 @@ fn assert_not_sent(result: Result<impl std::fmt::Debug, StoreError>) {
 /// and the parts.
 fn upload(store: &HttpStore, key: &str, bodies: &[&[u8]]) -> (String, Vec<UploadedPart>) {
     let metadata = [("owner".to_string(), "host-7 pid-42".to_string())];
-    let id = store.begin_upload(key, &metadata, None).unwrap();
+    let id = store
+        .begin_upload(&BeginUpload::new(key, &metadata))
+        .unwrap();
     assert!(!id.is_empty());
     let parts = bodies
         .iter()
         .zip(1..)
-        .map(|(body, n)| store.upload_part(key, &id, n, body, None).unwrap())
+        .map(|(body, n)| {
+            store
+                .upload_part(&UploadPart::new(key, &id, n, body))
+                .unwrap()
+        })
         .collect::<Vec<_>>();
     for (part, n) in parts.iter().zip(1..) {
         assert_eq!(part.number, n);
@@ -102,7 +110,7 @@ fn uploads_round_trip(server: Server, quirks: Quirks) {
     // Create-only on an absent key.
     let (id, parts) = upload(&store, &key, &[&first, &second]);
     let version = store
-        .complete_upload(&key, &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new(&key, &id, &parts, &PutMode::Create))
         .unwrap_or_else(|e| panic!("{server:?}: {e}"));
     let head = store.head(&key, None).unwrap();
     if let Some(etag) = &version.etag {
@@ -130,7 +138,7 @@ fn uploads_round_trip(server: Server, quirks: Quirks) {
     // Create-only again on the taken key.
     let other = pattern(3, 1000);
     let (id, parts) = upload(&store, &key, &[&other]);
-    let again = store.complete_upload(&key, &id, &parts, &PutMode::Create, None);
+    let again = store.complete_upload(&CompleteUpload::new(&key, &id, &parts, &PutMode::Create));
     if quirks.honours_create {
         let e = again.unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::AlreadyExists, "{server:?}: {e}");
@@ -139,7 +147,7 @@ fn uploads_round_trip(server: Server, quirks: Quirks) {
             big_reads.get(&key, None).unwrap().body == whole,
             "unchanged"
         );
-        store.abort_upload(&key, &id, None).unwrap();
+        store.abort_upload(&AbortUpload::new(&key, &id)).unwrap();
     } else {
         again.unwrap_or_else(|e| panic!("{server:?}: {e}"));
         assert_eq!(store.get(&key, None).unwrap().body, other, "replaced");
@@ -150,13 +158,20 @@ fn uploads_round_trip(server: Server, quirks: Quirks) {
     let (id, parts) = upload(&store, &aborted, &[&other]);
     match quirks.after_abort {
         Some((part, completion)) => {
-            store.abort_upload(&aborted, &id, None).unwrap();
+            store
+                .abort_upload(&AbortUpload::new(&aborted, &id))
+                .unwrap();
             let e = store
-                .upload_part(&aborted, &id, 1, &other, None)
+                .upload_part(&UploadPart::new(&aborted, &id, 1, &other))
                 .unwrap_err();
             assert_eq!(e.kind(), part, "{server:?}: {e}");
             let e = store
-                .complete_upload(&aborted, &id, &parts, &PutMode::Create, None)
+                .complete_upload(&CompleteUpload::new(
+                    &aborted,
+                    &id,
+                    &parts,
+                    &PutMode::Create,
+                ))
                 .unwrap_err();
             assert_eq!(e.kind(), completion, "{server:?}: {e}");
             assert_eq!(
@@ -164,23 +179,31 @@ fn uploads_round_trip(server: Server, quirks: Quirks) {
                 StoreErrorKind::NotFound
             );
             // Aborting it again, or an upload never begun, succeeds.
-            store.abort_upload(&aborted, &id, None).unwrap();
             store
-                .abort_upload(&aborted, "2~never-begun.upload_id", None)
+                .abort_upload(&AbortUpload::new(&aborted, &id))
+                .unwrap();
+            store
+                .abort_upload(&AbortUpload::new(&aborted, "2~never-begun.upload_id"))
                 .unwrap_or_else(|e| panic!("{server:?}: {e}"));
         }
         None => {
-            let e = store.abort_upload(&aborted, &id, None).unwrap_err();
+            let e = store
+                .abort_upload(&AbortUpload::new(&aborted, &id))
+                .unwrap_err();
             assert_eq!(e.kind(), StoreErrorKind::Rejected, "{server:?}: {e}");
             assert_eq!(e.code(), Some("MethodNotAllowed"), "{e}");
         }
     }
 
     // A deadline already past: nothing sent.
-    assert_not_sent(store.begin_upload(&aborted, &[], past()));
-    assert_not_sent(store.upload_part(&aborted, &id, 1, &other, past()));
-    assert_not_sent(store.complete_upload(&aborted, &id, &parts, &PutMode::Create, past()));
-    assert_not_sent(store.abort_upload(&aborted, &id, past()));
+    assert_not_sent(store.begin_upload(&BeginUpload::new(&aborted, &[]).with_deadline(past())));
+    assert_not_sent(
+        store.upload_part(&UploadPart::new(&aborted, &id, 1, &other).with_deadline(past())),
+    );
+    assert_not_sent(store.complete_upload(
+        &CompleteUpload::new(&aborted, &id, &parts, &PutMode::Create).with_deadline(past()),
+    ));
+    assert_not_sent(store.abort_upload(&AbortUpload::new(&aborted, &id).with_deadline(past())));
     assert_not_sent(store.open(&key, past()));
     let absent = format!("{prefix}/absent");
     let e = store.open(&absent, None).unwrap_err();
@@ -297,10 +320,12 @@ fn an_upload_goes_on_the_wire_as_s3_takes_it() {
     ]);
     let store = canned_store(&server);
     let metadata = [("owner".to_string(), "host-7".to_string())];
-    let id = store.begin_upload("jobs/out", &metadata, None).unwrap();
+    let id = store
+        .begin_upload(&BeginUpload::new("jobs/out", &metadata))
+        .unwrap();
     assert_eq!(id, "2~a+b/c=d");
     let part = store
-        .upload_part("jobs/out", &id, 1, b"part one", None)
+        .upload_part(&UploadPart::new("jobs/out", &id, 1, b"part one"))
         .unwrap();
     assert_eq!(
         part,
@@ -310,11 +335,18 @@ fn an_upload_goes_on_the_wire_as_s3_takes_it() {
         }
     );
     let version = store
-        .complete_upload("jobs/out", &id, &parts(), &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new(
+            "jobs/out",
+            &id,
+            &parts(),
+            &PutMode::Create,
+        ))
         .unwrap();
     assert_eq!(version.etag.as_deref(), Some("\"whole-2\""));
     assert_eq!(version.version_id.as_deref(), Some("v7"));
-    store.abort_upload("jobs/out", &id, None).unwrap();
+    store
+        .abort_upload(&AbortUpload::new("jobs/out", &id))
+        .unwrap();
 
     let seen = server.seen();
     let lines: Vec<_> = seen
@@ -362,10 +394,15 @@ fn completions_carry_the_mode_as_a_put_does() {
     let store = canned_store(&server);
     let mode = PutMode::Update(Version::etag("\"old-2\""));
     store
-        .complete_upload("k", "u1", &parts(), &mode, None)
+        .complete_upload(&CompleteUpload::new("k", "u1", &parts(), &mode))
         .unwrap();
     let version = store
-        .complete_upload("k", "u1", &parts(), &PutMode::Overwrite, None)
+        .complete_upload(&CompleteUpload::new(
+            "k",
+            "u1",
+            &parts(),
+            &PutMode::Overwrite,
+        ))
         .unwrap();
     assert_eq!(version.etag.as_deref(), Some("\"o\""), "the result's ETag");
     let seen = server.seen();
@@ -387,7 +424,8 @@ fn an_error_in_the_body_of_a_completions_200_is_that_error() {
         Reply::status(200).body("<Unexpected/>"),
     ]);
     let store = canned_store(&server);
-    let complete = || store.complete_upload("k", "u1", &parts(), &PutMode::Create, None);
+    let complete =
+        || store.complete_upload(&CompleteUpload::new("k", "u1", &parts(), &PutMode::Create));
     let e = complete().unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Transport, "{e}");
     assert_eq!(e.delivery(), Delivery::Answered, "{e}");
@@ -421,7 +459,8 @@ fn refused_conflicting_and_unknown_completions_say_what_to_do() {
         Reply::error(503, "SlowDown", "slow", "R6"),
     ]);
     let store = canned_store(&server);
-    let complete = |mode: &PutMode| store.complete_upload("k", "u1", &parts(), mode, None);
+    let complete =
+        |mode: &PutMode| store.complete_upload(&CompleteUpload::new("k", "u1", &parts(), mode));
     for _ in 0..2 {
         let e = complete(&PutMode::Create).unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::NotImplemented, "{e}");
@@ -455,10 +494,12 @@ fn parts_begins_and_aborts_are_sent_again_after_a_transient_answer() {
         Reply::error(404, "NoSuchUpload", "gone", "R4"),
     ]);
     let store = canned_store(&server);
-    let id = store.begin_upload("k", &[], None).unwrap();
-    let part = store.upload_part("k", &id, 1, b"bytes", None).unwrap();
+    let id = store.begin_upload(&BeginUpload::new("k", &[])).unwrap();
+    let part = store
+        .upload_part(&UploadPart::new("k", &id, 1, b"bytes"))
+        .unwrap();
     assert_eq!(part.etag, "\"p1\"");
-    store.abort_upload("k", &id, None).unwrap();
+    store.abort_upload(&AbortUpload::new("k", &id)).unwrap();
     let seen = server.seen();
     assert_eq!(seen.len(), 6);
     assert_eq!(seen[2].body, b"bytes");
@@ -470,23 +511,29 @@ fn requests_the_store_cannot_form_are_refused_before_sending() {
     let server = Canned::start(vec![]);
     let store = canned_store(&server);
     for number in [0, 10_001] {
-        let e = store.upload_part("k", "u", number, b"x", None).unwrap_err();
+        let e = store
+            .upload_part(&UploadPart::new("k", "u", number, b"x"))
+            .unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::Rejected, "{e}");
         assert!(e.to_string().contains("outside 1 to 10000"), "{e}");
     }
-    let e = store.upload_part("k", "", 1, b"x", None).unwrap_err();
+    let e = store
+        .upload_part(&UploadPart::new("k", "", 1, b"x"))
+        .unwrap_err();
     assert!(e.to_string().contains("upload id is empty"), "{e}");
     let e = store
-        .complete_upload("k", "u", &[], &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("k", "u", &[], &PutMode::Create))
         .unwrap_err();
     assert!(e.to_string().contains("one part at least"), "{e}");
     let no_etag = PutMode::Update(Version::default());
     let e = store
-        .complete_upload("k", "u", &parts(), &no_etag, None)
+        .complete_upload(&CompleteUpload::new("k", "u", &parts(), &no_etag))
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Rejected, "{e}");
-    assert_not_sent(store.begin_upload("k", &[], past()));
-    assert_not_sent(store.complete_upload("k", "u", &parts(), &PutMode::Create, past()));
+    assert_not_sent(store.begin_upload(&BeginUpload::new("k", &[]).with_deadline(past())));
+    assert_not_sent(store.complete_upload(
+        &CompleteUpload::new("k", "u", &parts(), &PutMode::Create).with_deadline(past()),
+    ));
     assert!(server.seen().is_empty(), "nothing sent");
 }
 
@@ -494,10 +541,10 @@ fn requests_the_store_cannot_form_are_refused_before_sending() {
 fn a_service_without_uploads_in_parts_says_to_write_with_one_put() {
     let server = Canned::start(vec![Reply::status(501), Reply::status(200).body("<x/>")]);
     let store = canned_store(&server);
-    let e = store.begin_upload("k", &[], None).unwrap_err();
+    let e = store.begin_upload(&BeginUpload::new("k", &[])).unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::NotImplemented, "{e}");
     assert!(e.to_string().contains("takes no uploads in parts"), "{e}");
-    let e = store.begin_upload("k", &[], None).unwrap_err();
+    let e = store.begin_upload(&BeginUpload::new("k", &[])).unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Rejected, "{e}");
     assert!(e.to_string().contains("without an <UploadId>"), "{e}");
 }

@@ -3,7 +3,7 @@
 //! upload through the same client code without the lease), and the
 //! process's peak resident memory.
 
-use bucket_lease::multipart::UploadedPart;
+use bucket_lease::multipart::{BeginUpload, CompleteUpload, UploadPart, UploadedPart};
 use bucket_lease::store::{PutMode, StoreError};
 use bucket_lease::upload::DEFAULT_PART_BYTES;
 use bucket_lease::{fence::FencedReader, store::Version, FencedWriter, Store};
@@ -103,14 +103,18 @@ pub fn unfenced(store: &dyn Store, key: &str, size: u64) -> Result<Streamed, Box
     let mut upload = Plain {
         store,
         key,
-        id: store.begin_upload(key, &[], None)?,
+        id: store.begin_upload(&BeginUpload::new(key, &[]))?,
         buffer: Vec::with_capacity(DEFAULT_PART_BYTES),
         parts: Vec::new(),
     };
     io::copy(&mut Generated::new(size), &mut upload).map_err(unwrapped)?;
     upload.send()?;
-    let version =
-        store.complete_upload(key, &upload.id, &upload.parts, &PutMode::Overwrite, None)?;
+    let version = store.complete_upload(&CompleteUpload::new(
+        key,
+        &upload.id,
+        &upload.parts,
+        &PutMode::Overwrite,
+    ))?;
     Ok(Streamed {
         parts: upload.parts.len() as u64,
         version,
@@ -128,9 +132,9 @@ struct Plain<'s> {
 impl Plain<'_> {
     fn send(&mut self) -> Result<(), StoreError> {
         let number = self.parts.len() as u32 + 1;
-        let part = self
-            .store
-            .upload_part(self.key, &self.id, number, &self.buffer, None)?;
+        let part =
+            self.store
+                .upload_part(&UploadPart::new(self.key, &self.id, number, &self.buffer))?;
         self.parts.push(part);
         self.buffer.clear();
         Ok(())

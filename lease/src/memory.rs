@@ -19,7 +19,10 @@
 //! It is for unit and simulation tests; nothing persists.
 
 use crate::clock::Clock;
-use crate::multipart::{ObjectReader, UploadConditions, UploadedPart};
+use crate::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, ObjectReader, UploadConditions, UploadPart,
+    UploadedPart,
+};
 use crate::store::{
     DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
@@ -383,44 +386,20 @@ impl Store for MemoryStore {
         Some(&self.upload_conditions)
     }
 
-    fn begin_upload(
-        &self,
-        key: &str,
-        metadata: &[(String, String)],
-        _deadline: Option<Instant>,
-    ) -> Result<String, StoreError> {
-        self.begin_upload_in(key, metadata)
+    fn begin_upload(&self, begin: &BeginUpload<'_>) -> Result<String, StoreError> {
+        self.begin_upload_in(begin)
     }
 
-    fn upload_part(
-        &self,
-        key: &str,
-        upload: &str,
-        number: u32,
-        body: &[u8],
-        _deadline: Option<Instant>,
-    ) -> Result<UploadedPart, StoreError> {
-        self.upload_part_in(key, upload, number, body)
+    fn upload_part(&self, part: &UploadPart<'_>) -> Result<UploadedPart, StoreError> {
+        self.upload_part_in(part)
     }
 
-    fn complete_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        parts: &[UploadedPart],
-        mode: &PutMode,
-        _deadline: Option<Instant>,
-    ) -> Result<Version, StoreError> {
-        self.complete_upload_in(key, upload, parts, mode)
+    fn complete_upload(&self, complete: &CompleteUpload<'_>) -> Result<Version, StoreError> {
+        self.complete_upload_in(complete)
     }
 
-    fn abort_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        _deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        self.abort_upload_in(key, upload)
+    fn abort_upload(&self, abort: &AbortUpload<'_>) -> Result<(), StoreError> {
+        self.abort_upload_in(abort)
     }
 }
 

@@ -26,10 +26,11 @@
 //! the lease as any answer that may have landed.
 
 use crate::clock::Clock;
-use crate::multipart::{ObjectReader, UploadConditions, UploadedPart};
-use crate::store::{
-    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+use crate::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, ObjectReader, UploadConditions, UploadPart,
+    UploadedPart,
 };
+use crate::store::{DeleteMode, Object, PutOptions, Store, StoreError, StoreErrorKind, Version};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -371,49 +372,24 @@ impl Store for SpacedStore {
         self.inner.upload_conditions()
     }
 
-    fn begin_upload(
-        &self,
-        key: &str,
-        metadata: &[(String, String)],
-        deadline: Option<Instant>,
-    ) -> Result<String, StoreError> {
-        self.inner.begin_upload(key, metadata, deadline)
+    fn begin_upload(&self, begin: &BeginUpload<'_>) -> Result<String, StoreError> {
+        self.inner.begin_upload(begin)
     }
 
     /// Parts are not writes of the key: only the completion makes the
     /// object, and waits its turn.
-    fn upload_part(
-        &self,
-        key: &str,
-        upload: &str,
-        number: u32,
-        body: &[u8],
-        deadline: Option<Instant>,
-    ) -> Result<UploadedPart, StoreError> {
-        self.inner.upload_part(key, upload, number, body, deadline)
+    fn upload_part(&self, part: &UploadPart<'_>) -> Result<UploadedPart, StoreError> {
+        self.inner.upload_part(part)
     }
 
-    fn complete_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        parts: &[UploadedPart],
-        mode: &PutMode,
-        deadline: Option<Instant>,
-    ) -> Result<Version, StoreError> {
-        self.in_turn("POST", key, deadline, || {
-            self.inner
-                .complete_upload(key, upload, parts, mode, deadline)
+    fn complete_upload(&self, complete: &CompleteUpload<'_>) -> Result<Version, StoreError> {
+        self.in_turn("POST", complete.key, complete.deadline, || {
+            self.inner.complete_upload(complete)
         })
     }
 
-    fn abort_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        self.inner.abort_upload(key, upload, deadline)
+    fn abort_upload(&self, abort: &AbortUpload<'_>) -> Result<(), StoreError> {
+        self.inner.abort_upload(abort)
     }
 }
 
@@ -477,7 +453,9 @@ mod forwarding {
     use crate::memory::MemoryStore;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    /// A memory store that counts conditional reads.
+    /// A memory store that counts conditional reads, and refuses a plain
+    /// read: a conditional read that fell back to one (the trait's
+    /// default) fails.
     #[derive(Debug, Default)]
     struct Counting {
         inner: MemoryStore,
@@ -485,8 +463,9 @@ mod forwarding {
     }
 
     impl Store for Counting {
-        fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-            self.inner.get(key, deadline)
+        fn get(&self, key: &str, _: Option<Instant>) -> Result<Object, StoreError> {
+            Err(StoreError::new(StoreErrorKind::Rejected, "GET", key)
+                .with_message("only conditional reads are expected"))
         }
         fn get_if_changed(
             &self,

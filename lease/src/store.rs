@@ -38,7 +38,10 @@
 //! The conformance suite checks the rule under conditions that make a store
 //! slow (`conformance::deadline_kept`).
 
-use crate::multipart::{ObjectReader, UploadConditions, UploadedPart};
+use crate::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, ObjectReader, UploadConditions, UploadPart,
+    UploadedPart,
+};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -373,77 +376,53 @@ pub trait Store: Send + Sync + fmt::Debug {
         None
     }
 
-    /// Begin a multipart upload of `key`, whose object will carry
-    /// `metadata`, and return the upload's id. See [`crate::multipart`].
-    /// The default: [`StoreErrorKind::Rejected`] (permanent), nothing sent.
+    /// Begin a multipart upload of `begin.key`, whose object will carry
+    /// `begin.metadata`, and return the upload's id. See
+    /// [`crate::multipart`]. The default: [`StoreErrorKind::Rejected`]
+    /// (permanent), nothing sent.
     ///
     /// # Errors
     ///
     /// [`StoreErrorKind::Rejected`] when the store takes no uploads in
     /// parts; any other kind when the request failed.
-    fn begin_upload(
-        &self,
-        key: &str,
-        metadata: &[(String, String)],
-        deadline: Option<Instant>,
-    ) -> Result<String, StoreError> {
-        let _ = (metadata, deadline);
-        Err(no_uploads("begin an upload of", key))
+    fn begin_upload(&self, begin: &BeginUpload<'_>) -> Result<String, StoreError> {
+        Err(no_uploads("begin an upload of", begin.key))
     }
 
-    /// Send part `number` (from 1) of the upload `upload` of `key`.
+    /// Send part `part.number` (from 1) of the upload `part.upload` of
+    /// `part.key`. A part is not a write of the key: nothing is visible at
+    /// the key until the completion.
     ///
     /// # Errors
     ///
     /// [`StoreErrorKind::NotFound`] when the store no longer knows the
     /// upload; any other kind when the request failed.
-    fn upload_part(
-        &self,
-        key: &str,
-        upload: &str,
-        number: u32,
-        body: &[u8],
-        deadline: Option<Instant>,
-    ) -> Result<UploadedPart, StoreError> {
-        let _ = (upload, number, body, deadline);
-        Err(no_uploads("upload a part of", key))
+    fn upload_part(&self, part: &UploadPart<'_>) -> Result<UploadedPart, StoreError> {
+        Err(no_uploads("upload a part of", part.key))
     }
 
-    /// Make the upload `upload` of `key` the object at `key`, from `parts`
-    /// in order, as `mode` says ([`PutMode::Create`]: only if the key is
-    /// absent), and return its version.
+    /// Make the upload `complete.upload` of `complete.key` the object at
+    /// the key, from `complete.parts` in order, as `complete.mode` says
+    /// ([`PutMode::Create`]: only if the key is absent), and return its
+    /// version.
     ///
     /// # Errors
     ///
     /// As [`put`](Self::put) for the condition;
     /// [`StoreErrorKind::NotFound`] when the store no longer knows the
     /// upload (completed or aborted already).
-    fn complete_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        parts: &[UploadedPart],
-        mode: &PutMode,
-        deadline: Option<Instant>,
-    ) -> Result<Version, StoreError> {
-        let _ = (upload, parts, mode, deadline);
-        Err(no_uploads("complete an upload of", key))
+    fn complete_upload(&self, complete: &CompleteUpload<'_>) -> Result<Version, StoreError> {
+        Err(no_uploads("complete an upload of", complete.key))
     }
 
-    /// Drop the upload `upload` of `key` and its parts. Aborting an upload
-    /// the store no longer knows succeeds.
+    /// Drop the upload `abort.upload` of `abort.key` and its parts.
+    /// Aborting an upload the store no longer knows succeeds.
     ///
     /// # Errors
     ///
     /// Any kind when the request failed.
-    fn abort_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        let _ = (upload, deadline);
-        Err(no_uploads("abort an upload of", key))
+    fn abort_upload(&self, abort: &AbortUpload<'_>) -> Result<(), StoreError> {
+        Err(no_uploads("abort an upload of", abort.key))
     }
 }
 

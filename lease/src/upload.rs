@@ -54,7 +54,8 @@ use crate::fence::{
 };
 use crate::lease::{Exclusion, Lease};
 use crate::multipart::{
-    CompletionCondition, UploadedPart, MAX_PARTS, MAX_PART_BYTES, MIN_PART_BYTES,
+    AbortUpload, BeginUpload, CompleteUpload, CompletionCondition, UploadPart, UploadedPart,
+    MAX_PARTS, MAX_PART_BYTES, MIN_PART_BYTES,
 };
 use crate::mutant::StoreMutant;
 use crate::record::{new_instance_id, probe_key};
@@ -246,7 +247,7 @@ impl FencedUpload {
             let upload = self
                 .lease()
                 .store()
-                .begin_upload(&self.key, &metadata, Some(deadline))
+                .begin_upload(&BeginUpload::new(&self.key, &metadata).with_deadline(Some(deadline)))
                 .map_err(WriteError::Store)?;
             self.state = State::Sending {
                 upload,
@@ -274,7 +275,10 @@ impl FencedUpload {
         let part = self
             .lease()
             .store()
-            .upload_part(&self.key, upload, number, &self.buffer, Some(deadline))
+            .upload_part(
+                &UploadPart::new(&self.key, upload, number, &self.buffer)
+                    .with_deadline(Some(deadline)),
+            )
             .map_err(WriteError::Store)?;
         if let State::Sending { parts, .. } = &mut self.state {
             parts.push(part);
@@ -308,7 +312,9 @@ impl FencedUpload {
         } else {
             PutMode::Create
         };
-        let failure = match store.complete_upload(&self.key, upload, parts, &mode, Some(deadline)) {
+        let failure = match store.complete_upload(
+            &CompleteUpload::new(&self.key, upload, parts, &mode).with_deadline(Some(deadline)),
+        ) {
             Ok(version) => return Ok(version),
             Err(error) => error,
         };
@@ -398,20 +404,19 @@ impl FencedUpload {
             let create = PutOptions::new(PutMode::Create).with_deadline(Some(fenced()?));
             store.put(&probe, b"", &create).map_err(WriteError::Store)?;
             let id = store
-                .begin_upload(&probe, &[], Some(fenced()?))
+                .begin_upload(&BeginUpload::new(&probe, &[]).with_deadline(Some(fenced()?)))
                 .map_err(WriteError::Store)?;
             let id = upload.insert(id);
             let part = store
                 .upload_part(
-                    &probe,
-                    id,
-                    1,
-                    b"bucket-lease completion check",
-                    Some(fenced()?),
+                    &UploadPart::new(&probe, id, 1, b"bucket-lease completion check")
+                        .with_deadline(Some(fenced()?)),
                 )
                 .map_err(WriteError::Store)?;
             let mode = PutMode::Create;
-            match store.complete_upload(&probe, id, &[part], &mode, Some(fenced()?)) {
+            match store.complete_upload(
+                &CompleteUpload::new(&probe, id, &[part], &mode).with_deadline(Some(fenced()?)),
+            ) {
                 Ok(_) => {
                     upload = None;
                     Ok(CompletionCondition::Ignored)
@@ -423,7 +428,9 @@ impl FencedUpload {
             }
         })();
         if let Some(id) = &upload {
-            let _ = store.abort_upload(&probe, id, Some(self.cleanup_bound()));
+            let _ = store.abort_upload(
+                &AbortUpload::new(&probe, id).with_deadline(Some(self.cleanup_bound())),
+            );
         }
         // A delete of the probe key waits its turn on a store with a write
         // interval (the completion wrote the key): its bound allows for it.
@@ -482,7 +489,7 @@ impl FencedUpload {
         if let Err(e) = self
             .lease()
             .store()
-            .abort_upload(&self.key, upload, Some(bound))
+            .abort_upload(&AbortUpload::new(&self.key, upload).with_deadline(Some(bound)))
         {
             log::warn!(
                 "{}: could not abort the unfinished upload {upload} ({e}); its parts stay \

@@ -9,7 +9,10 @@
 
 use bucket_lease_core::fence::{ReadError, EPOCH_METADATA, HOLDER_METADATA, NONCE_METADATA};
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
-use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart, MIN_PART_BYTES};
+use bucket_lease_core::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, ObjectReader, UploadConditions, UploadPart,
+    UploadedPart, MIN_PART_BYTES,
+};
 use bucket_lease_core::spacing::SpacedStore;
 use bucket_lease_core::upload::UPLOAD_METADATA;
 use bucket_lease_core::{
@@ -88,53 +91,34 @@ impl Store for Disturbed {
     fn upload_conditions(&self) -> Option<&UploadConditions> {
         self.inner.upload_conditions()
     }
-    fn begin_upload(
-        &self,
-        key: &str,
-        metadata: &[(String, String)],
-        deadline: Option<Instant>,
-    ) -> Result<String, StoreError> {
-        self.note("BEGIN", key);
-        self.inner.begin_upload(key, metadata, deadline)
+    fn begin_upload(&self, begin: &BeginUpload<'_>) -> Result<String, StoreError> {
+        self.note("BEGIN", begin.key);
+        self.inner.begin_upload(begin)
     }
-    fn upload_part(
-        &self,
-        key: &str,
-        upload: &str,
-        number: u32,
-        body: &[u8],
-        deadline: Option<Instant>,
-    ) -> Result<UploadedPart, StoreError> {
+    fn upload_part(&self, part: &UploadPart<'_>) -> Result<UploadedPart, StoreError> {
         if let Some(hook) = &*self.before_part.lock().unwrap() {
-            hook(number);
+            hook(part.number);
         }
-        self.note("PART", key);
-        self.part_deadlines.lock().unwrap().push(deadline);
-        self.inner.upload_part(key, upload, number, body, deadline)
+        self.note("PART", part.key);
+        self.part_deadlines.lock().unwrap().push(part.deadline);
+        self.inner.upload_part(part)
     }
-    fn complete_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        parts: &[UploadedPart],
-        mode: &PutMode,
-        deadline: Option<Instant>,
-    ) -> Result<Version, StoreError> {
-        self.note("COMPLETE", key);
+    fn complete_upload(&self, complete: &CompleteUpload<'_>) -> Result<Version, StoreError> {
+        self.note("COMPLETE", complete.key);
         self.completions.fetch_add(1, Ordering::SeqCst);
-        let done = self
-            .inner
-            .complete_upload(key, upload, parts, mode, deadline)?;
+        let done = self.inner.complete_upload(complete)?;
         if self.lose_completion_answer.swap(false, Ordering::SeqCst) {
-            return Err(StoreError::new(StoreErrorKind::Transport, "POST", key)
-                .timed_out()
-                .with_message("injected lost answer: the completion took effect"));
+            return Err(
+                StoreError::new(StoreErrorKind::Transport, "POST", complete.key)
+                    .timed_out()
+                    .with_message("injected lost answer: the completion took effect"),
+            );
         }
         Ok(done)
     }
-    fn abort_upload(&self, key: &str, upload: &str, d: Option<Instant>) -> Result<(), StoreError> {
-        self.note("ABORT", key);
-        self.inner.abort_upload(key, upload, d)
+    fn abort_upload(&self, abort: &AbortUpload<'_>) -> Result<(), StoreError> {
+        self.note("ABORT", abort.key);
+        self.inner.abort_upload(abort)
     }
 }
 

@@ -222,6 +222,10 @@
 //! - A delete removes the folders it leaves empty (S3 has no folders to
 //!   leave behind); a folder made for a new prefix is not itself synced to
 //!   its parent.
+//!
+//! [`PutMode`]: bucket_lease_core::store::PutMode
+//! [`PutMode::Create`]: bucket_lease_core::store::PutMode::Create
+//! [`PutMode::Update`]: bucket_lease_core::store::PutMode::Update
 
 mod attr;
 mod beneath;
@@ -235,10 +239,13 @@ mod upload;
 
 use crate::settings::url_text;
 use beneath::{Folder, Kind, Resolve};
-use bucket_lease_core::multipart::{ObjectReader, UploadConditions, UploadedPart};
+use bucket_lease_core::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, ObjectReader, UploadConditions, UploadPart,
+    UploadedPart,
+};
 use bucket_lease_core::mutant::StoreMutant;
 use bucket_lease_core::store::{
-    DeleteMode, Object, PutMode, PutOptions, Store, StoreError, StoreErrorKind, Version,
+    DeleteMode, Object, PutOptions, Store, StoreError, StoreErrorKind, Version,
 };
 use claim::claim_as_bucket;
 use layout::{encode_header, split_key, LOCK, STATE_DIR, TEMP_DIR};
@@ -481,6 +488,24 @@ impl DirStore {
     /// The bucket's directory, as an absolute path.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The object `request` names, opened (its header read, its body
+    /// still to read), for a HEAD or a streamed read; `NoSuchKey` when
+    /// there is none.
+    fn open_found(
+        &self,
+        request: &Request<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<Opened, StoreError> {
+        request.check_deadline(deadline)?;
+        let at = self.locate(request)?;
+        let root = self.root_folder(request)?;
+        let found = match self.find_folder(request, &root, &at)? {
+            Some(folder) => request.open_object(&folder, at.name)?,
+            None => None,
+        };
+        found.ok_or_else(|| request.refusal(StoreErrorKind::NotFound, "NoSuchKey"))
     }
 
     /// The bucket's directory, open, for one request: a directory removed
@@ -940,20 +965,8 @@ impl Store for DirStore {
     /// object of any size.
     fn head(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
         let request = self.request("HEAD", key);
-        request.check_deadline(deadline)?;
-        let at = self.locate(&request)?;
-        let root = self.root_folder(&request)?;
-        let found = match self.find_folder(&request, &root, &at)? {
-            Some(folder) => request.open_object(&folder, at.name)?,
-            None => None,
-        };
-        match found {
-            Some(Opened { header, .. }) => {
-                Ok(Object::new(Vec::new(), Version::etag(header.etag))
-                    .with_metadata(header.metadata))
-            }
-            None => Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey")),
-        }
+        let Opened { header, .. } = self.open_found(&request, deadline)?;
+        Ok(Object::new(Vec::new(), Version::etag(header.etag)).with_metadata(header.metadata))
     }
 
     fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
@@ -1103,53 +1116,29 @@ impl Store for DirStore {
 
     /// The upload's file, `NAME.<id>.upload` beside the object, holds its
     /// header (metadata included) from now on; see [Uploads](self#uploads).
-    fn begin_upload(
-        &self,
-        key: &str,
-        metadata: &[(String, String)],
-        deadline: Option<Instant>,
-    ) -> Result<String, StoreError> {
-        self.begin(key, metadata, deadline)
+    fn begin_upload(&self, begin: &BeginUpload<'_>) -> Result<String, StoreError> {
+        self.begin(begin)
     }
 
     /// Parts are taken in order, each once: a part out of order or sent
     /// again is refused ([`StoreErrorKind::Rejected`], `InvalidPartOrder`)
     /// and changes nothing. A part whose deadline passes is not taken.
-    fn upload_part(
-        &self,
-        key: &str,
-        upload: &str,
-        number: u32,
-        body: &[u8],
-        deadline: Option<Instant>,
-    ) -> Result<UploadedPart, StoreError> {
-        self.take_part(key, upload, number, body, deadline)
+    fn upload_part(&self, part: &UploadPart<'_>) -> Result<UploadedPart, StoreError> {
+        self.take_part(part)
     }
 
-    /// Publishes the upload's file as a PUT in `mode` publishes its
-    /// temporary file; `parts` must name every part taken, in order, with
+    /// Publishes the upload's file as a PUT in its `mode` publishes its
+    /// temporary file; its `parts` must name every part taken, in order, with
     /// its ETag ([`StoreErrorKind::Rejected`] else). A completion that
     /// publishes nothing leaves the upload as it was, to complete again or
     /// abort.
-    fn complete_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        parts: &[UploadedPart],
-        mode: &PutMode,
-        deadline: Option<Instant>,
-    ) -> Result<Version, StoreError> {
-        self.complete(key, upload, parts, mode, deadline)
+    fn complete_upload(&self, complete: &CompleteUpload<'_>) -> Result<Version, StoreError> {
+        self.complete(complete)
     }
 
     /// Removes the upload's file, and the folders that leaves empty, under
     /// the bucket's lock.
-    fn abort_upload(
-        &self,
-        key: &str,
-        upload: &str,
-        deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        self.abort(key, upload, deadline)
+    fn abort_upload(&self, abort: &AbortUpload<'_>) -> Result<(), StoreError> {
+        self.abort(abort)
     }
 }

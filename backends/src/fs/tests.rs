@@ -8,6 +8,7 @@ const LOCK_FILE: &str = ".bucket-lease/lock";
 /// What `listing` leaves out of the root: the store's own.
 const OWN: [&str; 2] = [".bucket-lease", ".bucket-lease.lock"];
 use super::*;
+use bucket_lease_core::store::PutMode;
 use std::cell::Cell;
 use std::fs::OpenOptions;
 use std::rc::Rc;
@@ -770,18 +771,28 @@ fn pause_before_publishing(deadline: Instant) -> impl FnMut(Step) {
     }
 }
 
+/// `k` created holding `before`, and the three writes a test sends over
+/// it, each with its name and key: a create of `new`, an update of `k` at
+/// its version (returned too), an overwrite of `k`.
+fn three_writes_over_k(store: &DirStore) -> (Version, [(&'static str, &'static str, PutMode); 3]) {
+    let v = put(store, "k", b"before", PutMode::Create).unwrap();
+    let update = PutMode::Update(v.clone());
+    let writes = [
+        ("create", "new", PutMode::Create),
+        ("update", "k", update),
+        ("overwrite", "k", PutMode::Overwrite),
+    ];
+    (v, writes)
+}
+
 /// A write paused past its deadline after it took the lock and its
 /// condition held publishes nothing: no rename, and the temporary file
 /// is removed.
 #[test]
 fn a_write_paused_past_its_deadline_under_the_lock_publishes_nothing() {
     let (dir, store) = store();
-    let v = put(&store, "k", b"before", PutMode::Create).unwrap();
-    for (what, key, mode) in [
-        ("create", "new", PutMode::Create),
-        ("update", "k", PutMode::Update(v.clone())),
-        ("overwrite", "k", PutMode::Overwrite),
-    ] {
+    let (v, writes) = three_writes_over_k(&store);
+    for (what, key, mode) in writes {
         let deadline = Instant::now() + Duration::from_millis(100);
         let options = PutOptions::new(mode).with_deadline(Some(deadline));
         let answer = with_hook(pause_before_publishing(deadline), || {

@@ -44,7 +44,9 @@ use super::{
     attr, fresh_etag, random_hex, reached, set_attribute, write_chunks, DirStore, Location,
     Request, Step,
 };
-use bucket_lease_core::multipart::{ObjectReader, UploadedPart, MAX_PARTS};
+use bucket_lease_core::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, ObjectReader, UploadPart, UploadedPart, MAX_PARTS,
+};
 use bucket_lease_core::store::{Object, PutMode, StoreError, StoreErrorKind, Version};
 use rustix::fs::OFlags;
 use std::fs::{self, File};
@@ -350,14 +352,9 @@ impl DirStore {
     /// [`Store::begin_upload`](bucket_lease_core::store::Store::begin_upload):
     /// the upload's file, empty, its attribute marking no part, synced
     /// with its folder.
-    pub(super) fn begin(
-        &self,
-        key: &str,
-        metadata: &[(String, String)],
-        deadline: Option<Instant>,
-    ) -> Result<String, StoreError> {
-        let request = self.request("POST", key);
-        request.check_deadline(deadline)?;
+    pub(super) fn begin(&self, begin: &BeginUpload<'_>) -> Result<String, StoreError> {
+        let request = self.request("POST", begin.key);
+        request.check_deadline(begin.deadline)?;
         // The key is checked now, as S3 checks it, though the upload's
         // file is not beside its object: its spelling, and its path (a
         // link or another bucket on it is refused now, not after every
@@ -366,7 +363,7 @@ impl DirStore {
         let root = self.root_folder(&request)?;
         self.find_folder(&request, &root, &at)?;
         let upload = random_hex(&request, "an upload id")?;
-        let attribute = encode_header(Some(key), &Mark::NONE.text(), metadata);
+        let attribute = encode_header(Some(begin.key), &Mark::NONE.text(), begin.metadata);
         let file = self.write_own(
             &request,
             &root,
@@ -374,7 +371,7 @@ impl DirStore {
             upload.clone(),
             &attribute,
             &[],
-            deadline,
+            begin.deadline,
         )?;
         request.sync(&file.folder)?;
         file.keep();
@@ -383,18 +380,12 @@ impl DirStore {
 
     /// [`Store::upload_part`](bucket_lease_core::store::Store::upload_part):
     /// parts in order only, appended, then marked.
-    pub(super) fn take_part(
-        &self,
-        key: &str,
-        upload: &str,
-        number: u32,
-        body: &[u8],
-        deadline: Option<Instant>,
-    ) -> Result<UploadedPart, StoreError> {
-        let request = self.request("PUT", key);
-        request.check_deadline(deadline)?;
+    pub(super) fn take_part(&self, part: &UploadPart<'_>) -> Result<UploadedPart, StoreError> {
+        let number = part.number;
+        let request = self.request("PUT", part.key);
+        request.check_deadline(part.deadline)?;
         let at = self.locate(&request)?;
-        check_id(&request, upload)?;
+        check_id(&request, part.upload)?;
         if !(1..=MAX_PARTS).contains(&number) {
             return Err(request
                 .error(StoreErrorKind::Rejected)
@@ -405,7 +396,7 @@ impl DirStore {
         let root = self.root_folder(&request)?;
         self.find_folder(&request, &root, &at)?;
         let folder = self.own_folder(&request, &root, UPLOAD_DIR)?;
-        let mut open = OpenUpload::open(&request, folder, upload)?;
+        let mut open = OpenUpload::open(&request, folder, part.upload)?;
         let next = open.last.number + 1;
         if number != next {
             let detail = if number < next {
@@ -423,7 +414,7 @@ impl DirStore {
         }
         let start = open.last.end;
         let end = start
-            .checked_add(body.len() as u64)
+            .checked_add(part.body.len() as u64)
             .filter(|end| *end <= MAX_UPLOAD_BYTES)
             .ok_or_else(|| {
                 request
@@ -434,7 +425,7 @@ impl DirStore {
                     ))
             })?;
         let mark = Mark { number, start, end };
-        let taken = Self::append(&request, &mut open, body, mark, deadline);
+        let taken = Self::append(&request, &mut open, part.body, mark, part.deadline);
         if taken.is_err() {
             open.restore(&request);
         }
@@ -479,24 +470,25 @@ impl DirStore {
     /// [`Store::complete_upload`](bucket_lease_core::store::Store::complete_upload):
     /// the upload's file renamed over its object under the bucket's lock,
     /// as a PUT in `mode` renames its temporary file.
-    pub(super) fn complete(
-        &self,
-        key: &str,
-        upload: &str,
-        parts: &[UploadedPart],
-        mode: &PutMode,
-        deadline: Option<Instant>,
-    ) -> Result<Version, StoreError> {
-        let request = self.request("POST", key);
-        request.check_deadline(deadline)?;
+    pub(super) fn complete(&self, complete: &CompleteUpload<'_>) -> Result<Version, StoreError> {
+        let request = self.request("POST", complete.key);
+        request.check_deadline(complete.deadline)?;
         let at = self.locate(&request)?;
-        check_id(&request, upload)?;
+        check_id(&request, complete.upload)?;
         let root = self.root_folder(&request)?;
         let folder = self.own_folder(&request, &root, UPLOAD_DIR)?;
-        let mut open = OpenUpload::open(&request, folder, upload)?;
-        check_parts(&request, upload, parts, open.last)?;
+        let mut open = OpenUpload::open(&request, folder, complete.upload)?;
+        check_parts(&request, complete.upload, complete.parts, open.last)?;
         let etag = fresh_etag(&request)?;
-        let published = self.publish(&request, &root, &at, &mut open, &etag, mode, deadline);
+        let published = self.publish(
+            &request,
+            &root,
+            &at,
+            &mut open,
+            &etag,
+            complete.mode,
+            complete.deadline,
+        );
         match published {
             Ok(folder) => {
                 request.sync(&folder)?;
@@ -544,26 +536,21 @@ impl DirStore {
     /// [`Store::abort_upload`](bucket_lease_core::store::Store::abort_upload):
     /// the upload's file removed under the bucket's lock, with the folders
     /// that leaves empty, as a DELETE removes an object.
-    pub(super) fn abort(
-        &self,
-        key: &str,
-        upload: &str,
-        deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        let request = self.request("DELETE", key);
-        request.check_deadline(deadline)?;
+    pub(super) fn abort(&self, abort: &AbortUpload<'_>) -> Result<(), StoreError> {
+        let request = self.request("DELETE", abort.key);
+        request.check_deadline(abort.deadline)?;
         self.locate(&request)?;
-        check_id(&request, upload)?;
+        check_id(&request, abort.upload)?;
         let root = self.root_folder(&request)?;
         let folder = self.own_folder(&request, &root, UPLOAD_DIR)?;
-        let path = folder.path().join(upload);
+        let path = folder.path().join(abort.upload);
         // Only an upload of this key: an id begun for another key aborts
         // nothing, as an id never given does.
         // Without waiting: a FIFO someone put at the name answers at once.
-        let file = match folder.open_file(upload, OFlags::RDONLY | OFlags::NONBLOCK) {
+        let file = match folder.open_file(abort.upload, OFlags::RDONLY | OFlags::NONBLOCK) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(request.file_error("open", &folder, upload, e)),
+            Err(e) => return Err(request.file_error("open", &folder, abort.upload, e)),
         };
         if !file.metadata().is_ok_and(|meta| meta.is_file()) {
             return Err(request.not_a_file(&path));
@@ -576,16 +563,16 @@ impl DirStore {
             return Ok(());
         }
         drop(file);
-        let lock = self.lock(&request, &root, deadline)?;
+        let lock = self.lock(&request, &root, abort.deadline)?;
         reached(Step::Publishing);
-        request.check_deadline_at(deadline, || {
+        request.check_deadline_at(abort.deadline, || {
             format!(
                 "the deadline passed after the lock was taken, before {} was removed, so the \
                  upload was not aborted; abort it again with a later deadline",
                 path.display()
             )
         })?;
-        match folder.remove_file(upload) {
+        match folder.remove_file(abort.upload) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(request.io_error("remove", &path, e)),
@@ -602,16 +589,7 @@ impl DirStore {
         deadline: Option<Instant>,
     ) -> Result<ObjectReader, StoreError> {
         let request = self.request("GET", key);
-        request.check_deadline(deadline)?;
-        let at = self.locate(&request)?;
-        let root = self.root_folder(&request)?;
-        let found = match self.find_folder(&request, &root, &at)? {
-            Some(folder) => request.open_object(&folder, at.name)?,
-            None => None,
-        };
-        let Some(opened) = found else {
-            return Err(request.refusal(StoreErrorKind::NotFound, "NoSuchKey"));
-        };
+        let opened = self.open_found(&request, deadline)?;
         let object = Object::new(Vec::new(), Version::etag(opened.header.etag))
             .with_metadata(opened.header.metadata);
         Ok(ObjectReader {

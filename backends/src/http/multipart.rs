@@ -58,7 +58,9 @@
 use super::{object_of, unknown_mode, version_of, Guard, HttpStore, Op};
 use crate::sign::uri_encode;
 use crate::xml;
-use bucket_lease_core::multipart::{ObjectReader, UploadedPart, MAX_PARTS};
+use bucket_lease_core::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, ObjectReader, UploadPart, UploadedPart, MAX_PARTS,
+};
 use bucket_lease_core::store::{PutMode, StoreError, StoreErrorKind, Version};
 use std::io::{self, Read};
 use std::time::Instant;
@@ -94,14 +96,12 @@ impl HttpStore {
 
     pub(super) fn begin_upload_object(
         &self,
-        key: &str,
-        metadata: &[(String, String)],
-        deadline: Option<Instant>,
+        begin: &BeginUpload<'_>,
     ) -> Result<String, StoreError> {
         let op = Op::BeginUpload;
-        let request = self.request_to(op, key, "?uploads", None, metadata, false)?;
+        let request = self.request_to(op, begin.key, "?uploads", None, begin.metadata, false)?;
         let answer = self
-            .execute(op, key, request, &[], deadline)
+            .execute(op, begin.key, request, &[], begin.deadline)
             .map_err(|e| match e.kind() {
                 StoreErrorKind::NotImplemented => {
                     let said = said(&e);
@@ -117,7 +117,7 @@ impl HttpStore {
             Err(_) => None,
         }
         .ok_or_else(|| {
-            StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(format!(
+            StoreError::new(StoreErrorKind::Rejected, op.method(), begin.key).with_message(format!(
                 "the service answered CreateMultipartUpload {} without an <UploadId>, so the \
                  upload cannot go on; it may not take uploads in parts: write the object with \
                  one PUT",
@@ -128,29 +128,28 @@ impl HttpStore {
 
     pub(super) fn upload_part_object(
         &self,
-        key: &str,
-        upload: &str,
-        number: u32,
-        body: &[u8],
-        deadline: Option<Instant>,
+        part: &UploadPart<'_>,
     ) -> Result<UploadedPart, StoreError> {
         let op = Op::UploadPart;
+        let number = part.number;
         if !(1..=MAX_PARTS).contains(&number) {
             return Err(
-                StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(format!(
-                    "part number {number} is outside 1 to {MAX_PARTS}, the numbers S3 takes; \
+                StoreError::new(StoreErrorKind::Rejected, op.method(), part.key).with_message(
+                    format!(
+                        "part number {number} is outside 1 to {MAX_PARTS}, the numbers S3 takes; \
                      nothing was sent"
-                )),
+                    ),
+                ),
             );
         }
         let query = format!(
             "?partNumber={number}&uploadId={}",
-            upload_id(op, key, upload)?
+            upload_id(op, part.key, part.upload)?
         );
-        let request = self.request_to(op, key, &query, None, &[], false)?;
-        let answer = self.execute(op, key, request, body, deadline)?;
+        let request = self.request_to(op, part.key, &query, None, &[], false)?;
+        let answer = self.execute(op, part.key, request, part.body, part.deadline)?;
         let etag = super::header(&answer.headers, "etag").ok_or_else(|| {
-            StoreError::new(StoreErrorKind::Rejected, op.method(), key).with_message(format!(
+            StoreError::new(StoreErrorKind::Rejected, op.method(), part.key).with_message(format!(
                 "the service took part {number} without an ETag, which the completion must \
                  name; send the part again, or abort the upload"
             ))
@@ -160,28 +159,43 @@ impl HttpStore {
 
     pub(super) fn complete_upload_object(
         &self,
-        key: &str,
-        upload: &str,
-        parts: &[UploadedPart],
-        mode: &PutMode,
-        deadline: Option<Instant>,
+        complete: &CompleteUpload<'_>,
     ) -> Result<Version, StoreError> {
-        let (guard, condition) = match mode {
+        let (guard, condition) = match complete.mode {
             PutMode::Create => (Guard::IfAbsent, None),
             PutMode::Update(version) => (Guard::IfMatch, Some(version)),
             PutMode::Overwrite => (Guard::Unconditional, None),
-            _ => return Err(unknown_mode("POST", key)),
+            _ => return Err(unknown_mode("POST", complete.key)),
         };
         let op = Op::CompleteUpload(guard);
-        if parts.is_empty() {
-            return Err(StoreError::new(StoreErrorKind::Rejected, op.method(), key)
-                .with_message("an upload is completed from one part at least; nothing was sent"));
+        if complete.parts.is_empty() {
+            return Err(
+                StoreError::new(StoreErrorKind::Rejected, op.method(), complete.key).with_message(
+                    "an upload is completed from one part at least; nothing was sent",
+                ),
+            );
         }
-        let query = format!("?uploadId={}", upload_id(op, key, upload)?);
-        let body = xml::complete_upload_body(parts);
-        let request = self.request_to(op, key, &query, condition, &[], self.spelling.bare())?;
+        let query = format!(
+            "?uploadId={}",
+            upload_id(op, complete.key, complete.upload)?
+        );
+        let body = xml::complete_upload_body(complete.parts);
+        let request = self.request_to(
+            op,
+            complete.key,
+            &query,
+            condition,
+            &[],
+            self.spelling.bare(),
+        )?;
         let answer = self
-            .execute(op, key, request, body.as_bytes(), deadline)
+            .execute(
+                op,
+                complete.key,
+                request,
+                body.as_bytes(),
+                complete.deadline,
+            )
             .map_err(|e| explain_completion(e, guard))?;
         let mut version = version_of(&answer.headers);
         match &answer.body {
@@ -189,51 +203,54 @@ impl HttpStore {
             // or an error): cut off, or a service that says nothing. The
             // caller settles it by reading the object.
             Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => {
-                return Err(StoreError::new(StoreErrorKind::Transport, op.method(), key)
-                    .with_code(format!("HTTP {}", answer.status))
-                    .with_message(
-                        "the service answered with no CompleteMultipartUploadResult: the \
+                return Err(
+                    StoreError::new(StoreErrorKind::Transport, op.method(), complete.key)
+                        .with_code(format!("HTTP {}", answer.status))
+                        .with_message(
+                            "the service answered with no CompleteMultipartUploadResult: the \
                          answer was cut off, and the upload may or may not have been completed",
-                    )
-                    .answered())
+                        )
+                        .answered(),
+                )
             }
             Ok(bytes) => match xml::completed_etag(bytes) {
                 Some(Some(etag)) => version.etag = Some(etag),
                 Some(None) => {}
                 None => {
-                    return Err(StoreError::new(StoreErrorKind::Transport, op.method(), key)
-                        .with_code(format!("HTTP {}", answer.status))
-                        .with_message(
-                            "the service answered with a body that is neither a \
+                    return Err(StoreError::new(
+                        StoreErrorKind::Transport,
+                        op.method(),
+                        complete.key,
+                    )
+                    .with_code(format!("HTTP {}", answer.status))
+                    .with_message(
+                        "the service answered with a body that is neither a \
                              CompleteMultipartUploadResult nor an Error: the upload may or may \
                              not have been completed",
-                        )
-                        .answered())
+                    )
+                    .answered())
                 }
             },
             Err(cap) => {
-                return Err(StoreError::new(StoreErrorKind::Transport, op.method(), key)
-                    .with_code(format!("HTTP {}", answer.status))
-                    .with_message(format!(
+                return Err(
+                    StoreError::new(StoreErrorKind::Transport, op.method(), complete.key)
+                        .with_code(format!("HTTP {}", answer.status))
+                        .with_message(format!(
                         "the answer's body is larger than the {cap}-byte cap and was not read: \
                          the upload may or may not have been completed"
                     ))
-                    .answered())
+                        .answered(),
+                )
             }
         }
         Ok(version)
     }
 
-    pub(super) fn abort_upload_object(
-        &self,
-        key: &str,
-        upload: &str,
-        deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
+    pub(super) fn abort_upload_object(&self, abort: &AbortUpload<'_>) -> Result<(), StoreError> {
         let op = Op::AbortUpload;
-        let query = format!("?uploadId={}", upload_id(op, key, upload)?);
-        let request = self.request_to(op, key, &query, None, &[], false)?;
-        self.execute(op, key, request, &[], deadline)?;
+        let query = format!("?uploadId={}", upload_id(op, abort.key, abort.upload)?);
+        let request = self.request_to(op, abort.key, &query, None, &[], false)?;
+        self.execute(op, abort.key, request, &[], abort.deadline)?;
         Ok(())
     }
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::Credentials;
+use bucket_lease_core::store::PutMode;
 use std::time::UNIX_EPOCH;
 
 pub(super) fn profile(name: &'static str) -> Profile {

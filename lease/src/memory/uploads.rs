@@ -2,7 +2,7 @@
 //! completion decided exactly as a PUT of the joined parts in its mode.
 
 use super::{named, MemoryStore, Misbehaviour, State};
-use crate::multipart::UploadedPart;
+use crate::multipart::{AbortUpload, BeginUpload, CompleteUpload, UploadPart, UploadedPart};
 use crate::store::{PutMode, PutOptions, StoreError, StoreErrorKind, Version};
 use std::collections::BTreeMap;
 
@@ -22,11 +22,8 @@ impl MemoryStore {
         self.lock().uploads.len()
     }
 
-    pub(super) fn begin_upload_in(
-        &self,
-        key: &str,
-        metadata: &[(String, String)],
-    ) -> Result<String, StoreError> {
+    pub(super) fn begin_upload_in(&self, begin: &BeginUpload<'_>) -> Result<String, StoreError> {
+        let BeginUpload { key, metadata, .. } = *begin;
         let id = format!("mem-upload-{}", self.fresh_number());
         let mut s = self.lock();
         s.begin("POST", key).map_err(named)?;
@@ -41,43 +38,37 @@ impl MemoryStore {
         s.answer("POST", key, id).map_err(named)
     }
 
-    pub(super) fn upload_part_in(
-        &self,
-        key: &str,
-        upload: &str,
-        number: u32,
-        body: &[u8],
-    ) -> Result<UploadedPart, StoreError> {
+    pub(super) fn upload_part_in(&self, part: &UploadPart<'_>) -> Result<UploadedPart, StoreError> {
+        let number = part.number;
         let etag = format!("\"mem-part-{}\"", self.fresh_number());
         let mut s = self.lock();
-        s.begin("PUT", key).map_err(named)?;
-        let pending = pending(&mut s, "PUT", key, upload)?;
-        pending.parts.insert(number, (etag.clone(), body.to_vec()));
-        s.answer("PUT", key, UploadedPart { number, etag })
+        s.begin("PUT", part.key).map_err(named)?;
+        let pending = pending(&mut s, "PUT", part.key, part.upload)?;
+        pending
+            .parts
+            .insert(number, (etag.clone(), part.body.to_vec()));
+        s.answer("PUT", part.key, UploadedPart { number, etag })
             .map_err(named)
     }
 
     pub(super) fn complete_upload_in(
         &self,
-        key: &str,
-        upload: &str,
-        parts: &[UploadedPart],
-        mode: &PutMode,
+        complete: &CompleteUpload<'_>,
     ) -> Result<Version, StoreError> {
         let version = self.fresh_version();
         let mut s = self.lock();
         s.puts += 1;
-        s.begin("POST", key).map_err(named)?;
-        s.turned_away("POST", key).map_err(named)?;
+        s.begin("POST", complete.key).map_err(named)?;
+        s.turned_away("POST", complete.key).map_err(named)?;
         let ignore = s.on(Misbehaviour::IgnoreConditionOnCompletion);
-        let pending = pending(&mut s, "POST", key, upload)?;
+        let pending = pending(&mut s, "POST", complete.key, complete.upload)?;
         let mut body = Vec::new();
-        for part in parts {
+        for part in complete.parts {
             match pending.parts.get(&part.number) {
                 Some((etag, bytes)) if *etag == part.etag => body.extend_from_slice(bytes),
                 _ => {
                     return Err(named(
-                        StoreError::new(StoreErrorKind::Rejected, "POST", key)
+                        StoreError::new(StoreErrorKind::Rejected, "POST", complete.key)
                             .with_code("InvalidPart")
                             .with_message(format!(
                                 "part {} with ETag {} was not uploaded",
@@ -90,19 +81,20 @@ impl MemoryStore {
         let mut options = PutOptions::new(if ignore {
             PutMode::Overwrite
         } else {
-            mode.clone()
+            complete.mode.clone()
         });
         options.metadata = pending.metadata.clone();
-        let decided = Self::put_in(&mut s, "POST", key, &body, &options, version);
-        s.decided(key, decided.is_ok());
+        let decided = Self::put_in(&mut s, "POST", complete.key, &body, &options, version);
+        s.decided(complete.key, decided.is_ok());
         if decided.is_ok() {
-            s.uploads.remove(upload);
+            s.uploads.remove(complete.upload);
         }
         let version = decided.map_err(named)?;
-        s.answer("POST", key, version).map_err(named)
+        s.answer("POST", complete.key, version).map_err(named)
     }
 
-    pub(super) fn abort_upload_in(&self, key: &str, upload: &str) -> Result<(), StoreError> {
+    pub(super) fn abort_upload_in(&self, abort: &AbortUpload<'_>) -> Result<(), StoreError> {
+        let AbortUpload { key, upload, .. } = *abort;
         let mut s = self.lock();
         s.begin("DELETE", key).map_err(named)?;
         s.uploads.remove(upload);

@@ -5,6 +5,7 @@
 //! twice: with `openat2` (where the kernel has it) and with the walk.
 
 use super::*;
+use bucket_lease_core::multipart::{BeginUpload, CompleteUpload, UploadPart};
 use bucket_lease_core::store::Store;
 
 /// Run `test` once as the store resolves paths here, and once by the walk
@@ -30,6 +31,26 @@ fn assert_link_refused<T: std::fmt::Debug>(what: &str, answer: Result<T, StoreEr
         "{what}: the error does not name the link {}: {e}",
         link.display()
     );
+}
+
+/// Every request on `key` refuses the link at `link`: a write in each of
+/// `modes`, a delete, a read, a head and a streamed read.
+fn assert_key_refused<const N: usize>(
+    store: &DirStore,
+    key: &str,
+    modes: [PutMode; N],
+    link: &Path,
+) {
+    for mode in modes {
+        let what = format!("a write ({mode:?}) of {key} through the link");
+        assert_link_refused(&what, put(store, key, b"x", mode), link);
+    }
+    let delete = store.delete(key, &DeleteMode::Unconditional, None);
+    assert_link_refused(&format!("a delete of {key}"), delete, link);
+    assert_link_refused(&format!("a read of {key}"), store.get(key, None), link);
+    assert_link_refused(&format!("a head of {key}"), store.head(key, None), link);
+    let open = store.open(key, None).map(|r| r.object);
+    assert_link_refused(&format!("a streamed read of {key}"), open, link);
 }
 
 /// The names of every file and folder under `dir`, with each file's bytes.
@@ -64,66 +85,38 @@ fn a_link_on_a_keys_path_is_refused_and_nothing_outside_is_touched() {
         std::os::unix::fs::symlink(&outside.0, &link).unwrap();
         let before = snapshot(&outside.0);
 
-        for mode in [PutMode::Create, PutMode::Overwrite] {
-            assert_link_refused(
-                "a put through the link",
-                put(&store, "nightly/parts/1-0", b"x", mode),
-                &link,
-            );
-        }
+        let new_key = [PutMode::Create, PutMode::Overwrite];
+        assert_key_refused(&store, "nightly/parts/1-0", new_key, &link);
         let update = PutMode::Update(Version::etag("\"e\""));
-        assert_link_refused(
-            "an update through the link",
-            put(&store, "nightly/parts/precious", b"x", update),
-            &link,
-        );
-        assert_link_refused(
-            "a delete through the link",
-            store.delete("nightly/parts/precious", &DeleteMode::Unconditional, None),
-            &link,
-        );
-        assert_link_refused(
-            "a read through the link",
-            store.get("nightly/parts/precious", None),
-            &link,
-        );
-        assert_link_refused(
-            "a head through the link",
-            store.head("nightly/parts/precious", None),
-            &link,
-        );
-        assert_link_refused(
-            "a streamed read through the link",
-            store.open("nightly/parts/precious", None).map(|r| r.object),
-            &link,
-        );
+        assert_key_refused(&store, "nightly/parts/precious", [update], &link);
         assert_link_refused(
             "an upload begun through the link",
-            store.begin_upload("nightly/parts/big", &[], None),
+            store.begin_upload(&BeginUpload::new("nightly/parts/big", &[])),
             &link,
         );
         // An upload begun before the link was planted: its part is taken
         // (the upload's file is the store's own), its completion refused.
         fs::remove_file(&link).unwrap();
-        let upload = store.begin_upload("nightly/parts/big", &[], None).unwrap();
+        let upload = store
+            .begin_upload(&BeginUpload::new("nightly/parts/big", &[]))
+            .unwrap();
         let part = store
-            .upload_part("nightly/parts/big", &upload, 1, b"part", None)
+            .upload_part(&UploadPart::new("nightly/parts/big", &upload, 1, b"part"))
             .unwrap();
         std::os::unix::fs::symlink(&outside.0, &link).unwrap();
         assert_link_refused(
             "a part through the link",
-            store.upload_part("nightly/parts/big", &upload, 2, b"part", None),
+            store.upload_part(&UploadPart::new("nightly/parts/big", &upload, 2, b"part")),
             &link,
         );
         assert_link_refused(
             "a completion through the link",
-            store.complete_upload(
+            store.complete_upload(&CompleteUpload::new(
                 "nightly/parts/big",
                 &upload,
                 &[part],
                 &PutMode::Create,
-                None,
-            ),
+            )),
             &link,
         );
         assert_eq!(snapshot(&outside.0), before, "the outside was changed");
@@ -143,21 +136,9 @@ fn a_link_at_a_keys_own_name_is_refused_and_never_read_through() {
         std::os::unix::fs::symlink(other_dir.0.join("LEASE"), &link).unwrap();
         let before = snapshot(&other_dir.0);
 
-        assert_link_refused("a read of the link", store.get("LEASE", None), &link);
-        assert_link_refused("a head of the link", store.head("LEASE", None), &link);
         let version = other.head("LEASE", None).unwrap().version;
-        for mode in [PutMode::Overwrite, PutMode::Update(version)] {
-            assert_link_refused(
-                "a write over the link",
-                put(&store, "LEASE", b"x", mode),
-                &link,
-            );
-        }
-        assert_link_refused(
-            "a delete of the link",
-            store.delete("LEASE", &DeleteMode::Unconditional, None),
-            &link,
-        );
+        let modes = [PutMode::Overwrite, PutMode::Update(version)];
+        assert_key_refused(&store, "LEASE", modes, &link);
         assert_eq!(snapshot(&other_dir.0), before);
         assert!(fs::symlink_metadata(&link).unwrap().is_symlink());
     });
@@ -182,7 +163,7 @@ fn a_link_in_the_stores_own_folder_is_refused() {
                 let uploads = dir.0.join(".bucket-lease/uploads");
                 fs::remove_dir(&uploads).unwrap();
                 std::os::unix::fs::symlink(&outside.0, &uploads).unwrap();
-                store.begin_upload("k", &[], None)
+                store.begin_upload(&BeginUpload::new("k", &[]))
             },
             &dir.0.join(".bucket-lease/uploads"),
         );

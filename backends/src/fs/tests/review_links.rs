@@ -4,6 +4,7 @@
 //! hang the store or are misnamed, and a bucket nested below a prefix.
 
 use super::*;
+use bucket_lease_core::multipart::{AbortUpload, BeginUpload};
 use bucket_lease_core::store::Store;
 
 /// Promise: "whatever they leave in it (a link, a FIFO, a half-finished
@@ -42,14 +43,15 @@ fn review_a_fifo_at_the_lock_file_does_not_hang_open() {
 #[test]
 fn review_a_fifo_at_an_uploads_file_does_not_hang_its_abort() {
     let (dir, store) = store();
-    let upload = store.begin_upload("k", &[], None).unwrap();
+    let upload = store.begin_upload(&BeginUpload::new("k", &[])).unwrap();
     let file = dir.0.join(".bucket-lease/uploads").join(&upload);
     fs::remove_file(&file).unwrap();
     mkfifo(&file);
     let s = store.clone();
     let answer = answer_within(Duration::from_secs(5), move || {
         let deadline = Some(Instant::now() + Duration::from_secs(1));
-        s.abort_upload("k", &upload, deadline).map(drop)
+        s.abort_upload(&AbortUpload::new("k", &upload).with_deadline(deadline))
+            .map(drop)
     });
     release_fifo(&file);
     assert!(
@@ -175,7 +177,7 @@ fn review_an_upload_to_a_key_through_a_link_is_refused_when_it_begins() {
     fs::create_dir(dir.0.join("nightly")).unwrap();
     let link = dir.0.join("nightly/parts");
     std::os::unix::fs::symlink(&outside.0, &link).unwrap();
-    let answer = store.begin_upload("nightly/parts/big", &[], None);
+    let answer = store.begin_upload(&BeginUpload::new("nightly/parts/big", &[]));
     let e = answer.expect_err("begin_upload of a key whose path holds a link");
     assert_eq!(e.code(), Some("SymbolicLink"), "{e}");
     assert!(e.is_permanent(), "{e}");

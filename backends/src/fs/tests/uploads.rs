@@ -4,16 +4,38 @@
 //! requests on one upload at once.
 
 use super::*;
-use bucket_lease_core::multipart::UploadedPart;
+use bucket_lease_core::multipart::{
+    AbortUpload, BeginUpload, CompleteUpload, UploadPart, UploadedPart,
+};
 
 /// Begin an upload of `key` and send `parts`, each as one part.
 fn upload(store: &DirStore, key: &str, parts: &[&[u8]]) -> (String, Vec<UploadedPart>) {
-    let id = store.begin_upload(key, &[], None).unwrap();
+    let id = store.begin_upload(&BeginUpload::new(key, &[])).unwrap();
     let taken = (1..)
         .zip(parts)
-        .map(|(number, body)| store.upload_part(key, &id, number, body, None).unwrap())
+        .map(|(number, body)| {
+            store
+                .upload_part(&UploadPart::new(key, &id, number, body))
+                .unwrap()
+        })
         .collect();
     (id, taken)
+}
+
+/// Send `body` as the part after `parts` of the upload `id` of `key`, and
+/// complete the upload create-only from all of them.
+fn complete_with(
+    store: &DirStore,
+    key: &str,
+    id: &str,
+    mut parts: Vec<UploadedPart>,
+    body: &[u8],
+) -> Version {
+    let number = parts.len() as u32 + 1;
+    let part = store.upload_part(&UploadPart::new(key, id, number, body));
+    parts.push(part.unwrap());
+    let complete = CompleteUpload::new(key, id, &parts, &PutMode::Create);
+    store.complete_upload(&complete).unwrap()
 }
 
 /// The one upload file of the bucket at `root`.
@@ -39,7 +61,7 @@ fn a_part_whose_deadline_passes_mid_body_writes_no_further_chunk() {
     let (hook, written, late) = pausing_after_each_chunk(deadline);
     let body = vec![b'x'; 2 * CHUNK + CHUNK / 2];
     let answer = with_hook(hook, || {
-        store.upload_part("k", &id, 1, &body, Some(deadline))
+        store.upload_part(&UploadPart::new("k", &id, 1, &body).with_deadline(Some(deadline)))
     });
     assert_eq!(
         late.get(),
@@ -57,10 +79,7 @@ fn a_part_whose_deadline_passes_mid_body_writes_no_further_chunk() {
     assert_eq!(listing(&dir.0), Vec::<String>::new(), "nothing published");
     assert_eq!(leftovers(&dir.0).len(), 1, "the upload only");
 
-    let part = store.upload_part("k", &id, 1, b"again", None).unwrap();
-    store
-        .complete_upload("k", &id, &[part], &PutMode::Create, None)
-        .unwrap();
+    complete_with(&store, "k", &id, Vec::new(), b"again");
     assert_eq!(store.get("k", None).unwrap().body, b"again");
 }
 
@@ -69,20 +88,17 @@ fn a_part_whose_deadline_passes_mid_body_writes_no_further_chunk() {
 #[test]
 fn a_part_paused_past_its_deadline_before_it_is_marked_is_not_taken() {
     let (_dir, store) = store();
-    let (id, mut parts) = upload(&store, "k", &[b"one"]);
+    let (id, parts) = upload(&store, "k", &[b"one"]);
     let deadline = Instant::now() + Duration::from_millis(100);
     let answer = with_hook(pause_before_publishing(deadline), || {
-        store.upload_part("k", &id, 2, b"late", Some(deadline))
+        store.upload_part(&UploadPart::new("k", &id, 2, b"late").with_deadline(Some(deadline)))
     });
     assert_not_sent("part", answer);
     let e = store
-        .complete_upload("k", &id, &[], &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("k", &id, &[], &PutMode::Create))
         .unwrap_err();
     assert_eq!(e.code(), Some("MalformedXML"), "{e}");
-    parts.push(store.upload_part("k", &id, 2, b"two", None).unwrap());
-    store
-        .complete_upload("k", &id, &parts, &PutMode::Create, None)
-        .unwrap();
+    complete_with(&store, "k", &id, parts, b"two");
     assert_eq!(store.get("k", None).unwrap().body, b"onetwo");
 }
 
@@ -92,16 +108,14 @@ fn a_part_paused_past_its_deadline_before_it_is_marked_is_not_taken() {
 #[test]
 fn a_completion_paused_past_its_deadline_under_the_lock_publishes_nothing() {
     let (dir, store) = store();
-    let v = put(&store, "k", b"before", PutMode::Create).unwrap();
-    for (what, key, mode) in [
-        ("create", "new", PutMode::Create),
-        ("update", "k", PutMode::Update(v.clone())),
-        ("overwrite", "k", PutMode::Overwrite),
-    ] {
+    let (v, writes) = three_writes_over_k(&store);
+    for (what, key, mode) in writes {
         let (id, parts) = upload(&store, key, &[b"after"]);
         let deadline = Instant::now() + Duration::from_millis(100);
         let answer = with_hook(pause_before_publishing(deadline), || {
-            store.complete_upload(key, &id, &parts, &mode, Some(deadline))
+            store.complete_upload(
+                &CompleteUpload::new(key, &id, &parts, &mode).with_deadline(Some(deadline)),
+            )
         });
         assert_not_sent(what, answer);
         let got = store.get("k", None).unwrap();
@@ -110,20 +124,19 @@ fn a_completion_paused_past_its_deadline_under_the_lock_publishes_nothing() {
             store.get("new", None).unwrap_err().kind(),
             StoreErrorKind::NotFound
         );
-        store.abort_upload(key, &id, None).unwrap();
+        store.abort_upload(&AbortUpload::new(key, &id)).unwrap();
     }
     let (id, parts) = upload(&store, "new", &[b"after"]);
     let deadline = Instant::now() + Duration::from_millis(100);
     let answer = with_hook(pause_before_publishing(deadline), || {
-        store.complete_upload("new", &id, &parts, &PutMode::Create, Some(deadline))
+        store.complete_upload(
+            &CompleteUpload::new("new", &id, &parts, &PutMode::Create)
+                .with_deadline(Some(deadline)),
+        )
     });
     assert_not_sent("create", answer);
     // As it was: it takes its next part, and completes.
-    let more = store.upload_part("new", &id, 2, b"+more", None).unwrap();
-    let all = [parts, vec![more]].concat();
-    let v = store
-        .complete_upload("new", &id, &all, &PutMode::Create, None)
-        .unwrap();
+    let v = complete_with(&store, "new", &id, parts, b"+more");
     let got = store.get("new", None).unwrap();
     assert_eq!((got.body, got.version), (b"after+more".to_vec(), v));
     assert_eq!(listing(&dir.0), ["k", "new"]);
@@ -135,7 +148,7 @@ fn a_completion_paused_past_its_deadline_under_the_lock_publishes_nothing() {
 #[test]
 fn bytes_a_killed_part_left_are_cut_off_by_the_next_request() {
     let (dir, store) = store();
-    let (id, mut parts) = upload(&store, "k", &[b"one"]);
+    let (id, parts) = upload(&store, "k", &[b"one"]);
     let file = upload_file(&dir.0);
     fs::OpenOptions::new()
         .append(true)
@@ -143,10 +156,7 @@ fn bytes_a_killed_part_left_are_cut_off_by_the_next_request() {
         .unwrap()
         .write_all(b"half a part")
         .unwrap();
-    parts.push(store.upload_part("k", &id, 2, b"two", None).unwrap());
-    store
-        .complete_upload("k", &id, &parts, &PutMode::Create, None)
-        .unwrap();
+    complete_with(&store, "k", &id, parts, b"two");
     assert_eq!(store.get("k", None).unwrap().body, b"onetwo");
 }
 
@@ -161,9 +171,11 @@ fn an_upload_a_killed_completion_left_must_be_aborted() {
     let object = encode_header(None, "\"0123456789abcdef0123456789abcdef\"", &[]);
     attr::set(&file, &object).unwrap();
     for answer in [
-        store.upload_part("k", &id, 2, b"two", None).map(drop),
         store
-            .complete_upload("k", &id, &parts, &PutMode::Create, None)
+            .upload_part(&UploadPart::new("k", &id, 2, b"two"))
+            .map(drop),
+        store
+            .complete_upload(&CompleteUpload::new("k", &id, &parts, &PutMode::Create))
             .map(drop),
     ] {
         let e = answer.unwrap_err();
@@ -174,7 +186,7 @@ fn an_upload_a_killed_completion_left_must_be_aborted() {
             "{e}"
         );
     }
-    store.abort_upload("k", &id, None).unwrap();
+    store.abort_upload(&AbortUpload::new("k", &id)).unwrap();
     assert_eq!((listing(&dir.0), leftovers(&dir.0)), (vec![], vec![]));
 }
 
@@ -186,16 +198,18 @@ fn a_request_on_an_upload_another_holds_is_a_conflict() {
     let (id, parts) = upload(&store, "k", &[b"one"]);
     let holder = File::open(upload_file(&dir.0)).unwrap();
     holder.lock().unwrap();
-    let e = store.upload_part("k", &id, 2, b"two", None).unwrap_err();
+    let e = store
+        .upload_part(&UploadPart::new("k", &id, 2, b"two"))
+        .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Conflict, "{e}");
     assert!(e.to_string().contains("one at a time"), "{e}");
     let e = store
-        .complete_upload("k", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("k", &id, &parts, &PutMode::Create))
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Conflict, "{e}");
     drop(holder);
     store
-        .complete_upload("k", &id, &parts, &PutMode::Create, None)
+        .complete_upload(&CompleteUpload::new("k", &id, &parts, &PutMode::Create))
         .unwrap();
     assert_eq!(store.get("k", None).unwrap().body, b"one");
 }
