@@ -12,37 +12,41 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const PREFIX: &str = "jobs/nightly";
 const INTERVAL: Duration = Duration::from_secs(1);
 
-/// A memory store that counts its conditional reads by answer.
+/// A memory store whose reads, plain and conditional, go through `reads`
+/// (which may count, refuse or hang them) before the memory store answers
+/// them; writes and deletes go straight to the memory store.
 #[derive(Debug, Default)]
-struct Counting {
+struct Wrapped<R> {
     inner: MemoryStore,
-    unchanged: AtomicU64,
-    changed: AtomicU64,
-    /// Answer every request with this (permanent) error kind.
-    refuse: Option<StoreErrorKind>,
+    reads: R,
 }
 
-impl Counting {
-    fn unchanged(&self) -> u64 {
-        self.unchanged.load(Ordering::SeqCst)
+/// What a [`Wrapped`] store does with a read of `inner`: by default, it
+/// passes the read on.
+trait Reads: Send + Sync + std::fmt::Debug {
+    fn read(
+        &self,
+        inner: &MemoryStore,
+        key: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Object, StoreError> {
+        inner.get(key, deadline)
     }
 
-    fn changed(&self) -> u64 {
-        self.changed.load(Ordering::SeqCst)
-    }
-
-    fn refused(&self, method: &'static str, key: &str) -> Result<(), StoreError> {
-        match self.refuse {
-            Some(kind) => Err(StoreError::new(kind, method, key)),
-            None => Ok(()),
-        }
+    fn read_if_changed(
+        &self,
+        inner: &MemoryStore,
+        key: &str,
+        known: &Version,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Object>, StoreError> {
+        inner.get_if_changed(key, known, deadline)
     }
 }
 
-impl Store for Counting {
+impl<R: Reads> Store for Wrapped<R> {
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        self.refused("GET", key)?;
-        self.inner.get(key, deadline)
+        self.reads.read(&self.inner, key, deadline)
     }
 
     fn get_if_changed(
@@ -51,14 +55,8 @@ impl Store for Counting {
         known: &Version,
         deadline: Option<Instant>,
     ) -> Result<Option<Object>, StoreError> {
-        self.refused("GET", key)?;
-        let answer = self.inner.get_if_changed(key, known, deadline)?;
-        match answer {
-            None => &self.unchanged,
-            Some(_) => &self.changed,
-        }
-        .fetch_add(1, Ordering::SeqCst);
-        Ok(answer)
+        self.reads
+            .read_if_changed(&self.inner, key, known, deadline)
     }
 
     fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
@@ -72,6 +70,66 @@ impl Store for Counting {
         deadline: Option<Instant>,
     ) -> Result<(), StoreError> {
         self.inner.delete(key, mode, deadline)
+    }
+}
+
+/// Counts the conditional reads by answer.
+#[derive(Debug, Default)]
+struct Counts {
+    unchanged: AtomicU64,
+    changed: AtomicU64,
+    /// Answer every read with this (permanent) error kind.
+    refuse: Option<StoreErrorKind>,
+}
+
+impl Counts {
+    fn refused(&self, key: &str) -> Result<(), StoreError> {
+        match self.refuse {
+            Some(kind) => Err(StoreError::new(kind, "GET", key)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Reads for Counts {
+    fn read(
+        &self,
+        inner: &MemoryStore,
+        key: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Object, StoreError> {
+        self.refused(key)?;
+        inner.get(key, deadline)
+    }
+
+    fn read_if_changed(
+        &self,
+        inner: &MemoryStore,
+        key: &str,
+        known: &Version,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Object>, StoreError> {
+        self.refused(key)?;
+        let answer = inner.get_if_changed(key, known, deadline)?;
+        match answer {
+            None => &self.unchanged,
+            Some(_) => &self.changed,
+        }
+        .fetch_add(1, Ordering::SeqCst);
+        Ok(answer)
+    }
+}
+
+/// A memory store that counts its conditional reads by answer.
+type Counting = Wrapped<Counts>;
+
+impl Counting {
+    fn unchanged(&self) -> u64 {
+        self.reads.unchanged.load(Ordering::SeqCst)
+    }
+
+    fn changed(&self) -> u64 {
+        self.reads.changed.load(Ordering::SeqCst)
     }
 }
 
@@ -434,7 +492,10 @@ fn transient_failures_are_retried_and_the_deadline_returns_the_last() {
 #[test]
 fn a_permanent_error_is_returned_at_once() {
     let store = Arc::new(Counting {
-        refuse: Some(StoreErrorKind::PermissionDenied),
+        reads: Counts {
+            refuse: Some(StoreErrorKind::PermissionDenied),
+            ..Counts::default()
+        },
         ..Counting::default()
     });
     let clock = TestClock::new();
@@ -486,43 +547,33 @@ fn the_default_conditional_read_compares_versions() {
     assert_eq!(gone.kind(), StoreErrorKind::NotFound);
 }
 
-/// A store whose conditional reads hang until their deadline (on the test
-/// clock) and time out there.
+/// Conditional reads that hang until their deadline (on the test clock)
+/// and time out there.
 #[derive(Debug)]
-struct HangsToDeadline {
-    inner: MemoryStore,
-    clock: TestClock,
-}
+struct HangsToDeadline(TestClock);
 
-impl Store for HangsToDeadline {
-    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        self.inner.get(key, deadline)
-    }
-
-    fn get_if_changed(
+impl Reads for HangsToDeadline {
+    fn read_if_changed(
         &self,
+        _inner: &MemoryStore,
         key: &str,
         _known: &Version,
         deadline: Option<Instant>,
     ) -> Result<Option<Object>, StoreError> {
         let deadline = deadline.expect("every read has a deadline");
-        self.clock
-            .advance(deadline.saturating_duration_since(self.clock.now()));
+        self.0
+            .advance(deadline.saturating_duration_since(self.0.now()));
         Err(StoreError::new(StoreErrorKind::Transport, "GET", key).timed_out())
     }
+}
 
-    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
-        self.inner.put(key, body, options)
-    }
-
-    fn delete(
-        &self,
-        key: &str,
-        mode: &DeleteMode,
-        deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        self.inner.delete(key, mode, deadline)
-    }
+/// A memory store whose conditional reads hang to their deadline on
+/// `clock`.
+fn hanging(clock: &TestClock) -> Arc<Wrapped<HangsToDeadline>> {
+    Arc::new(Wrapped {
+        inner: MemoryStore::new(),
+        reads: HangsToDeadline(clock.clone()),
+    })
 }
 
 /// A read cut short by the wait's own deadline is not a failure: the wait
@@ -531,10 +582,7 @@ impl Store for HangsToDeadline {
 #[test]
 fn a_read_cut_short_by_the_deadline_is_no_failure() {
     let clock = TestClock::new();
-    let store = Arc::new(HangsToDeadline {
-        inner: MemoryStore::new(),
-        clock: clock.clone(),
-    });
+    let store = hanging(&clock);
     write(&*store, &clock, "a", 1, 3600);
     let mut watcher = Watcher::new(store.clone(), PREFIX, Arc::new(clock.clone()));
     next(&mut watcher, &wait_for(&clock, 1));
@@ -548,23 +596,19 @@ fn a_read_cut_short_by_the_deadline_is_no_failure() {
     }
 }
 
-/// Review (issue 33): a memory store that answers its first `budget`
-/// conditional reads and refuses the rest with a permanent error, so that
-/// a watcher that polls without pause ends rather than spins.
+/// Review (issue 33): conditional reads of which the first `budget` are
+/// answered and the rest refused with a permanent error, so that a
+/// watcher that polls without pause ends rather than spins.
 #[derive(Debug)]
 struct Budgeted {
-    inner: MemoryStore,
     reads: AtomicU64,
     budget: u64,
 }
 
-impl Store for Budgeted {
-    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        self.inner.get(key, deadline)
-    }
-
-    fn get_if_changed(
+impl Reads for Budgeted {
+    fn read_if_changed(
         &self,
+        inner: &MemoryStore,
         key: &str,
         known: &Version,
         deadline: Option<Instant>,
@@ -576,20 +620,7 @@ impl Store for Budgeted {
                 key,
             ));
         }
-        self.inner.get_if_changed(key, known, deadline)
-    }
-
-    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
-        self.inner.put(key, body, options)
-    }
-
-    fn delete(
-        &self,
-        key: &str,
-        mode: &DeleteMode,
-        deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        self.inner.delete(key, mode, deadline)
+        inner.get_if_changed(key, known, deadline)
     }
 }
 
@@ -603,10 +634,12 @@ impl Store for Budgeted {
 #[test]
 fn review_a_poll_interval_that_overflows_an_instant_does_not_poll_without_pause() {
     let clock = TestClock::new();
-    let store = Arc::new(Budgeted {
+    let store = Arc::new(Wrapped {
         inner: MemoryStore::new(),
-        reads: AtomicU64::new(0),
-        budget: 1000,
+        reads: Budgeted {
+            reads: AtomicU64::new(0),
+            budget: 1000,
+        },
     });
     write(&*store, &clock, "a", 1, 3600);
     let mut watcher = Watcher::new(store.clone(), PREFIX, Arc::new(clock.clone()));
@@ -614,7 +647,7 @@ fn review_a_poll_interval_that_overflows_an_instant_does_not_poll_without_pause(
     assert_eq!(next(&mut watcher, &wait).state, LeaseState::Held);
     let t0 = clock.now();
     let ended = watcher.next_change(&wait);
-    let reads = store.reads.load(Ordering::SeqCst);
+    let reads = store.reads.reads.load(Ordering::SeqCst);
     assert!(
         matches!(ended, Ok(None)) && reads == 0,
         "expected Ok(None) at the deadline and no conditional read (the next poll is \
@@ -634,10 +667,7 @@ fn review_a_poll_interval_that_overflows_an_instant_does_not_poll_without_pause(
 #[test]
 fn review_an_expiry_during_a_hanging_read_is_reported_at_the_expiry() {
     let clock = TestClock::new();
-    let store = Arc::new(HangsToDeadline {
-        inner: MemoryStore::new(),
-        clock: clock.clone(),
-    });
+    let store = hanging(&clock);
     write(&*store, &clock, "a", 1, 10);
     let mut watcher = Watcher::new(store.clone(), PREFIX, Arc::new(clock.clone()));
     let wait = Wait::until(clock.now() + Duration::from_secs(300))
