@@ -1177,11 +1177,11 @@ pub(crate) mod tests {
         assert!(format!("{store:?}").contains("us-west-2"));
     }
 
-    /// The base URL of the store `url` opens with test credentials, no
-    /// home directory, no instance metadata, and the variables `extra`
-    /// (the first of a name wins).
-    #[cfg(feature = "s3")]
-    fn s3_base_url(url: &str, extra: &[(&str, &str)]) -> Result<String, String> {
+    /// The store `url` opens with test credentials, no home directory, no
+    /// instance metadata, and the variables `extra` (the first of a name
+    /// wins), or the error it is refused with, as text.
+    #[cfg(http)]
+    fn built(url: &str, extra: &[(&str, &str)]) -> Result<crate::HttpStore, String> {
         let extra: Vec<(String, String)> = extra
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -1196,8 +1196,13 @@ pub(crate) mod tests {
         let url = StoreUrl::parse(url).unwrap();
         http_builder(&url, &env)
             .and_then(|b| b.build())
-            .map(|store| store.base_url().to_string())
             .map_err(|e| e.to_string())
+    }
+
+    /// The base URL of the store `url` opens as [`built`] opens it.
+    #[cfg(feature = "s3")]
+    fn s3_base_url(url: &str, extra: &[(&str, &str)]) -> Result<String, String> {
+        built(url, extra).map(|store| store.base_url().to_string())
     }
 
     /// The addressing rule through the environment and a profile's `s3`
@@ -1525,26 +1530,16 @@ pub(crate) mod tests {
     #[cfg(feature = "r2")]
     #[test]
     fn r2_endpoint_comes_from_the_account_and_jurisdiction() {
-        let url = StoreUrl::parse("r2://bkt/p").unwrap();
-        let e = http_builder(
-            &url,
-            &env_of(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")]),
-        )
-        .err()
-        .unwrap();
-        assert!(e.to_string().contains("R2_ACCOUNT_ID is not set"), "{e}");
-        let store = http_builder(
-            &url,
-            &env_of(&[
-                ("AWS_ACCESS_KEY_ID", "A"),
-                ("AWS_SECRET_ACCESS_KEY", "S"),
+        let e = built("r2://bkt/p", &[]).unwrap_err();
+        assert!(e.contains("R2_ACCOUNT_ID is not set"), "{e}");
+        let store = built(
+            "r2://bkt/p",
+            &[
                 ("AWS_REGION", "us-east-1"),
                 ("R2_ACCOUNT_ID", "acct"),
                 ("R2_JURISDICTION", "eu"),
-            ]),
+            ],
         )
-        .unwrap()
-        .build()
         .unwrap();
         assert_eq!(
             store.base_url(),
@@ -1558,22 +1553,10 @@ pub(crate) mod tests {
     #[cfg(feature = "r2")]
     #[test]
     fn conditional_deletes_and_unquoted_etags_are_set_from_the_environment() {
-        let url = StoreUrl::parse("r2://bkt/p").unwrap();
-        let debug = |extra: &'static [(&'static str, &'static str)]| {
-            let env = move |name: &str| match name {
-                "AWS_ACCESS_KEY_ID" => Some("A".to_string()),
-                "AWS_SECRET_ACCESS_KEY" => Some("S".to_string()),
-                "R2_ACCOUNT_ID" => Some("acct".to_string()),
-                "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
-                n => extra
-                    .iter()
-                    .find(|(k, _)| *k == n)
-                    .map(|(_, v)| v.to_string()),
-            };
-            http_builder(&url, &env)
-                .and_then(|b| b.build())
-                .map(|store| format!("{store:?}"))
-                .map_err(|e| e.to_string())
+        let debug = |extra: &[(&str, &str)]| {
+            let mut all = vec![("R2_ACCOUNT_ID", "acct")];
+            all.extend_from_slice(extra);
+            built("r2://bkt/p", &all).map(|store| format!("{store:?}"))
         };
         let plain = debug(&[]).unwrap();
         assert!(plain.contains("delete_conditions: Off"), "{plain}");
@@ -1595,21 +1578,10 @@ pub(crate) mod tests {
     #[cfg(all(feature = "r2", feature = "s3"))]
     #[test]
     fn the_write_interval_is_r2s_second_unless_the_environment_sets_it() {
-        let debug = |url: &str, interval: Option<&'static str>| {
-            let url = StoreUrl::parse(url).unwrap();
-            let env = move |name: &str| match name {
-                "AWS_ACCESS_KEY_ID" => Some("A".to_string()),
-                "AWS_SECRET_ACCESS_KEY" => Some("S".to_string()),
-                "AWS_REGION" => Some("us-east-1".to_string()),
-                "R2_ACCOUNT_ID" => Some("acct".to_string()),
-                "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
-                "BUCKET_LEASE_WRITE_INTERVAL" => interval.map(str::to_string),
-                _ => None,
-            };
-            http_builder(&url, &env)
-                .and_then(|b| b.build())
-                .map(|store| format!("{store:?}"))
-                .map_err(|e| e.to_string())
+        let debug = |url: &str, interval: Option<&str>| {
+            let mut all = vec![("AWS_REGION", "us-east-1"), ("R2_ACCOUNT_ID", "acct")];
+            all.extend(interval.map(|text| ("BUCKET_LEASE_WRITE_INTERVAL", text)));
+            built(url, &all).map(|store| format!("{store:?}"))
         };
         let shown = |text: String| {
             let at = text.find("write_interval: ").expect("shown") + "write_interval: ".len();
@@ -1720,24 +1692,12 @@ pub(crate) mod tests {
     #[cfg(feature = "minio")]
     #[test]
     fn minio_needs_an_endpoint() {
-        let url = StoreUrl::parse("minio://bkt/p").unwrap();
-        let e = http_builder(
-            &url,
-            &env_of(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")]),
+        let e = built("minio://bkt/p", &[]).unwrap_err();
+        assert!(e.contains("AWS_ENDPOINT_URL is not set"), "{e}");
+        let store = built(
+            "minio://bkt/p",
+            &[("AWS_ENDPOINT_URL_S3", "http://minio.lan:9000/")],
         )
-        .err()
-        .unwrap();
-        assert!(e.to_string().contains("AWS_ENDPOINT_URL is not set"), "{e}");
-        let store = http_builder(
-            &url,
-            &env_of(&[
-                ("AWS_ACCESS_KEY_ID", "A"),
-                ("AWS_SECRET_ACCESS_KEY", "S"),
-                ("AWS_ENDPOINT_URL_S3", "http://minio.lan:9000/"),
-            ]),
-        )
-        .unwrap()
-        .build()
         .unwrap();
         assert_eq!(store.base_url(), "http://minio.lan:9000/bkt");
     }
