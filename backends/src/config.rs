@@ -952,18 +952,35 @@ pub(crate) mod tests {
         }
     }
 
+    /// A path of its own (not made) in the temporary directory, for the
+    /// test `name`.
+    #[cfg(feature = "fs")]
+    fn scratch(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "bucket-lease-config-{name}-{:016x}",
+            getrandom::u64().unwrap()
+        ))
+    }
+
+    /// What opening `url` (with no environment) is refused with: an
+    /// `Open` error, which must be permanent, and its text.
+    #[cfg(feature = "fs")]
+    fn refused_open(url: &str) -> (bucket_lease_core::store::StoreError, String) {
+        let e = open_with_env(url, |_| None)
+            .err()
+            .unwrap_or_else(|| panic!("{url}: opened, where it must be refused"));
+        let ConfigError::Open(open) = &e else {
+            panic!("{url}: {e}");
+        };
+        assert!(open.is_permanent(), "{e}");
+        (open.clone(), e.to_string())
+    }
+
     #[cfg(feature = "fs")]
     #[test]
     fn file_urls_open_the_directory_store() {
         use bucket_lease_core::store::{PutMode, PutOptions};
-        let dir = std::env::temp_dir().join(format!(
-            "bucket-lease-config-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
+        let dir = scratch("open");
         std::fs::create_dir_all(&dir).unwrap();
         let dir = dir.to_str().unwrap().to_string();
         let (store, prefix) = open_with_env(&format!("file://{dir}//jobs"), |_| None).unwrap();
@@ -979,16 +996,12 @@ pub(crate) mod tests {
         let file = std::env::temp_dir().join(format!("bucket-lease-config-{}", std::process::id()));
         std::fs::write(&file, b"not a directory").unwrap();
         let url = format!("file://{}//p", file.to_str().unwrap());
-        let e = open_with_env(&url, |_| None).err().unwrap();
+        let (_, text) = refused_open(&url);
         assert!(
-            matches!(&e, ConfigError::Open(o) if o.is_permanent()),
-            "{e}"
+            text.starts_with("opening the store: OPEN file://"),
+            "{text}"
         );
-        assert!(
-            e.to_string().starts_with("opening the store: OPEN file://"),
-            "{e}"
-        );
-        assert!(e.to_string().contains("is not a directory"), "{e}");
+        assert!(text.contains("is not a directory"), "{text}");
         let _ = std::fs::remove_file(&file);
     }
 
@@ -999,21 +1012,12 @@ pub(crate) mod tests {
     #[cfg(feature = "fs")]
     #[test]
     fn a_bucket_directory_never_nests_another() {
-        let top = std::env::temp_dir().join(format!(
-            "bucket-lease-config-nest-{:016x}",
-            getrandom::u64().unwrap()
-        ));
+        let top = scratch("nest");
         std::fs::create_dir_all(top.join("jobs/nightly")).unwrap();
         let t = top.display().to_string();
+        // Opened beside a bucket that nests it or sits in it: refused.
         let refused = |url: &str, within: &str| {
-            let e = open_with_env(url, |_| None).err().unwrap_or_else(|| {
-                panic!("{url}: opened beside a bucket that nests it or sits in it")
-            });
-            let ConfigError::Open(open) = &e else {
-                panic!("{url}: {e}");
-            };
-            assert!(open.is_permanent(), "{e}");
-            let text = e.to_string();
+            let (_, text) = refused_open(url);
             assert!(text.contains(within), "{url}: {text}");
         };
         // The outer directory first: the inner spellings are refused.
@@ -1048,22 +1052,14 @@ pub(crate) mod tests {
     #[cfg(feature = "fs")]
     #[test]
     fn a_missing_directory_is_a_missing_bucket() {
-        let dir = std::env::temp_dir().join(format!(
-            "bucket-lease-config-missing-{}/jobs",
-            std::process::id()
-        ));
+        let dir = scratch("missing").join("jobs");
         let shown = dir.display().to_string();
         for url in [
             format!("file://{shown}"),
             format!("file://{shown}//nightly"),
         ] {
-            let e = open_with_env(&url, |_| None).err().unwrap();
-            let ConfigError::Open(open) = &e else {
-                panic!("{url}: {e}");
-            };
-            assert_eq!(open.code(), Some("NoSuchBucket"), "{e}");
-            assert!(open.is_permanent(), "{e}");
-            let text = e.to_string();
+            let (open, text) = refused_open(&url);
+            assert_eq!(open.code(), Some("NoSuchBucket"), "{text}");
             assert!(text.contains(&format!("mkdir -p {shown}")), "{text}");
             assert_eq!(
                 text.matches(&format!("no directory {shown}")).count(),
@@ -1435,16 +1431,10 @@ pub(crate) mod tests {
     #[cfg(feature = "fs")]
     #[test]
     fn a_single_slash_url_to_a_missing_path_names_both_readings() {
-        let top = std::env::temp_dir().join(format!(
-            "bucket-lease-config-readings-{:016x}",
-            getrandom::u64().unwrap()
-        ));
+        let top = scratch("readings");
         std::fs::create_dir_all(&top).unwrap();
         let t = top.display().to_string();
-        let e = open_with_env(&format!("file://{t}/nightly/parts"), |_| None)
-            .err()
-            .unwrap();
-        let text = e.to_string();
+        let (_, text) = refused_open(&format!("file://{t}/nightly/parts"));
         assert!(
             text.contains(&format!("write file://{t}//nightly/parts;")),
             "{text}"
