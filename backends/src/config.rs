@@ -1073,7 +1073,7 @@ pub(crate) mod tests {
         }
     }
 
-    #[cfg(http)]
+    #[cfg(feature = "s3")]
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |name| {
             pairs
