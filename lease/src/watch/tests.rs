@@ -12,41 +12,41 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const PREFIX: &str = "jobs/nightly";
 const INTERVAL: Duration = Duration::from_secs(1);
 
-/// A memory store whose reads, plain and conditional, go through `reads`
-/// (which may count, refuse or hang them) before the memory store answers
-/// them; writes and deletes go straight to the memory store.
+/// A memory store whose reads pass `reads`, which may count, refuse or
+/// hang them, on their way to it; writes and deletes go straight to it.
 #[derive(Debug, Default)]
 struct Wrapped<R> {
     inner: MemoryStore,
     reads: R,
 }
 
-/// What a [`Wrapped`] store does with a read of `inner`: by default, it
-/// passes the read on.
+/// What a [`Wrapped`] store does around the reads of the memory store:
+/// by default, nothing.
 trait Reads: Send + Sync + std::fmt::Debug {
-    fn read(
-        &self,
-        inner: &MemoryStore,
-        key: &str,
-        deadline: Option<Instant>,
-    ) -> Result<Object, StoreError> {
-        inner.get(key, deadline)
+    /// Before any read of `key`, plain or conditional: an error to answer
+    /// instead.
+    fn before_read(&self, _key: &str) -> Result<(), StoreError> {
+        Ok(())
     }
 
-    fn read_if_changed(
+    /// Before a conditional read of `key` bounded by `deadline`: an error
+    /// to answer instead.
+    fn before_conditional_read(
         &self,
-        inner: &MemoryStore,
-        key: &str,
-        known: &Version,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Object>, StoreError> {
-        inner.get_if_changed(key, known, deadline)
+        _key: &str,
+        _deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        Ok(())
     }
+
+    /// After a conditional read the memory store answered with `answer`.
+    fn after_conditional_read(&self, _answer: &Option<Object>) {}
 }
 
 impl<R: Reads> Store for Wrapped<R> {
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        self.reads.read(&self.inner, key, deadline)
+        self.reads.before_read(key)?;
+        self.inner.get(key, deadline)
     }
 
     fn get_if_changed(
@@ -55,8 +55,11 @@ impl<R: Reads> Store for Wrapped<R> {
         known: &Version,
         deadline: Option<Instant>,
     ) -> Result<Option<Object>, StoreError> {
-        self.reads
-            .read_if_changed(&self.inner, key, known, deadline)
+        self.reads.before_read(key)?;
+        self.reads.before_conditional_read(key, deadline)?;
+        let answer = self.inner.get_if_changed(key, known, deadline)?;
+        self.reads.after_conditional_read(&answer);
+        Ok(answer)
     }
 
     fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
@@ -82,41 +85,20 @@ struct Counts {
     refuse: Option<StoreErrorKind>,
 }
 
-impl Counts {
-    fn refused(&self, key: &str) -> Result<(), StoreError> {
+impl Reads for Counts {
+    fn before_read(&self, key: &str) -> Result<(), StoreError> {
         match self.refuse {
             Some(kind) => Err(StoreError::new(kind, "GET", key)),
             None => Ok(()),
         }
     }
-}
 
-impl Reads for Counts {
-    fn read(
-        &self,
-        inner: &MemoryStore,
-        key: &str,
-        deadline: Option<Instant>,
-    ) -> Result<Object, StoreError> {
-        self.refused(key)?;
-        inner.get(key, deadline)
-    }
-
-    fn read_if_changed(
-        &self,
-        inner: &MemoryStore,
-        key: &str,
-        known: &Version,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Object>, StoreError> {
-        self.refused(key)?;
-        let answer = inner.get_if_changed(key, known, deadline)?;
+    fn after_conditional_read(&self, answer: &Option<Object>) {
         match answer {
             None => &self.unchanged,
             Some(_) => &self.changed,
         }
         .fetch_add(1, Ordering::SeqCst);
-        Ok(answer)
     }
 }
 
@@ -553,13 +535,11 @@ fn the_default_conditional_read_compares_versions() {
 struct HangsToDeadline(TestClock);
 
 impl Reads for HangsToDeadline {
-    fn read_if_changed(
+    fn before_conditional_read(
         &self,
-        _inner: &MemoryStore,
         key: &str,
-        _known: &Version,
         deadline: Option<Instant>,
-    ) -> Result<Option<Object>, StoreError> {
+    ) -> Result<(), StoreError> {
         let deadline = deadline.expect("every read has a deadline");
         self.0
             .advance(deadline.saturating_duration_since(self.0.now()));
@@ -606,13 +586,11 @@ struct Budgeted {
 }
 
 impl Reads for Budgeted {
-    fn read_if_changed(
+    fn before_conditional_read(
         &self,
-        inner: &MemoryStore,
         key: &str,
-        known: &Version,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Object>, StoreError> {
+        _deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
         if self.reads.fetch_add(1, Ordering::SeqCst) >= self.budget {
             return Err(StoreError::new(
                 StoreErrorKind::PermissionDenied,
@@ -620,7 +598,7 @@ impl Reads for Budgeted {
                 key,
             ));
         }
-        inner.get_if_changed(key, known, deadline)
+        Ok(())
     }
 }
 
