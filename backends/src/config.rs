@@ -952,18 +952,35 @@ pub(crate) mod tests {
         }
     }
 
+    /// A path of its own (not made) in the temporary directory, for the
+    /// test `name`.
+    #[cfg(feature = "fs")]
+    fn scratch(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "bucket-lease-config-{name}-{:016x}",
+            getrandom::u64().unwrap()
+        ))
+    }
+
+    /// What opening `url` (with no environment) is refused with: an
+    /// `Open` error, which must be permanent, and its text.
+    #[cfg(feature = "fs")]
+    fn refused_open(url: &str) -> (bucket_lease_core::store::StoreError, String) {
+        let e = open_with_env(url, |_| None)
+            .err()
+            .unwrap_or_else(|| panic!("{url}: opened, where it must be refused"));
+        let ConfigError::Open(open) = &e else {
+            panic!("{url}: {e}");
+        };
+        assert!(open.is_permanent(), "{e}");
+        (open.clone(), e.to_string())
+    }
+
     #[cfg(feature = "fs")]
     #[test]
     fn file_urls_open_the_directory_store() {
         use bucket_lease_core::store::{PutMode, PutOptions};
-        let dir = std::env::temp_dir().join(format!(
-            "bucket-lease-config-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
+        let dir = scratch("open");
         std::fs::create_dir_all(&dir).unwrap();
         let dir = dir.to_str().unwrap().to_string();
         let (store, prefix) = open_with_env(&format!("file://{dir}//jobs"), |_| None).unwrap();
@@ -979,16 +996,12 @@ pub(crate) mod tests {
         let file = std::env::temp_dir().join(format!("bucket-lease-config-{}", std::process::id()));
         std::fs::write(&file, b"not a directory").unwrap();
         let url = format!("file://{}//p", file.to_str().unwrap());
-        let e = open_with_env(&url, |_| None).err().unwrap();
+        let (_, text) = refused_open(&url);
         assert!(
-            matches!(&e, ConfigError::Open(o) if o.is_permanent()),
-            "{e}"
+            text.starts_with("opening the store: OPEN file://"),
+            "{text}"
         );
-        assert!(
-            e.to_string().starts_with("opening the store: OPEN file://"),
-            "{e}"
-        );
-        assert!(e.to_string().contains("is not a directory"), "{e}");
+        assert!(text.contains("is not a directory"), "{text}");
         let _ = std::fs::remove_file(&file);
     }
 
@@ -999,21 +1012,12 @@ pub(crate) mod tests {
     #[cfg(feature = "fs")]
     #[test]
     fn a_bucket_directory_never_nests_another() {
-        let top = std::env::temp_dir().join(format!(
-            "bucket-lease-config-nest-{:016x}",
-            getrandom::u64().unwrap()
-        ));
+        let top = scratch("nest");
         std::fs::create_dir_all(top.join("jobs/nightly")).unwrap();
         let t = top.display().to_string();
+        // Opened beside a bucket that nests it or sits in it: refused.
         let refused = |url: &str, within: &str| {
-            let e = open_with_env(url, |_| None).err().unwrap_or_else(|| {
-                panic!("{url}: opened beside a bucket that nests it or sits in it")
-            });
-            let ConfigError::Open(open) = &e else {
-                panic!("{url}: {e}");
-            };
-            assert!(open.is_permanent(), "{e}");
-            let text = e.to_string();
+            let (_, text) = refused_open(url);
             assert!(text.contains(within), "{url}: {text}");
         };
         // The outer directory first: the inner spellings are refused.
@@ -1048,22 +1052,14 @@ pub(crate) mod tests {
     #[cfg(feature = "fs")]
     #[test]
     fn a_missing_directory_is_a_missing_bucket() {
-        let dir = std::env::temp_dir().join(format!(
-            "bucket-lease-config-missing-{}/jobs",
-            std::process::id()
-        ));
+        let dir = scratch("missing").join("jobs");
         let shown = dir.display().to_string();
         for url in [
             format!("file://{shown}"),
             format!("file://{shown}//nightly"),
         ] {
-            let e = open_with_env(&url, |_| None).err().unwrap();
-            let ConfigError::Open(open) = &e else {
-                panic!("{url}: {e}");
-            };
-            assert_eq!(open.code(), Some("NoSuchBucket"), "{e}");
-            assert!(open.is_permanent(), "{e}");
-            let text = e.to_string();
+            let (open, text) = refused_open(&url);
+            assert_eq!(open.code(), Some("NoSuchBucket"), "{text}");
             assert!(text.contains(&format!("mkdir -p {shown}")), "{text}");
             assert_eq!(
                 text.matches(&format!("no directory {shown}")).count(),
@@ -1077,7 +1073,7 @@ pub(crate) mod tests {
         }
     }
 
-    #[cfg(http)]
+    #[cfg(feature = "s3")]
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |name| {
             pairs
@@ -1177,11 +1173,11 @@ pub(crate) mod tests {
         assert!(format!("{store:?}").contains("us-west-2"));
     }
 
-    /// The base URL of the store `url` opens with test credentials, no
-    /// home directory, no instance metadata, and the variables `extra`
-    /// (the first of a name wins).
-    #[cfg(feature = "s3")]
-    fn s3_base_url(url: &str, extra: &[(&str, &str)]) -> Result<String, String> {
+    /// The store `url` opens with test credentials, no home directory, no
+    /// instance metadata, and the variables `extra` (the first of a name
+    /// wins), or the error it is refused with, as text.
+    #[cfg(http)]
+    fn built(url: &str, extra: &[(&str, &str)]) -> Result<crate::HttpStore, String> {
         let extra: Vec<(String, String)> = extra
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -1196,8 +1192,13 @@ pub(crate) mod tests {
         let url = StoreUrl::parse(url).unwrap();
         http_builder(&url, &env)
             .and_then(|b| b.build())
-            .map(|store| store.base_url().to_string())
             .map_err(|e| e.to_string())
+    }
+
+    /// The base URL of the store `url` opens as [`built`] opens it.
+    #[cfg(feature = "s3")]
+    fn s3_base_url(url: &str, extra: &[(&str, &str)]) -> Result<String, String> {
+        built(url, extra).map(|store| store.base_url().to_string())
     }
 
     /// The addressing rule through the environment and a profile's `s3`
@@ -1430,16 +1431,10 @@ pub(crate) mod tests {
     #[cfg(feature = "fs")]
     #[test]
     fn a_single_slash_url_to_a_missing_path_names_both_readings() {
-        let top = std::env::temp_dir().join(format!(
-            "bucket-lease-config-readings-{:016x}",
-            getrandom::u64().unwrap()
-        ));
+        let top = scratch("readings");
         std::fs::create_dir_all(&top).unwrap();
         let t = top.display().to_string();
-        let e = open_with_env(&format!("file://{t}/nightly/parts"), |_| None)
-            .err()
-            .unwrap();
-        let text = e.to_string();
+        let (_, text) = refused_open(&format!("file://{t}/nightly/parts"));
         assert!(
             text.contains(&format!("write file://{t}//nightly/parts;")),
             "{text}"
@@ -1525,26 +1520,16 @@ pub(crate) mod tests {
     #[cfg(feature = "r2")]
     #[test]
     fn r2_endpoint_comes_from_the_account_and_jurisdiction() {
-        let url = StoreUrl::parse("r2://bkt/p").unwrap();
-        let e = http_builder(
-            &url,
-            &env_of(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")]),
-        )
-        .err()
-        .unwrap();
-        assert!(e.to_string().contains("R2_ACCOUNT_ID is not set"), "{e}");
-        let store = http_builder(
-            &url,
-            &env_of(&[
-                ("AWS_ACCESS_KEY_ID", "A"),
-                ("AWS_SECRET_ACCESS_KEY", "S"),
+        let e = built("r2://bkt/p", &[]).unwrap_err();
+        assert!(e.contains("R2_ACCOUNT_ID is not set"), "{e}");
+        let store = built(
+            "r2://bkt/p",
+            &[
                 ("AWS_REGION", "us-east-1"),
                 ("R2_ACCOUNT_ID", "acct"),
                 ("R2_JURISDICTION", "eu"),
-            ]),
+            ],
         )
-        .unwrap()
-        .build()
         .unwrap();
         assert_eq!(
             store.base_url(),
@@ -1558,22 +1543,10 @@ pub(crate) mod tests {
     #[cfg(feature = "r2")]
     #[test]
     fn conditional_deletes_and_unquoted_etags_are_set_from_the_environment() {
-        let url = StoreUrl::parse("r2://bkt/p").unwrap();
-        let debug = |extra: &'static [(&'static str, &'static str)]| {
-            let env = move |name: &str| match name {
-                "AWS_ACCESS_KEY_ID" => Some("A".to_string()),
-                "AWS_SECRET_ACCESS_KEY" => Some("S".to_string()),
-                "R2_ACCOUNT_ID" => Some("acct".to_string()),
-                "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
-                n => extra
-                    .iter()
-                    .find(|(k, _)| *k == n)
-                    .map(|(_, v)| v.to_string()),
-            };
-            http_builder(&url, &env)
-                .and_then(|b| b.build())
-                .map(|store| format!("{store:?}"))
-                .map_err(|e| e.to_string())
+        let debug = |extra: &[(&str, &str)]| {
+            let mut all = vec![("R2_ACCOUNT_ID", "acct")];
+            all.extend_from_slice(extra);
+            built("r2://bkt/p", &all).map(|store| format!("{store:?}"))
         };
         let plain = debug(&[]).unwrap();
         assert!(plain.contains("delete_conditions: Off"), "{plain}");
@@ -1595,21 +1568,10 @@ pub(crate) mod tests {
     #[cfg(all(feature = "r2", feature = "s3"))]
     #[test]
     fn the_write_interval_is_r2s_second_unless_the_environment_sets_it() {
-        let debug = |url: &str, interval: Option<&'static str>| {
-            let url = StoreUrl::parse(url).unwrap();
-            let env = move |name: &str| match name {
-                "AWS_ACCESS_KEY_ID" => Some("A".to_string()),
-                "AWS_SECRET_ACCESS_KEY" => Some("S".to_string()),
-                "AWS_REGION" => Some("us-east-1".to_string()),
-                "R2_ACCOUNT_ID" => Some("acct".to_string()),
-                "HOME" => Some("/nonexistent-bucket-lease-home".to_string()),
-                "BUCKET_LEASE_WRITE_INTERVAL" => interval.map(str::to_string),
-                _ => None,
-            };
-            http_builder(&url, &env)
-                .and_then(|b| b.build())
-                .map(|store| format!("{store:?}"))
-                .map_err(|e| e.to_string())
+        let debug = |url: &str, interval: Option<&str>| {
+            let mut all = vec![("AWS_REGION", "us-east-1"), ("R2_ACCOUNT_ID", "acct")];
+            all.extend(interval.map(|text| ("BUCKET_LEASE_WRITE_INTERVAL", text)));
+            built(url, &all).map(|store| format!("{store:?}"))
         };
         let shown = |text: String| {
             let at = text.find("write_interval: ").expect("shown") + "write_interval: ".len();
@@ -1720,24 +1682,12 @@ pub(crate) mod tests {
     #[cfg(feature = "minio")]
     #[test]
     fn minio_needs_an_endpoint() {
-        let url = StoreUrl::parse("minio://bkt/p").unwrap();
-        let e = http_builder(
-            &url,
-            &env_of(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")]),
+        let e = built("minio://bkt/p", &[]).unwrap_err();
+        assert!(e.contains("AWS_ENDPOINT_URL is not set"), "{e}");
+        let store = built(
+            "minio://bkt/p",
+            &[("AWS_ENDPOINT_URL_S3", "http://minio.lan:9000/")],
         )
-        .err()
-        .unwrap();
-        assert!(e.to_string().contains("AWS_ENDPOINT_URL is not set"), "{e}");
-        let store = http_builder(
-            &url,
-            &env_of(&[
-                ("AWS_ACCESS_KEY_ID", "A"),
-                ("AWS_SECRET_ACCESS_KEY", "S"),
-                ("AWS_ENDPOINT_URL_S3", "http://minio.lan:9000/"),
-            ]),
-        )
-        .unwrap()
-        .build()
         .unwrap();
         assert_eq!(store.base_url(), "http://minio.lan:9000/bkt");
     }

@@ -908,38 +908,33 @@ mod tests {
             .unwrap()
     }
 
+    /// [`assert_same_as_aws_sigv4`] for a renewal ([`put`], its payload
+    /// `x`), as the key cache's tests sign one.
+    fn signed_put(
+        credentials: &Credentials,
+        region: &str,
+        keys: &KeyCache,
+        time: SystemTime,
+    ) -> String {
+        assert_same_as_aws_sigv4(credentials, region, keys, &put(), b"x", time)
+    }
+
     #[test]
     fn a_new_day_with_the_key_cached_signs_with_the_new_days_key() {
         let credentials = Credentials::new("AKID", "SECRET");
         let keys = KeyCache::new();
-        let before = assert_same_as_aws_sigv4(
-            &credentials,
-            "us-east-1",
-            &keys,
-            &put(),
-            b"x",
-            before_midnight(),
-        );
+        let before = signed_put(&credentials, "us-east-1", &keys, before_midnight());
         assert!(before.contains("/20260301/"), "{before}");
         assert!(keys.is_warm());
-        let after = assert_same_as_aws_sigv4(
+        let after = signed_put(
             &credentials,
             "us-east-1",
             &keys,
-            &put(),
-            b"x",
             before_midnight() + Duration::from_secs(1),
         );
         assert!(after.contains("/20260302/"), "{after}");
         // And back: the entry holds one day at a time.
-        assert_same_as_aws_sigv4(
-            &credentials,
-            "us-east-1",
-            &keys,
-            &put(),
-            b"x",
-            before_midnight(),
-        );
+        signed_put(&credentials, "us-east-1", &keys, before_midnight());
     }
 
     #[test]
@@ -947,20 +942,20 @@ mod tests {
         let keys = KeyCache::new();
         let time = before_midnight();
         let old = Credentials::new("AKID", "SECRET-ONE").with_session_token("TOKEN-ONE");
-        let first = assert_same_as_aws_sigv4(&old, "us-east-1", &keys, &put(), b"x", time);
+        let first = signed_put(&old, "us-east-1", &keys, time);
         assert!(keys.is_warm());
         // The same key id, a new secret (and token): a refresh.
         let new = Credentials::new("AKID", "SECRET-TWO").with_session_token("TOKEN-TWO");
-        let second = assert_same_as_aws_sigv4(&new, "us-east-1", &keys, &put(), b"x", time);
+        let second = signed_put(&new, "us-east-1", &keys, time);
         assert_ne!(first, second);
         // A new key id with the old secret.
         let other = Credentials::new("AKID2", "SECRET-TWO");
-        assert_same_as_aws_sigv4(&other, "us-east-1", &keys, &put(), b"x", time);
+        signed_put(&other, "us-east-1", &keys, time);
         // Only the secret changed, same token: still the new secret's key.
         let same_token = Credentials::new("AKID2", "SECRET-THREE");
-        assert_same_as_aws_sigv4(&same_token, "us-east-1", &keys, &put(), b"x", time);
+        signed_put(&same_token, "us-east-1", &keys, time);
         // Another region with the same cache.
-        assert_same_as_aws_sigv4(&same_token, "eu-west-1", &keys, &put(), b"x", time);
+        signed_put(&same_token, "eu-west-1", &keys, time);
     }
 
     #[test]
@@ -968,14 +963,14 @@ mod tests {
         let credentials = Credentials::new("AKID", "SECRET");
         let keys = KeyCache::new();
         let time = example_time();
-        assert_same_as_aws_sigv4(&credentials, "us-east-1", &keys, &put(), b"x", time);
+        signed_put(&credentials, "us-east-1", &keys, time);
         let held = keys.entry.lock().unwrap();
         // Held elsewhere: the key is derived, not waited for, and right.
-        assert_same_as_aws_sigv4(&credentials, "us-east-1", &keys, &put(), b"x", time);
+        signed_put(&credentials, "us-east-1", &keys, time);
         let rotated = Credentials::new("AKID", "ROTATED");
-        assert_same_as_aws_sigv4(&rotated, "us-east-1", &keys, &put(), b"x", time);
+        signed_put(&rotated, "us-east-1", &keys, time);
         drop(held);
-        assert_same_as_aws_sigv4(&rotated, "us-east-1", &keys, &put(), b"x", time);
+        signed_put(&rotated, "us-east-1", &keys, time);
     }
 
     #[test]

@@ -422,19 +422,14 @@ pub fn break_lease_before(
         };
         let now = clock.wall();
         let was_fresh = replaced.is_fresh(now);
-        let record = LeaseRecord {
-            instance_id: breaker.clone(),
-            acquired_at: format_stamp(now),
+        let record = LeaseRecord::new(
+            breaker.clone(),
+            format_stamp(now),
             // One TTL in the past: stale the moment it lands.
-            renewed_at: format_stamp(now - Duration::from_secs(BROKEN_TTL_S)),
-            ttl_s: BROKEN_TTL_S,
+            format_stamp(now - Duration::from_secs(BROKEN_TTL_S)),
+            BROKEN_TTL_S,
             epoch,
-            released_at: None,
-            instance_nonce: None,
-            holder_name: None,
-            claim: None,
-            payload: None,
-        };
+        );
         let mode = PutMode::Update(replaced_version.clone());
         let pause = match put_retrying(store, clock, &key, &record.to_bytes(), mode, deadline) {
             Ok(version) => break (record, version, was_fresh),

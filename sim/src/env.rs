@@ -329,24 +329,15 @@ impl SimStore {
     }
 }
 
-fn unexpected(m: &'static str, key: &str) -> StoreError {
-    StoreError::new(StoreErrorKind::Rejected, m, key).with_message("mismatched simulated answer")
-}
-
 impl Store for SimStore {
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        match self.request(Op::Get(key.to_string()), deadline)? {
-            Done::Get(r) => r,
-            _ => Err(unexpected("GET", key)),
-        }
+        self.request(Op::Get(key.to_string()), deadline)?
+            .into_get(key)
     }
 
     fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
         let op = Op::Put(key.to_string(), body.to_vec(), options.clone());
-        match self.request(op, options.deadline)? {
-            Done::Put(r) => r,
-            _ => Err(unexpected("PUT", key)),
-        }
+        self.request(op, options.deadline)?.into_put(key)
     }
 
     fn delete(
@@ -355,10 +346,8 @@ impl Store for SimStore {
         mode: &DeleteMode,
         deadline: Option<Instant>,
     ) -> Result<(), StoreError> {
-        match self.request(Op::Delete(key.to_string(), mode.clone()), deadline)? {
-            Done::Delete(r) => r,
-            _ => Err(unexpected("DELETE", key)),
-        }
+        self.request(Op::Delete(key.to_string(), mode.clone()), deadline)?
+            .into_delete(key)
     }
 
     /// A keeper's warm-up takes simulated time, returning by `due`

@@ -95,18 +95,16 @@ pub use cli::command;
 use self::baton::{Abandoned, Exec};
 use self::dfs::Chooser;
 use self::programs::{Case, Program, TTL_S};
-use crate::rng::Rng;
-use crate::sched::{Nanos, Sched, SEC};
-use crate::world::{self, Injected, Rates, World, GHOST, KEY};
+use crate::sched::SEC;
+use crate::world::{self, World, GHOST, KEY};
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::mutant::Mutant;
 use bucket_lease_core::record::{format_stamp, LeaseRecord};
 use bucket_lease_core::store::{PutMode, PutOptions, Store};
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 /// How far from the first schedule the search goes: at most this many
 /// preemptions, faults and clock steps in one execution.
@@ -529,49 +527,13 @@ fn world_of(case: &Case, trace: bool) -> World {
         })
         .collect();
     World {
-        sched: Sched::default(),
-        rng: Rng::new(0),
-        warm_up_rng: Rng::new(0),
-        base: Instant::now(),
-        wall0,
-        ttl_s: TTL_S,
-        contenders,
-        store,
         switch: case.switch,
-        rates: Rates {
-            drop: 0,
-            fail: 0,
-            conflict: 0,
-            late: 0,
-            lost: 0,
-            slow: 0,
-        },
         // As in the seeded runs: a suspect record's takeover is due
         // before any fault.
         faults_from: if case.suspect { 2 * TTL_S * SEC } else { 0 },
-        faults_until: Nanos::MAX,
         suspect,
-        pointer_epochs: HashMap::new(),
-        pointer_checks: 0,
-        requests: Vec::new(),
-        windows: Vec::new(),
-        grants: Vec::new(),
-        crash: None,
-        first_sent: HashMap::new(),
-        last_landing_before_crash: 0,
-        violations: Vec::new(),
-        injected: Injected::default(),
         trace: trace.then(Vec::new),
-        put_answer: HashMap::new(),
-        black_hole: None,
-        pool: None,
-        events: HashMap::new(),
         shared_name: case.one_name.then_some((0, 1)),
-        values: Vec::new(),
-        acting: HashMap::new(),
-        record_writer: HashMap::new(),
-        drawn: Injected::default(),
-        write_limit: None,
-        last_write: HashMap::new(),
+        ..World::new(wall0, TTL_S, contenders, store)
     }
 }

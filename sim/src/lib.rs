@@ -49,6 +49,7 @@
 //! store keeps that contract except under the mutant `store-sends-late`.
 
 mod actor;
+mod answers;
 mod check;
 mod driven;
 mod env;
@@ -62,7 +63,7 @@ mod values;
 mod world;
 
 use self::rng::Rng;
-use self::sched::{Ev, Shared, SEC};
+use self::sched::{Ev, Nanos, Sched, Shared, SEC};
 use self::world::{Contender, Injected, Rates, World};
 use bucket_lease_core::memory::{MemoryStore, Misbehaviour};
 use bucket_lease_core::record::{format_stamp, LeaseRecord, MAX_SANE_TTL_S};
@@ -138,14 +139,7 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         None
     };
     let rates = match rng.range(0, 20) {
-        0..=4 => Rates {
-            drop: 0,
-            fail: 0,
-            conflict: 0,
-            late: 0,
-            lost: 0,
-            slow: 0,
-        },
+        0..=4 => NO_FAULTS,
         5..=11 => Rates {
             drop: 20,
             fail: 20,
@@ -340,41 +334,17 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         )
     });
     let mut w = World {
-        sched: Default::default(),
         rng,
         warm_up_rng: Rng::new(seed ^ 0x5741_524D_5550),
-        base: Instant::now(),
-        wall0,
-        ttl_s,
-        contenders,
-        store,
         switch,
         rates,
         faults_from,
         faults_until,
         suspect,
-        pointer_epochs: HashMap::new(),
-        pointer_checks: 0,
-        requests: Vec::new(),
-        windows: Vec::new(),
-        grants: Vec::new(),
-        crash: None,
-        first_sent: HashMap::new(),
-        last_landing_before_crash: 0,
-        violations: Vec::new(),
-        injected: Injected::default(),
         trace: trace.then(Vec::new),
-        put_answer: HashMap::new(),
-        black_hole: None,
         pool,
-        events: HashMap::new(),
-        shared_name: None,
-        values: Vec::new(),
-        acting: HashMap::new(),
-        record_writer: HashMap::new(),
-        drawn: Injected::default(),
         write_limit,
-        last_write: HashMap::new(),
+        ..World::new(wall0, ttl_s, contenders, store)
     };
     w.shared_name = shared_name(seed, n);
     let setup = setup
@@ -468,6 +438,69 @@ fn simulate(seed: u64, trace: bool) -> Outcome {
         injected: w.injected.counts.clone(),
         trace: w.trace.take().unwrap_or_default(),
         setup,
+    }
+}
+
+/// No fault injected.
+const NO_FAULTS: Rates = Rates {
+    drop: 0,
+    fail: 0,
+    conflict: 0,
+    late: 0,
+    lost: 0,
+    slow: 0,
+};
+
+impl World {
+    /// A world of `contenders` (of TTL `ttl_s` by default) on `store`,
+    /// wall clocks starting at `wall0`: no fault injected (nor a store
+    /// switch, a suspect record, a pool, a shared instance id, a write
+    /// limit or a trace), generators seeded with 0, and nothing sent,
+    /// landed or checked yet. A run sets what it draws or is given over it
+    /// (the seeded runs in [`simulate`], the explorer in `world_of`).
+    pub(crate) fn new(
+        wall0: SystemTime,
+        ttl_s: u64,
+        contenders: Vec<Contender>,
+        store: MemoryStore,
+    ) -> World {
+        World {
+            sched: Sched::default(),
+            rng: Rng::new(0),
+            warm_up_rng: Rng::new(0),
+            base: Instant::now(),
+            wall0,
+            ttl_s,
+            contenders,
+            store,
+            switch: None,
+            rates: NO_FAULTS,
+            faults_from: 0,
+            faults_until: Nanos::MAX,
+            suspect: None,
+            pointer_epochs: HashMap::new(),
+            pointer_checks: 0,
+            requests: Vec::new(),
+            windows: Vec::new(),
+            grants: Vec::new(),
+            crash: None,
+            first_sent: HashMap::new(),
+            last_landing_before_crash: 0,
+            violations: Vec::new(),
+            injected: Injected::default(),
+            trace: None,
+            put_answer: HashMap::new(),
+            black_hole: None,
+            pool: None,
+            events: HashMap::new(),
+            shared_name: None,
+            values: Vec::new(),
+            acting: HashMap::new(),
+            record_writer: HashMap::new(),
+            drawn: Injected::default(),
+            write_limit: None,
+            last_write: HashMap::new(),
+        }
     }
 }
 

@@ -322,6 +322,15 @@ fn keys_naming_the_stores_own_files_are_refused() {
     }
 }
 
+/// Panics unless a read of `key` in `store` answers `NotFound`.
+fn assert_not_found(store: &DirStore, key: &str) {
+    assert_eq!(
+        store.get(key, None).unwrap_err().kind(),
+        StoreErrorKind::NotFound,
+        "{key}"
+    );
+}
+
 #[test]
 fn a_delete_removes_the_folders_it_leaves_empty() {
     let (dir, store) = store();
@@ -340,10 +349,7 @@ fn a_delete_removes_the_folders_it_leaves_empty() {
         "`a` went with its last key"
     );
     assert!(dir.0.is_dir(), "the root stays");
-    assert_eq!(
-        store.get("a/b/c", None).unwrap_err().kind(),
-        StoreErrorKind::NotFound
-    );
+    assert_not_found(&store, "a/b/c");
 }
 
 /// Puts into a folder that deletes keep emptying and removing all
@@ -460,10 +466,7 @@ fn conditions_are_checked_and_etags_are_fresh_random_hex() {
     store
         .delete("never/written", &DeleteMode::Unconditional, None)
         .unwrap();
-    assert_eq!(
-        store.get("p/LEASE", None).unwrap_err().kind(),
-        StoreErrorKind::NotFound
-    );
+    assert_not_found(&store, "p/LEASE");
 }
 
 #[test]

@@ -12,36 +12,40 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const PREFIX: &str = "jobs/nightly";
 const INTERVAL: Duration = Duration::from_secs(1);
 
-/// A memory store that counts its conditional reads by answer.
+/// A memory store whose reads pass `reads`, which may count, refuse or
+/// hang them, on their way to it; writes and deletes go straight to it.
 #[derive(Debug, Default)]
-struct Counting {
+struct Wrapped<R> {
     inner: MemoryStore,
-    unchanged: AtomicU64,
-    changed: AtomicU64,
-    /// Answer every request with this (permanent) error kind.
-    refuse: Option<StoreErrorKind>,
+    reads: R,
 }
 
-impl Counting {
-    fn unchanged(&self) -> u64 {
-        self.unchanged.load(Ordering::SeqCst)
+/// What a [`Wrapped`] store does around the reads of the memory store:
+/// by default, nothing.
+trait Reads: Send + Sync + std::fmt::Debug {
+    /// Before any read of `key`, plain or conditional: an error to answer
+    /// instead.
+    fn before_read(&self, _key: &str) -> Result<(), StoreError> {
+        Ok(())
     }
 
-    fn changed(&self) -> u64 {
-        self.changed.load(Ordering::SeqCst)
+    /// Before a conditional read of `key` bounded by `deadline`: an error
+    /// to answer instead.
+    fn before_conditional_read(
+        &self,
+        _key: &str,
+        _deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
+        Ok(())
     }
 
-    fn refused(&self, method: &'static str, key: &str) -> Result<(), StoreError> {
-        match self.refuse {
-            Some(kind) => Err(StoreError::new(kind, method, key)),
-            None => Ok(()),
-        }
-    }
+    /// After a conditional read the memory store answered with `answer`.
+    fn after_conditional_read(&self, _answer: &Option<Object>) {}
 }
 
-impl Store for Counting {
+impl<R: Reads> Store for Wrapped<R> {
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        self.refused("GET", key)?;
+        self.reads.before_read(key)?;
         self.inner.get(key, deadline)
     }
 
@@ -51,13 +55,10 @@ impl Store for Counting {
         known: &Version,
         deadline: Option<Instant>,
     ) -> Result<Option<Object>, StoreError> {
-        self.refused("GET", key)?;
+        self.reads.before_read(key)?;
+        self.reads.before_conditional_read(key, deadline)?;
         let answer = self.inner.get_if_changed(key, known, deadline)?;
-        match answer {
-            None => &self.unchanged,
-            Some(_) => &self.changed,
-        }
-        .fetch_add(1, Ordering::SeqCst);
+        self.reads.after_conditional_read(&answer);
         Ok(answer)
     }
 
@@ -72,6 +73,45 @@ impl Store for Counting {
         deadline: Option<Instant>,
     ) -> Result<(), StoreError> {
         self.inner.delete(key, mode, deadline)
+    }
+}
+
+/// Counts the conditional reads by answer.
+#[derive(Debug, Default)]
+struct Counts {
+    unchanged: AtomicU64,
+    changed: AtomicU64,
+    /// Answer every read with this (permanent) error kind.
+    refuse: Option<StoreErrorKind>,
+}
+
+impl Reads for Counts {
+    fn before_read(&self, key: &str) -> Result<(), StoreError> {
+        match self.refuse {
+            Some(kind) => Err(StoreError::new(kind, "GET", key)),
+            None => Ok(()),
+        }
+    }
+
+    fn after_conditional_read(&self, answer: &Option<Object>) {
+        match answer {
+            None => &self.unchanged,
+            Some(_) => &self.changed,
+        }
+        .fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A memory store that counts its conditional reads by answer.
+type Counting = Wrapped<Counts>;
+
+impl Counting {
+    fn unchanged(&self) -> u64 {
+        self.reads.unchanged.load(Ordering::SeqCst)
+    }
+
+    fn changed(&self) -> u64 {
+        self.reads.changed.load(Ordering::SeqCst)
     }
 }
 
@@ -434,7 +474,10 @@ fn transient_failures_are_retried_and_the_deadline_returns_the_last() {
 #[test]
 fn a_permanent_error_is_returned_at_once() {
     let store = Arc::new(Counting {
-        refuse: Some(StoreErrorKind::PermissionDenied),
+        reads: Counts {
+            refuse: Some(StoreErrorKind::PermissionDenied),
+            ..Counts::default()
+        },
         ..Counting::default()
     });
     let clock = TestClock::new();
@@ -486,43 +529,31 @@ fn the_default_conditional_read_compares_versions() {
     assert_eq!(gone.kind(), StoreErrorKind::NotFound);
 }
 
-/// A store whose conditional reads hang until their deadline (on the test
-/// clock) and time out there.
+/// Conditional reads that hang until their deadline (on the test clock)
+/// and time out there.
 #[derive(Debug)]
-struct HangsToDeadline {
-    inner: MemoryStore,
-    clock: TestClock,
-}
+struct HangsToDeadline(TestClock);
 
-impl Store for HangsToDeadline {
-    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        self.inner.get(key, deadline)
-    }
-
-    fn get_if_changed(
+impl Reads for HangsToDeadline {
+    fn before_conditional_read(
         &self,
         key: &str,
-        _known: &Version,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Object>, StoreError> {
-        let deadline = deadline.expect("every read has a deadline");
-        self.clock
-            .advance(deadline.saturating_duration_since(self.clock.now()));
-        Err(StoreError::new(StoreErrorKind::Transport, "GET", key).timed_out())
-    }
-
-    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
-        self.inner.put(key, body, options)
-    }
-
-    fn delete(
-        &self,
-        key: &str,
-        mode: &DeleteMode,
         deadline: Option<Instant>,
     ) -> Result<(), StoreError> {
-        self.inner.delete(key, mode, deadline)
+        let deadline = deadline.expect("every read has a deadline");
+        self.0
+            .advance(deadline.saturating_duration_since(self.0.now()));
+        Err(StoreError::new(StoreErrorKind::Transport, "GET", key).timed_out())
     }
+}
+
+/// A memory store whose conditional reads hang to their deadline on
+/// `clock`.
+fn hanging(clock: &TestClock) -> Arc<Wrapped<HangsToDeadline>> {
+    Arc::new(Wrapped {
+        inner: MemoryStore::new(),
+        reads: HangsToDeadline(clock.clone()),
+    })
 }
 
 /// A read cut short by the wait's own deadline is not a failure: the wait
@@ -531,10 +562,7 @@ impl Store for HangsToDeadline {
 #[test]
 fn a_read_cut_short_by_the_deadline_is_no_failure() {
     let clock = TestClock::new();
-    let store = Arc::new(HangsToDeadline {
-        inner: MemoryStore::new(),
-        clock: clock.clone(),
-    });
+    let store = hanging(&clock);
     write(&*store, &clock, "a", 1, 3600);
     let mut watcher = Watcher::new(store.clone(), PREFIX, Arc::new(clock.clone()));
     next(&mut watcher, &wait_for(&clock, 1));
@@ -548,27 +576,21 @@ fn a_read_cut_short_by_the_deadline_is_no_failure() {
     }
 }
 
-/// Review (issue 33): a memory store that answers its first `budget`
-/// conditional reads and refuses the rest with a permanent error, so that
-/// a watcher that polls without pause ends rather than spins.
+/// Review (issue 33): conditional reads of which the first `budget` are
+/// answered and the rest refused with a permanent error, so that a
+/// watcher that polls without pause ends rather than spins.
 #[derive(Debug)]
 struct Budgeted {
-    inner: MemoryStore,
     reads: AtomicU64,
     budget: u64,
 }
 
-impl Store for Budgeted {
-    fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        self.inner.get(key, deadline)
-    }
-
-    fn get_if_changed(
+impl Reads for Budgeted {
+    fn before_conditional_read(
         &self,
         key: &str,
-        known: &Version,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Object>, StoreError> {
+        _deadline: Option<Instant>,
+    ) -> Result<(), StoreError> {
         if self.reads.fetch_add(1, Ordering::SeqCst) >= self.budget {
             return Err(StoreError::new(
                 StoreErrorKind::PermissionDenied,
@@ -576,20 +598,7 @@ impl Store for Budgeted {
                 key,
             ));
         }
-        self.inner.get_if_changed(key, known, deadline)
-    }
-
-    fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
-        self.inner.put(key, body, options)
-    }
-
-    fn delete(
-        &self,
-        key: &str,
-        mode: &DeleteMode,
-        deadline: Option<Instant>,
-    ) -> Result<(), StoreError> {
-        self.inner.delete(key, mode, deadline)
+        Ok(())
     }
 }
 
@@ -603,10 +612,12 @@ impl Store for Budgeted {
 #[test]
 fn review_a_poll_interval_that_overflows_an_instant_does_not_poll_without_pause() {
     let clock = TestClock::new();
-    let store = Arc::new(Budgeted {
+    let store = Arc::new(Wrapped {
         inner: MemoryStore::new(),
-        reads: AtomicU64::new(0),
-        budget: 1000,
+        reads: Budgeted {
+            reads: AtomicU64::new(0),
+            budget: 1000,
+        },
     });
     write(&*store, &clock, "a", 1, 3600);
     let mut watcher = Watcher::new(store.clone(), PREFIX, Arc::new(clock.clone()));
@@ -614,7 +625,7 @@ fn review_a_poll_interval_that_overflows_an_instant_does_not_poll_without_pause(
     assert_eq!(next(&mut watcher, &wait).state, LeaseState::Held);
     let t0 = clock.now();
     let ended = watcher.next_change(&wait);
-    let reads = store.reads.load(Ordering::SeqCst);
+    let reads = store.reads.reads.load(Ordering::SeqCst);
     assert!(
         matches!(ended, Ok(None)) && reads == 0,
         "expected Ok(None) at the deadline and no conditional read (the next poll is \
@@ -634,10 +645,7 @@ fn review_a_poll_interval_that_overflows_an_instant_does_not_poll_without_pause(
 #[test]
 fn review_an_expiry_during_a_hanging_read_is_reported_at_the_expiry() {
     let clock = TestClock::new();
-    let store = Arc::new(HangsToDeadline {
-        inner: MemoryStore::new(),
-        clock: clock.clone(),
-    });
+    let store = hanging(&clock);
     write(&*store, &clock, "a", 1, 10);
     let mut watcher = Watcher::new(store.clone(), PREFIX, Arc::new(clock.clone()));
     let wait = Wait::until(clock.now() + Duration::from_secs(300))

@@ -6,12 +6,10 @@
 
 use super::baton::Exec;
 use crate::env::frozen;
-use crate::world::{Done, Op};
+use crate::world::Op;
 use bucket_lease_core::channel::{self, Receiver};
 use bucket_lease_core::clock::Clock;
-use bucket_lease_core::store::{
-    DeleteMode, Object, PutOptions, Store, StoreError, StoreErrorKind, Version,
-};
+use bucket_lease_core::store::{DeleteMode, Object, PutOptions, Store, StoreError, Version};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -28,27 +26,18 @@ impl fmt::Debug for SearchStore {
     }
 }
 
-fn unexpected(method: &'static str, key: &str) -> StoreError {
-    StoreError::new(StoreErrorKind::Rejected, method, key).with_message("mismatched answer")
-}
-
 impl Store for SearchStore {
     fn get(&self, key: &str, deadline: Option<Instant>) -> Result<Object, StoreError> {
-        match self
-            .exec
+        self.exec
             .request(self.p, Op::Get(key.to_string()), deadline)?
-        {
-            Done::Get(r) => r,
-            _ => Err(unexpected("GET", key)),
-        }
+            .into_get(key)
     }
 
     fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
         let op = Op::Put(key.to_string(), body.to_vec(), options.clone());
-        match self.exec.request(self.p, op, options.deadline)? {
-            Done::Put(r) => r,
-            _ => Err(unexpected("PUT", key)),
-        }
+        self.exec
+            .request(self.p, op, options.deadline)?
+            .into_put(key)
     }
 
     fn delete(
@@ -58,10 +47,7 @@ impl Store for SearchStore {
         deadline: Option<Instant>,
     ) -> Result<(), StoreError> {
         let op = Op::Delete(key.to_string(), mode.clone());
-        match self.exec.request(self.p, op, deadline)? {
-            Done::Delete(r) => r,
-            _ => Err(unexpected("DELETE", key)),
-        }
+        self.exec.request(self.p, op, deadline)?.into_delete(key)
     }
 }
 

@@ -24,8 +24,9 @@ pub(super) fn old_object(root: &Path, key: &str, etag: &str, meta: &[(&str, &str
     fs::write(path.join(format!("{name}.obj")), bytes).unwrap();
 }
 
-/// A bucket of the first layout: three objects and two leftovers.
-fn old_bucket() -> TempDir {
+/// A bucket of the first layout: its lock and one object, the lease
+/// record `nightly/LEASE`.
+pub(super) fn old_bucket_with_a_lease() -> TempDir {
     let dir = TempDir::new();
     fs::write(dir.0.join(".bucket-lease.lock"), b"").unwrap();
     old_object(
@@ -35,6 +36,12 @@ fn old_bucket() -> TempDir {
         &[],
         b"{\"holder\":\"x\"}",
     );
+    dir
+}
+
+/// A bucket of the first layout: three objects and two leftovers.
+fn old_bucket() -> TempDir {
+    let dir = old_bucket_with_a_lease();
     old_object(
         &dir.0,
         "nightly/parts/1-0",

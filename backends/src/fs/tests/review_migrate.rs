@@ -5,22 +5,14 @@
 //! write by a store of the first layout between a run that stopped and the
 //! next one (lost), and a FIFO in the store's folder (waited on for ever).
 
-use super::migrate::old_object;
+use super::migrate::{old_bucket_with_a_lease, old_object};
 use super::*;
 use bucket_lease_core::store::Store;
 use std::sync::mpsc;
 
 /// A bucket of the first layout: two objects, one nested.
 fn old_bucket() -> TempDir {
-    let dir = TempDir::new();
-    fs::write(dir.0.join(".bucket-lease.lock"), b"").unwrap();
-    old_object(
-        &dir.0,
-        "nightly/LEASE",
-        "\"e1\"",
-        &[],
-        b"{\"holder\":\"x\"}",
-    );
+    let dir = old_bucket_with_a_lease();
     old_object(&dir.0, "k", "\"e3\"", &[("note", "a%20b")], b"kept");
     dir
 }
@@ -159,41 +151,28 @@ fn review_a_swapping_mark_alone_strands_every_object_behind_a_lock_folder() {
 /// are refused at once, never waited on (as the store's own open does
 /// for its lock); errors say what failed. Schedule: in a bucket of the
 /// first layout whose run stopped in step 1 (its `.bucket-lease/` made),
-/// someone puts a FIFO at `.bucket-lease/migrated.new`; the next run
-/// opens it `O_WRONLY` without `O_NONBLOCK` to write the mark and waits
-/// for a reader for ever. (A FIFO at `.bucket-lease/migrated` is opened
-/// `O_RDONLY` the same way in `read_counts`.)
+/// someone puts a FIFO at one of the two marks:
+/// - `.bucket-lease/migrated.new`: the next run opens it `O_WRONLY`
+///   without `O_NONBLOCK` to write the mark and waits for a reader for
+///   ever;
+/// - `.bucket-lease/migrated`, the mark a run reads first: `read_counts`
+///   opens it `O_RDONLY` without `O_NONBLOCK`, and the run waits for a
+///   writer for ever (and, once one comes and goes, reads no counts and
+///   goes on as if step 1 were done).
 #[test]
-fn review_a_fifo_at_the_mark_being_written_hangs_the_migration() {
-    let dir = old_bucket();
-    fs::create_dir(dir.0.join(".bucket-lease")).unwrap();
-    let fifo = dir.0.join(".bucket-lease/migrated.new");
-    mkfifo(&fifo);
-    let answer = migrate_within(&dir.0, Duration::from_secs(10), &fifo);
-    assert!(
-        answer.is_some(),
-        "migrate-dir still waited after 10 s on the FIFO {}",
-        fifo.display()
-    );
-}
-
-/// As above, for the mark a run reads first: a FIFO at
-/// `.bucket-lease/migrated` in a bucket of the first layout is opened
-/// `O_RDONLY` without `O_NONBLOCK` by `read_counts`, and the run waits
-/// for a writer for ever (and, once one comes and goes, reads no counts
-/// and goes on as if step 1 were done).
-#[test]
-fn review_a_fifo_at_the_migrated_mark_hangs_the_migration() {
-    let dir = old_bucket();
-    fs::create_dir(dir.0.join(".bucket-lease")).unwrap();
-    let fifo = dir.0.join(".bucket-lease/migrated");
-    mkfifo(&fifo);
-    let answer = migrate_within(&dir.0, Duration::from_secs(10), &fifo);
-    assert!(
-        answer.is_some(),
-        "migrate-dir still waited after 10 s on the FIFO {}",
-        fifo.display()
-    );
+fn review_a_fifo_at_either_mark_hangs_the_migration() {
+    for mark in ["migrated.new", "migrated"] {
+        let dir = old_bucket();
+        fs::create_dir(dir.0.join(".bucket-lease")).unwrap();
+        let fifo = dir.0.join(".bucket-lease").join(mark);
+        mkfifo(&fifo);
+        let answer = migrate_within(&dir.0, Duration::from_secs(10), &fifo);
+        assert!(
+            answer.is_some(),
+            "migrate-dir still waited after 10 s on the FIFO {}",
+            fifo.display()
+        );
+    }
 }
 
 /// Promise: a file the first layout never made stops the run, "named",
