@@ -6,18 +6,10 @@
 //! ignored `If-None-Match`, `If-Match` creating an absent key): the lease's
 //! probe catches them; this profile does not paper over them.
 
-use crate::http::{Addressing, HttpStoreBuilder, Profile};
+use crate::http::{HttpStoreBuilder, Profile};
 
 /// The defaults for MinIO.
-pub const PROFILE: Profile = Profile {
-    name: "minio",
-    addressing: Addressing::Path,
-    region: Some("us-east-1"),
-    endpoint_for_region: None,
-    conditional_delete: true,
-    unquoted_etags: false,
-    write_interval: None,
-};
+pub const PROFILE: Profile = Profile::path_style("minio");
 
 /// A builder with the MinIO defaults; set the endpoint, the bucket and the
 /// credentials.

@@ -180,6 +180,8 @@ pub mod store;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod supervision;
+#[cfg(test)]
+mod testing;
 pub mod upload;
 pub mod versioned;
 pub mod watch;

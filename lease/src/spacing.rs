@@ -450,44 +450,29 @@ mod tests {
 #[cfg(test)]
 mod forwarding {
     use super::*;
-    use crate::memory::MemoryStore;
+    use crate::testing::{Reads, Wrapped};
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    /// A memory store that counts conditional reads, and refuses a plain
-    /// read: a conditional read that fell back to one (the trait's
-    /// default) fails.
+    /// Counts conditional reads, and refuses a plain read: a conditional
+    /// read that fell back to one (the trait's default) fails.
     #[derive(Debug, Default)]
-    struct Counting {
-        inner: MemoryStore,
+    struct ConditionalOnly {
         conditional_reads: AtomicU32,
     }
 
-    impl Store for Counting {
-        fn get(&self, key: &str, _: Option<Instant>) -> Result<Object, StoreError> {
+    impl Reads for ConditionalOnly {
+        fn before_plain_read(&self, key: &str) -> Result<(), StoreError> {
             Err(StoreError::new(StoreErrorKind::Rejected, "GET", key)
                 .with_message("only conditional reads are expected"))
         }
-        fn get_if_changed(
-            &self,
-            key: &str,
-            known: &Version,
-            deadline: Option<Instant>,
-        ) -> Result<Option<Object>, StoreError> {
+
+        fn before_conditional_read(&self, _: &str, _: Option<Instant>) -> Result<(), StoreError> {
             self.conditional_reads.fetch_add(1, Ordering::SeqCst);
-            self.inner.get_if_changed(key, known, deadline)
-        }
-        fn put(&self, key: &str, body: &[u8], options: &PutOptions) -> Result<Version, StoreError> {
-            self.inner.put(key, body, options)
-        }
-        fn delete(
-            &self,
-            key: &str,
-            mode: &DeleteMode,
-            deadline: Option<Instant>,
-        ) -> Result<(), StoreError> {
-            self.inner.delete(key, mode, deadline)
+            Ok(())
         }
     }
+
+    type Counting = Wrapped<ConditionalOnly>;
 
     #[test]
     fn a_conditional_read_goes_to_the_wrapped_store_as_one() {
@@ -499,6 +484,6 @@ mod forwarding {
             crate::clock::system_clock(),
         );
         assert_eq!(spaced.get_if_changed("k", &version, None).unwrap(), None);
-        assert_eq!(inner.conditional_reads.load(Ordering::SeqCst), 1);
+        assert_eq!(inner.reads.conditional_reads.load(Ordering::SeqCst), 1);
     }
 }

@@ -75,6 +75,19 @@ fn store() -> (TempDir, DirStore) {
     (dir, store)
 }
 
+/// The bucket's lock taken as another process takes it: a lock on an open
+/// file description of its own (as flock and LockFileEx give each
+/// process), held until the file is dropped.
+fn another_process_locks(dir: &TempDir) -> std::fs::File {
+    let holder = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.0.join(LOCK_FILE))
+        .unwrap();
+    holder.lock().unwrap();
+    holder
+}
+
 fn put(store: &DirStore, key: &str, body: &[u8], mode: PutMode) -> Result<Version, StoreError> {
     store.put(key, body, &PutOptions::new(mode))
 }
@@ -594,14 +607,7 @@ fn answer_within<T: Send + 'static>(
 fn a_held_lock_times_out_at_the_deadline_and_nothing_is_written() {
     let (dir, store) = store();
     let v = put(&store, "k", b"before", PutMode::Create).unwrap();
-    // Another process holding the bucket's lock: a lock on its own open
-    // file description, as flock and LockFileEx give each process.
-    let holder = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.0.join(LOCK_FILE))
-        .unwrap();
-    holder.lock().unwrap();
+    let holder = another_process_locks(&dir);
 
     let lock_path = dir.0.join(LOCK_FILE).display().to_string();
     fn soon() -> Option<Instant> {
@@ -836,14 +842,7 @@ fn a_delete_paused_past_its_deadline_under_the_lock_removes_nothing() {
 #[test]
 fn the_lock_is_never_taken_after_the_deadline() {
     let (dir, store) = store();
-    // Another holder of the bucket's lock: its own open file
-    // description, as another process has.
-    let holder = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.0.join(LOCK_FILE))
-        .unwrap();
-    holder.lock().unwrap();
+    let holder = another_process_locks(&dir);
     let deadline = Instant::now() + Duration::from_millis(200);
     let mut holder = Some(holder);
     let taken = Rc::new(Cell::new(0));

@@ -141,6 +141,25 @@ pub struct Profile {
     pub write_interval: Option<Duration>,
 }
 
+impl Profile {
+    /// A service named `name` that names the bucket in the path, signs in
+    /// `us-east-1` unless told otherwise, needs its endpoint set, honours
+    /// `If-Match` on DELETE, takes quoted ETags and spaces no writes:
+    /// MinIO's defaults, and a test server's.
+    #[cfg(any(feature = "minio", test))]
+    pub(crate) const fn path_style(name: &'static str) -> Profile {
+        Profile {
+            name,
+            addressing: Addressing::Path,
+            region: Some("us-east-1"),
+            endpoint_for_region: None,
+            conditional_delete: true,
+            unquoted_etags: false,
+            write_interval: None,
+        }
+    }
+}
+
 /// Which of a region's endpoints to use (`AWS_USE_FIPS_ENDPOINT`,
 /// `AWS_USE_DUALSTACK_ENDPOINT`); both off by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

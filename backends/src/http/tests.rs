@@ -4,15 +4,7 @@ use bucket_lease_core::store::PutMode;
 use std::time::UNIX_EPOCH;
 
 pub(super) fn profile(name: &'static str) -> Profile {
-    Profile {
-        name,
-        addressing: Addressing::Path,
-        region: Some("us-east-1"),
-        endpoint_for_region: None,
-        conditional_delete: true,
-        unquoted_etags: false,
-        write_interval: None,
-    }
+    Profile::path_style(name)
 }
 
 fn store(endpoint: &str) -> HttpStore {

@@ -32,6 +32,35 @@ pub struct Opt<K: 'static> {
     pub help: &'static str,
 }
 
+impl<K> Opt<K> {
+    /// An option with a value, `--long VALUE`, and no short letter.
+    pub const fn valued(
+        key: K,
+        long: &'static str,
+        value: &'static str,
+        help: &'static str,
+    ) -> Self {
+        Opt {
+            key,
+            long,
+            short: None,
+            value: Some(value),
+            help,
+        }
+    }
+
+    /// A flag: `--long`, no short letter, no value.
+    pub const fn flag(key: K, long: &'static str, help: &'static str) -> Self {
+        Opt {
+            key,
+            long,
+            short: None,
+            value: None,
+            help,
+        }
+    }
+}
+
 /// An option without its key: what the help, the completions and the man
 /// page print.
 #[derive(Debug, Clone, Copy)]

@@ -48,96 +48,78 @@ pub enum Key {
 
 /// `bench`'s table: parsing, help, completions and the man page.
 pub const OPTIONS: &[Opt<Key>] = &[
-    Opt {
-        key: Key::Iters,
-        long: "iters",
-        short: None,
-        value: Some("N"),
-        help: "how many acquire/renew/release rounds (default 20)",
-    },
-    Opt {
-        key: Key::Renewals,
-        long: "renewals",
-        short: None,
-        value: Some("K"),
-        help: "renewals per round (default 10)",
-    },
-    Opt {
-        key: Key::Ttl,
-        long: "ttl",
-        short: None,
-        value: Some("DURATION"),
-        help: "the TTL of the scratch leases, a whole number of seconds from 1 to 3600 (30, \
+    Opt::valued(
+        Key::Iters,
+        "iters",
+        "N",
+        "how many acquire/renew/release rounds (default 20)",
+    ),
+    Opt::valued(
+        Key::Renewals,
+        "renewals",
+        "K",
+        "renewals per round (default 10)",
+    ),
+    Opt::valued(
+        Key::Ttl,
+        "ttl",
+        "DURATION",
+        "the TTL of the scratch leases, a whole number of seconds from 1 to 3600 (30, \
                30s, 1m; default 30)",
-    },
-    Opt {
-        key: Key::BestEffort,
-        long: "best-effort",
-        short: None,
-        value: None,
-        help: "measure a best-effort lease (also BUCKET_LEASE_CONDITIONAL=off)",
-    },
-    Opt {
-        key: Key::Json,
-        long: "json",
-        short: None,
-        value: None,
-        help: "one JSON object on stdout",
-    },
-    Opt {
-        key: Key::Timeout,
-        long: "timeout",
-        short: None,
-        value: Some("DURATION"),
-        help: "give up after DURATION (exit 69; default 10m, or --duration and 2m more), then \
+    ),
+    Opt::flag(
+        Key::BestEffort,
+        "best-effort",
+        "measure a best-effort lease (also BUCKET_LEASE_CONDITIONAL=off)",
+    ),
+    Opt::flag(Key::Json, "json", "one JSON object on stdout"),
+    Opt::valued(
+        Key::Timeout,
+        "timeout",
+        "DURATION",
+        "give up after DURATION (exit 69; default 10m, or --duration and 2m more), then \
                take at most 2 s more to release the scratch leases and 2 s to remove them",
-    },
-    Opt {
-        key: Key::Interval,
-        long: "interval",
-        short: None,
-        value: Some("DURATION"),
-        help: "renew at this cadence, open loop, rather than back to back (default a third of \
+    ),
+    Opt::valued(
+        Key::Interval,
+        "interval",
+        "DURATION",
+        "renew at this cadence, open loop, rather than back to back (default a third of \
                the TTL when --duration is given); each renewal's latency counts from its \
                scheduled instant",
-    },
-    Opt {
-        key: Key::Duration,
-        long: "duration",
-        short: None,
-        value: Some("DURATION"),
-        help: "how long to renew at the cadence (default 1m when --interval is given)",
-    },
-    Opt {
-        key: Key::Leases,
-        long: "leases",
-        short: None,
-        value: Some("N"),
-        help: "renew N leases at once at the cadence, each on a scratch prefix of its own under \
+    ),
+    Opt::valued(
+        Key::Duration,
+        "duration",
+        "DURATION",
+        "how long to renew at the cadence (default 1m when --interval is given)",
+    ),
+    Opt::valued(
+        Key::Leases,
+        "leases",
+        "N",
+        "renew N leases at once at the cadence, each on a scratch prefix of its own under \
                one prefix (default 1, at most 1000)",
-    },
-    Opt {
-        key: Key::Csv,
-        long: "csv",
-        short: None,
-        value: Some("FILE"),
-        help: "write every renewal of the cadence run to FILE, one CSV line each",
-    },
-    Opt {
-        key: Key::Plot,
-        long: "plot",
-        short: None,
-        value: Some("FILE"),
-        help: "draw the cadence run's latency CDF and time series in FILE (SVG)",
-    },
-    Opt {
-        key: Key::Compare,
-        long: "compare",
-        short: None,
-        value: Some("A.json"),
-        help: "compare two runs' --json outputs (bench --compare A.json B.json): each \
+    ),
+    Opt::valued(
+        Key::Csv,
+        "csv",
+        "FILE",
+        "write every renewal of the cadence run to FILE, one CSV line each",
+    ),
+    Opt::valued(
+        Key::Plot,
+        "plot",
+        "FILE",
+        "draw the cadence run's latency CDF and time series in FILE (SVG)",
+    ),
+    Opt::valued(
+        Key::Compare,
+        "compare",
+        "A.json",
+        "compare two runs' --json outputs (bench --compare A.json B.json): each \
                percentile of renewal latency in A and B, and B/A; nothing is sent",
-    },
+    ),
 ];
 
 /// `bench`'s documentation.

@@ -60,29 +60,21 @@ enum Key {
 
 /// `break`'s table: parsing, help, completions and the man page.
 const OPTIONS: &[Opt<Key>] = &[
-    Opt {
-        key: Key::Holder,
-        long: "holder",
-        short: None,
-        value: Some("ID"),
-        help: "the instance id the lease must name (required; `bucket-lease inspect URL` \
+    Opt::valued(
+        Key::Holder,
+        "holder",
+        "ID",
+        "the instance id the lease must name (required; `bucket-lease inspect URL` \
                shows it)",
-    },
-    Opt {
-        key: Key::Json,
-        long: "json",
-        short: None,
-        value: None,
-        help: "one JSON object on stdout",
-    },
-    Opt {
-        key: Key::Timeout,
-        long: "timeout",
-        short: None,
-        value: Some("DURATION"),
-        help: "give up after DURATION, opening the store, reads and writes included (exit 69; \
+    ),
+    Opt::flag(Key::Json, "json", "one JSON object on stdout"),
+    Opt::valued(
+        Key::Timeout,
+        "timeout",
+        "DURATION",
+        "give up after DURATION, opening the store, reads and writes included (exit 69; \
                a write may have landed: inspect to see; default 30s)",
-    },
+    ),
 ];
 
 /// How long `break` may take by default.

@@ -112,39 +112,33 @@ enum Key {
 
 /// `inspect`'s table: parsing, help, completions and the man page.
 const OPTIONS: &[Opt<Key>] = &[
-    Opt {
-        key: Key::Json,
-        long: "json",
-        short: None,
-        value: None,
-        help: "one JSON object on stdout (state: free, held, expired or unreadable; released: \
+    Opt::flag(
+        Key::Json,
+        "json",
+        "one JSON object on stdout (state: free, held, expired or unreadable; released: \
                true for a released record)",
-    },
-    Opt {
-        key: Key::Timeout,
-        long: "timeout",
-        short: None,
-        value: Some("DURATION"),
-        help: "give up after DURATION, opening the store and its credentials included (exit \
+    ),
+    Opt::valued(
+        Key::Timeout,
+        "timeout",
+        "DURATION",
+        "give up after DURATION, opening the store and its credentials included (exit \
                69; default 30s); when watching, it bounds opening the store and the first read \
                together, then each read, and never ends the watch",
-    },
-    Opt {
-        key: Key::Watch,
-        long: "watch",
-        short: None,
-        value: None,
-        help: "follow the lease: one JSON line per change (the --json fields, plus change and \
+    ),
+    Opt::flag(
+        Key::Watch,
+        "watch",
+        "follow the lease: one JSON line per change (the --json fields, plus change and \
                seen_at) until SIGINT or SIGTERM (exit 0)",
-    },
-    Opt {
-        key: Key::Interval,
-        long: "interval",
-        short: None,
-        value: Some("DURATION"),
-        help: "with --watch: read the record this often, a conditional GET that costs a 304 \
+    ),
+    Opt::valued(
+        Key::Interval,
+        "interval",
+        "DURATION",
+        "with --watch: read the record this often, a conditional GET that costs a 304 \
                while it is unchanged (default 1s)",
-    },
+    ),
 ];
 
 /// How long `inspect` may take by default.

@@ -66,15 +66,14 @@ const MAIN: &[Opt<MainKey>] = &[
         value: None,
         help: "the version and the stores built in",
     },
-    Opt {
-        key: MainKey::Generate,
-        long: "generate",
-        short: None,
-        value: Some("KIND"),
-        help: "print shell completions or the man page, made from the tables this help is \
+    Opt::valued(
+        MainKey::Generate,
+        "generate",
+        "KIND",
+        "print shell completions or the man page, made from the tables this help is \
                printed from: complete-bash, complete-zsh, complete-fish or man (the README \
                says where to put them)",
-    },
+    ),
 ];
 
 /// The commands, in the order help lists them.
