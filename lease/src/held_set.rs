@@ -205,7 +205,7 @@ pub enum SetEvent {
 /// set's pool, answers as a keeper does ([`KeptLease`]).
 #[derive(Debug, Clone)]
 pub struct HeldPrefix {
-    lease: PooledLease,
+    pooled: PooledLease,
     /// The set's thread, for [`KeptLease::stop`].
     set: Sender<GiveUp>,
 }
@@ -213,7 +213,7 @@ pub struct HeldPrefix {
 impl HeldPrefix {
     /// Its lease as the set's pool keeps it, for its id there.
     pub fn pooled(&self) -> &PooledLease {
-        &self.lease
+        &self.pooled
     }
 }
 
@@ -227,18 +227,17 @@ impl HeldPrefix {
 /// ended.
 impl KeptLease for HeldPrefix {
     fn lease(&self) -> &Arc<Lease> {
-        self.lease.lease()
+        self.pooled.lease()
     }
 
     fn stop(self) -> Result<crate::Released, LeaseError> {
         let (reply, answer) = crossbeam_channel::bounded(1);
-        let pooled = self.lease.clone();
-        if self.set.send((pooled, reply)).is_err() {
+        if self.set.send((self.pooled.clone(), reply)).is_err() {
             // The set stopped: its pool released what it kept.
-            return self.lease.stop();
+            return self.pooled.stop();
         }
         // The set stopped before it heard us: the same.
-        answer.recv().unwrap_or_else(|_| self.lease.stop())
+        answer.recv().unwrap_or_else(|_| self.pooled.stop())
     }
 }
 
@@ -361,7 +360,7 @@ impl HeldSet {
 
     fn held_prefix(&self, lease: &PooledLease) -> HeldPrefix {
         HeldPrefix {
-            lease: lease.clone(),
+            pooled: lease.clone(),
             set: self.give_ups.clone(),
         }
     }

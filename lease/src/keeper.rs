@@ -271,9 +271,9 @@ impl Default for KeeperOptions {
 #[must_use = "a keeper dropped at once releases its lease at once"]
 #[derive(Debug)]
 pub struct Keeper {
-    lease: Arc<Lease>,
+    kept: Arc<Lease>,
     events: Receiver<Event>,
-    stop: Option<Sender<()>>,
+    stop_signal: Option<Sender<()>>,
     thread: Option<JoinHandle<Ended>>,
 }
 
@@ -306,9 +306,9 @@ impl Keeper {
             .spawn(move || driver::keep(&kept, options, &mut runtime));
         match thread {
             Ok(thread) => Ok(Keeper {
-                lease,
+                kept: lease,
                 events,
-                stop: Some(stop),
+                stop_signal: Some(stop),
                 thread: Some(thread),
             }),
             Err(e) => {
@@ -340,19 +340,19 @@ impl Keeper {
     /// Stop the thread; how the lease ended, its answer kept on the lease
     /// ([`stop_answer`]).
     fn shut_down(&mut self) -> Ended {
-        drop(self.stop.take());
+        drop(self.stop_signal.take());
         let (loss, released) = match self.thread.take().map(JoinHandle::join) {
             Some(Ok(ended)) => ended,
             // The thread died outside the guarded renewal: nothing released.
             _ => {
                 let lost = LeaseError::Lost {
-                    key: self.lease.key().to_string(),
-                    holder: self.lease.lost_to(),
+                    key: self.kept.key().to_string(),
+                    holder: self.kept.lost_to(),
                 };
                 (Some(lost.clone()), Err(lost))
             }
         };
-        let _ = stop_answer(&self.lease, loss.clone(), &released);
+        let _ = stop_answer(&self.kept, loss.clone(), &released);
         (loss, released)
     }
 }
@@ -363,12 +363,12 @@ impl Keeper {
 /// without releasing.
 impl KeptLease for Keeper {
     fn lease(&self) -> &Arc<Lease> {
-        &self.lease
+        &self.kept
     }
 
     fn stop(mut self) -> Result<Released, LeaseError> {
         let (loss, released) = self.shut_down();
-        stop_answer(&self.lease, loss, &released)
+        stop_answer(&self.kept, loss, &released)
     }
 }
 

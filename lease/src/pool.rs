@@ -265,7 +265,7 @@ pub struct PoolEvent {
 #[derive(Debug, Clone)]
 pub struct PooledLease {
     id: LeaseId,
-    lease: Arc<Lease>,
+    kept: Arc<Lease>,
     /// The pool's scheduler, for [`KeptLease::stop`].
     pool: Sender<Command>,
 }
@@ -283,11 +283,11 @@ impl PooledLease {
 /// pool stopped, the lease lost) answers from how it ended.
 impl KeptLease for PooledLease {
     fn lease(&self) -> &Arc<Lease> {
-        &self.lease
+        &self.kept
     }
 
     fn stop(self) -> Result<Released, LeaseError> {
-        remove(&self.pool, self.id).unwrap_or_else(|| stop_answer_after_leaving(&self.lease))
+        remove(&self.pool, self.id).unwrap_or_else(|| stop_answer_after_leaving(&self.kept))
     }
 }
 
@@ -413,7 +413,7 @@ impl KeeperPool {
         }
         PooledLease {
             id,
-            lease,
+            kept: lease,
             pool: self.commands.clone(),
         }
     }

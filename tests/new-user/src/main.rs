@@ -13,7 +13,9 @@
 use bucket_lease::backends::config;
 use bucket_lease::fence::FencedReader;
 use bucket_lease::hold::HoldOutcome;
-use bucket_lease::{lease::Cancel, Contender, FencedWriter, Keeper, KeeperOptions, LeaseOptions, Wait};
+use bucket_lease::{
+    lease::Cancel, Contender, Keeper, KeeperOptions, KeptLease, LeaseOptions, Wait,
+};
 use std::error::Error;
 use std::time::{Duration, Instant};
 
@@ -45,8 +47,8 @@ fn fenced_job(url: &str) -> Result<(), Box<dyn Error>> {
         LeaseOptions::new(30).best_effort_from_env(),
     );
     let keeper = Keeper::spawn(contender.try_acquire()?, KeeperOptions::new())?;
-    let epoch = keeper.lease().epoch();
-    let writer = FencedWriter::new(keeper.lease().clone());
+    let epoch = keeper.epoch();
+    let writer = keeper.writer();
     for part in 0..3 {
         writer.put_new(&format!("{prefix}/parts/{epoch}-{part}"), b"...")?;
     }
