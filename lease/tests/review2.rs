@@ -233,3 +233,100 @@ fn a_pooled_stop_after_the_pools_failed_release_is_not_ok() {
         "a later stop after a failed release: {later:?}"
     );
 }
+
+// ---------------------------------------------------------------------
+// upload.rs / spacing.rs: "an upload never published after its lease's
+// write deadline"; spacing.rs module docs: "The wait is bounded by the
+// write's deadline: a turn that comes after it is not waited for, and the
+// write fails as not sent."
+
+/// A test clock whose sleeps overshoot by `extra`, as a thread put to
+/// sleep may wake late (a loaded host, a paused VM): `Clock::sleep`
+/// promises at least the time asked, never at most.
+#[derive(Debug, Clone)]
+struct LateWaking {
+    clock: TestClock,
+    extra: Duration,
+}
+
+impl bucket_lease_core::clock::Clock for LateWaking {
+    fn now(&self) -> std::time::Instant {
+        self.clock.now()
+    }
+    fn wall(&self) -> std::time::SystemTime {
+        bucket_lease_core::clock::Clock::wall(&self.clock)
+    }
+    fn sleep(&self, duration: Duration) {
+        self.clock.advance(duration + self.extra);
+    }
+    fn timer(&self, at: std::time::Instant) -> crossbeam_channel::Receiver<std::time::Instant> {
+        bucket_lease_core::clock::Clock::timer(&self.clock, at)
+    }
+}
+
+fn bytes(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+/// A completion on a spaced store whose key's turn comes before the write
+/// deadline, but whose wait for it ends after (the sleep woke late): the
+/// spacing store hands the completion on with its deadline already past,
+/// and the memory store under it publishes the object after the lease's
+/// write deadline; `finish` answers `Ok`. The spacing store does not look
+/// at the deadline again once its wait is over.
+#[test]
+#[ignore = "defect: a spaced completion whose turn wait ends past the write deadline is still sent, and the object is published after the deadline"]
+fn a_spaced_completion_whose_wait_ends_after_the_deadline_publishes_nothing() {
+    use bucket_lease_core::multipart::MIN_PART_BYTES;
+    use bucket_lease_core::spacing::SpacedStore;
+    use bucket_lease_core::store::{PutMode, PutOptions, Version};
+    use bucket_lease_core::{FencedWriter, Lease};
+    use std::io::Write;
+
+    let test_clock = TestClock::new();
+    let clock = Arc::new(LateWaking {
+        clock: test_clock.clone(),
+        extra: Duration::from_secs(5),
+    });
+    let inner = Arc::new(MemoryStore::new());
+    let spaced: Arc<dyn Store> = Arc::new(SpacedStore::new(
+        Arc::clone(&inner) as Arc<dyn Store>,
+        Duration::from_secs(1),
+        clock.clone(),
+    ));
+    let lease = Lease::acquire(
+        Arc::clone(&spaced),
+        PREFIX,
+        LeaseOptions::new(TTL_S).clock(clock.clone()),
+    )
+    .expect("free");
+    let writer = FencedWriter::new(Arc::new(lease));
+    // The completion check, once per store, well before any deadline.
+    let mut warm = writer.create("db/warm").unwrap().part_size(MIN_PART_BYTES);
+    warm.write_all(&bytes(MIN_PART_BYTES + 1)).unwrap();
+    warm.finish().expect("the first upload completes");
+    writer.lease().renew().expect("renewed");
+    let deadline = writer.lease().write_deadline().expect("held");
+
+    // 1.5 s before the deadline, the store writes `db/big` (a refused
+    // update): its next turn comes 0.5 s before the deadline.
+    let now = bucket_lease_core::clock::Clock::now(&test_clock);
+    test_clock.advance(deadline - now - Duration::from_millis(1500));
+    let stale = PutOptions::new(PutMode::Update(Version::etag("\"made-up\"")));
+    assert!(spaced.put("db/big", b"x", &stale).is_err());
+
+    let mut upload = writer.create("db/big").unwrap().part_size(MIN_PART_BYTES);
+    upload.write_all(&bytes(MIN_PART_BYTES + 1)).unwrap();
+    let finished = upload.finish();
+    let published = inner.peek("db/big").is_some();
+    assert!(
+        bucket_lease_core::clock::Clock::now(&test_clock) > deadline,
+        "the turn's wait ended after the deadline"
+    );
+    assert!(
+        !published && finished.is_err(),
+        "an upload was published after its lease's write deadline (by {:?}): finish \
+         answered {finished:?}",
+        bucket_lease_core::clock::Clock::now(&test_clock) - deadline
+    );
+}
