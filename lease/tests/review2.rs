@@ -330,3 +330,44 @@ fn a_spaced_completion_whose_wait_ends_after_the_deadline_publishes_nothing() {
         bucket_lease_core::clock::Clock::now(&test_clock) - deadline
     );
 }
+
+/// A held prefix's stop racing the renewal that finds the lease taken
+/// over: whichever wins, the stop answers the loss, never `Ok`, and the
+/// set reports the prefix once (as lost, or given up with the loss).
+#[test]
+fn a_held_prefix_stop_racing_a_loss_never_answers_ok() {
+    use bucket_lease_core::record::{format_stamp, LeaseRecord};
+    for round in 0..40 {
+        let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
+        let set = set(&store, &clock, &[PREFIX]);
+        taken(&set);
+        let held = set.get(PREFIX).expect("held");
+        let now = format_stamp(bucket_lease_core::clock::Clock::wall(&clock));
+        let usurper = LeaseRecord::new("usurper", now.clone(), now, TTL_S, 99);
+        store.insert("db/LEASE", &usurper.to_bytes());
+        let answer = std::thread::scope(|s| {
+            let stop = s.spawn(move || held.stop());
+            clock.advance(Duration::from_secs(TTL_S / 3));
+            stop.join().unwrap()
+        });
+        assert!(
+            matches!(answer, Err(LeaseError::Lost { .. })),
+            "round {round}: {answer:?}"
+        );
+        let mut events = Vec::new();
+        while let Ok(event) = set.events().recv_timeout(Duration::from_millis(100)) {
+            events.push(event);
+        }
+        assert_eq!(events.len(), 1, "round {round}: {events:?}");
+        match &events[0] {
+            SetEvent::Lost { .. } => {}
+            SetEvent::Released { released, .. } => assert!(
+                matches!(released, Err(LeaseError::Lost { .. })),
+                "round {round}: {released:?}"
+            ),
+            other => panic!("round {round}: {other:?}"),
+        }
+        assert!(set.get(PREFIX).is_none());
+        set.stop();
+    }
+}
