@@ -520,7 +520,9 @@ impl SetKeeper {
                 let held = self.prefixes.iter().find(|p| p.held == Some(event.id));
                 let lease = held.and_then(|p| self.table().get(&p.prefix).cloned());
                 if let Some(lease) = lease {
-                    let answer = stop_answer_after_leaving(lease.lease());
+                    // What its stop answered, kept on the lease.
+                    let answer = lease.lease().recorder().settled();
+                    let answer = answer.unwrap_or_else(|| stop_answer_after_leaving(lease.lease()));
                     self.given_up(event.id, &answer);
                 }
                 return;

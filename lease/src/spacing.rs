@@ -157,8 +157,14 @@ impl WriteSpacing {
         clock: &dyn Clock,
         deadline: Option<Instant>,
     ) -> Result<(), TurnTooLate> {
+        let mut slept = false;
         loop {
             let now = clock.now();
+            // Woken at or past the deadline (a clock's sleep may last
+            // longer than asked): the turn, even if it came, is too late.
+            if slept && deadline.is_some_and(|d| now >= d) {
+                return Err(TurnTooLate { not_before: now });
+            }
             let wait = {
                 let mut keys = self.lock();
                 match keys.get_mut(key) {
@@ -196,6 +202,7 @@ impl WriteSpacing {
             } else {
                 wait
             });
+            slept = true;
         }
     }
 
