@@ -30,6 +30,7 @@ finders=(
   "dir-file-links-followed|package(bucket-lease-backends) & kind(lib) & test(=fs::tests::links::a_link_at_a_keys_own_name_is_refused_and_never_read_through)"
   "put-new-hashes-after-deadline|package(bucket-lease-core) & kind(lib) & test(=fence::tests::put_new_hashes_the_body_before_it_takes_the_write_deadline)"
   "turn-unsettled-on-panic|package(bucket-lease-core) & binary(=write_interval) & test(=a_write_that_panicked_does_not_keep_its_keys_turn_forever)"
+  "turn-taken-after-deadline|package(bucket-lease-core) & binary(=set_handles) & test(=a_spaced_completion_whose_wait_ends_after_the_deadline_publishes_nothing)"
   "spaced-probe-keeps-acquire-stamp|package(bucket-lease-core) & binary(=write_interval) & test(=a_renewal_due_at_a_third_of_the_smallest_ttl_lands_before_the_fence)"
   "upload-completes-unconditionally|package(bucket-lease-core) & binary(=uploads) & test(=a_completion_over_an_earlier_object_is_refused_and_the_upload_aborted)"
   "upload-settled-without-mark|package(bucket-lease-core) & binary(=uploads) & test(=another_upload_of_ours_at_the_key_is_not_taken_for_a_lost_answer)"

@@ -184,6 +184,11 @@ pub enum StoreMutant {
     /// settled (issue 30): every later write of the key waits for ever, or
     /// fails not sent.
     TurnUnsettledOnPanic,
+    /// A write whose wait for its key's turn ends at or past its deadline
+    /// (a clock that woke late) takes the turn all the same (issue 41's
+    /// review): a completion goes to a store that does not check the
+    /// deadline itself, and is published after the lease's write deadline.
+    TurnTakenAfterDeadline,
     /// The acquire's spaced probe writes our record again with the
     /// acquire's stamp and leaves the fence dated from the acquire (issue
     /// 30): the key's next turn is the fence itself at the shortest TTL the
@@ -208,7 +213,7 @@ pub enum StoreMutant {
 
 impl StoreMutant {
     /// Every store mutant, in the order the check script runs them.
-    pub const ALL: [StoreMutant; 19] = [
+    pub const ALL: [StoreMutant; 20] = [
         StoreMutant::TimeoutBeforeCredentials,
         StoreMutant::UnboundedProcessOutput,
         StoreMutant::UnboundedRefreshWait,
@@ -223,6 +228,7 @@ impl StoreMutant {
         StoreMutant::DirFileLinksFollowed,
         StoreMutant::PutNewHashesAfterDeadline,
         StoreMutant::TurnUnsettledOnPanic,
+        StoreMutant::TurnTakenAfterDeadline,
         StoreMutant::SpacedProbeKeepsAcquireStamp,
         StoreMutant::UploadCompletesUnconditionally,
         StoreMutant::UploadSettledWithoutMark,
@@ -247,6 +253,7 @@ impl StoreMutant {
             StoreMutant::DirFileLinksFollowed => "dir-file-links-followed",
             StoreMutant::PutNewHashesAfterDeadline => "put-new-hashes-after-deadline",
             StoreMutant::TurnUnsettledOnPanic => "turn-unsettled-on-panic",
+            StoreMutant::TurnTakenAfterDeadline => "turn-taken-after-deadline",
             StoreMutant::SpacedProbeKeepsAcquireStamp => "spaced-probe-keeps-acquire-stamp",
             StoreMutant::UploadCompletesUnconditionally => "upload-completes-unconditionally",
             StoreMutant::UploadSettledWithoutMark => "upload-settled-without-mark",
