@@ -36,6 +36,9 @@ finders=(
   "upload-settled-without-mark|package(bucket-lease-core) & binary(=uploads) & test(=another_upload_of_ours_at_the_key_is_not_taken_for_a_lost_answer)"
   "completion-reuses-part-deadline|package(bucket-lease-core) & binary(=uploads) & test(=a_deadline_passing_while_the_last_part_is_sent_completes_nothing)"
   "upload-left-open-on-drop|package(bucket-lease-core) & binary(=uploads) & test(=an_upload_dropped_unfinished_is_aborted)"
+  "set-takes-above-share|package(bucket-lease-core) & binary(=held_set_balance) & test(=a_joiner_gets_its_share_within_three_ttl_and_only_the_excess_moves)"
+  "set-gives-up-without-release|package(bucket-lease-core) & binary(=held_set_balance) & test(=a_joiner_gets_its_share_within_three_ttl_and_only_the_excess_moves)"
+  "set-releases-before-writes-end|package(bucket-lease-core) & binary(=held_set_balance) & test(=a_prefix_given_up_is_handed_over_only_once_our_writes_in_flight_are_over)"
 )
 
 # Every mutant of the code has a row (names as `StoreMutant::name` gives them).

@@ -5,16 +5,24 @@
 //!
 //! What it promises:
 //!
-//! - **It takes what is free.** Each prefix not held is tried once at the
-//!   start (in an order of its own, so that workers started together
-//!   split the set rather than race for the same prefixes), then again
-//!   when its retry comes: a prefix another instance holds a quarter of
-//!   the TTL later (jittered), so a dead holder's prefix is taken soon
-//!   after its record expires; one whose attempt failed after a pause that
-//!   doubles with each failure, from [`HeldSetOptions::retry_pause`] up to
-//!   the TTL, jittered. A worker started alone takes every free prefix;
-//!   [`HeldSetOptions::at_most`] caps how many one worker holds, so that
-//!   two workers split a set they both start on even when one is first.
+//! - **It takes its fair share of what is free.** Each prefix not held
+//!   is tried once at the start (in an order of its own, so that workers
+//!   started together split the set rather than race for the same
+//!   prefixes), then again when its retry comes: a prefix another instance
+//!   holds a quarter of the TTL later (jittered), so a dead holder's prefix
+//!   is taken soon after its record expires; one whose attempt failed
+//!   after a pause that doubles with each failure, from
+//!   [`HeldSetOptions::retry_pause`] up to the TTL, jittered. It holds at
+//!   most its fair share of the set among the live workers ([Balance](#balance)),
+//!   and at most [`HeldSetOptions::at_most`].
+//! - **It gives up its excess by a release.** When a worker joins (or a
+//!   census finds more live workers), each worker above its new share
+//!   releases the excess at once: the joiner takes it at its next try,
+//!   with no overlap and no wait for a TTL. Only the excess moves; a
+//!   stable membership moves nothing. When a worker leaves (its stop
+//!   releases its slot and its prefixes) or dies (its slot's and its
+//!   prefixes' records expire within its TTL), the others' shares grow and
+//!   they take what it held as it comes free.
 //! - **It takes a prefix again after a loss.** A lease fenced or lost
 //!   leaves the pool by itself ([`crate::pool`]); the set reports it
 //!   ([`SetEvent::Lost`]) and tries the prefix again after the first
@@ -36,6 +44,17 @@
 //! - **Stopping releases every lease** ([`HeldSet::stop`], or dropping the
 //!   set): an attempt in flight finishes first (bounded by
 //!   [`HeldSetOptions::attempt_timeout`]), then the pool is stopped.
+//!
+//! # Balance
+//!
+//! A set learns its live workers from the bucket alone: each worker keeps
+//! a membership lease on a slot of the set's members folder
+//! ([`HeldSetOptions::members`]), and counts the live slots every third of
+//! a TTL. Its share is the set's size over the live workers, one more for
+//! the first ones by slot, so the shares add up to the set and differ by
+//! one at most ([`SetEvent::Members`] says each change). Why slots, and
+//! what they cost (per worker per TTL: 3 renewals of its own slot and 3
+//! counts of W + 2 reads for W workers), is in `held_set/members.rs`.
 //!
 //! Its attempts run one at a time on a thread of its own, so a slow store
 //! delays the set's other attempts, never a renewal (the pool's threads
@@ -65,11 +84,13 @@
 
 use crate::clock::{doubling_pause, Clock};
 use crate::error::LeaseError;
+use crate::inspect::{inspect_before, Expiry};
 use crate::keeper::{Event, Loss};
 use crate::kept::{stop_answer_after_leaving, KeptLease};
 use crate::lease::Lease;
 use crate::lease::{Contender, LeaseOptions};
-use crate::pool::{KeeperPool, LeaseId, PoolOptions, PooledLease};
+use crate::mutant::StoreMutant;
+use crate::pool::{KeeperPool, LeaseId, PoolLoss, PoolOptions, PooledLease};
 use crate::record::{check_holder_name, lease_key, new_instance_id, prefix_of, InvalidHolderName};
 use crate::store::Store;
 use crossbeam_channel::{select, Receiver, Sender};
@@ -78,6 +99,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+mod members;
+use members::{default_members_prefix, Membership};
 
 /// The first pause after a failed attempt, unless told otherwise.
 pub const DEFAULT_RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -96,6 +120,7 @@ pub struct HeldSetOptions {
     at_most: Option<usize>,
     instance_id: Option<String>,
     holder_name: Option<String>,
+    members: Option<String>,
 }
 
 impl HeldSetOptions {
@@ -114,6 +139,7 @@ impl HeldSetOptions {
             at_most: None,
             instance_id: None,
             holder_name: None,
+            members: None,
         }
     }
 
@@ -137,9 +163,19 @@ impl HeldSetOptions {
         self
     }
 
-    /// Hold at most `n` prefixes at once.
+    /// Hold at most `n` prefixes at once, whatever the fair share: an
+    /// upper bound on top of it.
     pub fn at_most(mut self, n: usize) -> Self {
         self.at_most = Some(n);
+        self
+    }
+
+    /// Register this worker's membership under `prefix` (slots
+    /// `{prefix}/0`, `{prefix}/1`, …; see [Balance](self#balance)). Every
+    /// worker of one set must name the same; by default it is named after
+    /// the set, beside its prefixes (`shards/.members-1a2b3c4d`).
+    pub fn members(mut self, prefix: impl Into<String>) -> Self {
+        self.members = Some(prefix.into());
         self
     }
 
@@ -183,13 +219,24 @@ pub enum SetEvent {
         /// How it ended.
         loss: Loss,
     },
-    /// The prefix was given up ([`KeptLease::stop`] of its
-    /// [`HeldPrefix`]); it is tried again as one another instance holds.
+    /// The prefix was given up: released as this worker's share fell
+    /// below what it held (see [Balance](self#balance)), or by
+    /// [`KeptLease::stop`] of its [`HeldPrefix`]; it is tried again as one
+    /// another instance holds.
     Released {
         /// The prefix.
         prefix: String,
         /// What the stop answered.
         released: Result<crate::Released, LeaseError>,
+    },
+    /// A census found `live` workers of the set; this one's share is
+    /// `share` prefixes (at most [`HeldSetOptions::at_most`]). Sent when
+    /// either changes from the last count (not for the first).
+    Members {
+        /// The live workers counted, this one included.
+        live: usize,
+        /// The prefixes this worker holds at most now.
+        share: usize,
     },
     /// An attempt to take the prefix failed other than by finding it held;
     /// it is tried again after a pause.
@@ -285,17 +332,25 @@ impl HeldSet {
         for prefix in prefixes {
             // Named as its lease key names it: `shards/7/` is `shards/7`.
             let prefix = prefix_of(&lease_key(&prefix)).to_string();
-            let mut contender = Contender::new(Arc::clone(&store), &prefix, options.lease.clone())
-                .with_instance_id(id.clone());
-            if let Some(name) = &options.holder_name {
-                // Checked by `HeldSetOptions::holder_name`.
-                contender = contender
-                    .with_holder_name(name.clone())
-                    .unwrap_or_else(|_| unreachable!("a holder name the options checked"));
-            }
+            let contender = contender(&store, &prefix, &options, &id);
             wanted.insert(prefix, contender);
         }
-        let pool = KeeperPool::spawn(options.pool.clone())?;
+        let members = options.members.clone().unwrap_or_else(|| {
+            let names: Vec<String> = wanted.keys().cloned().collect();
+            default_members_prefix(&names)
+        });
+        // The loss callback hears of the set's prefixes, not of its
+        // membership lease (whose loss the set handles itself).
+        let mut pool_options = options.pool.clone();
+        if let Some(callback) = pool_options.on_loss.take() {
+            let slots = format!("{members}/");
+            pool_options.on_loss = Some(Arc::new(move |loss: &PoolLoss| {
+                if !loss.prefix.starts_with(&slots) {
+                    callback(loss);
+                }
+            }));
+        }
+        let pool = KeeperPool::spawn(pool_options)?;
         let table = Arc::new(Mutex::new(BTreeMap::new()));
         let (events_tx, events) = crossbeam_channel::unbounded();
         let (stop, stop_rx) = crossbeam_channel::bounded(1);
@@ -309,6 +364,9 @@ impl HeldSet {
         let keeper = SetKeeper {
             pool,
             clock,
+            membership: Membership::new(members, now),
+            store,
+            id,
             options,
             table: Arc::clone(&table),
             events: events_tx,
@@ -322,6 +380,7 @@ impl HeldSet {
                         prefix,
                         contender,
                         held: None,
+                        leaving: None,
                         next_try: now,
                         failures: 0,
                     }
@@ -405,6 +464,9 @@ struct Prefix {
     contender: Contender,
     /// Its lease's id in the pool, while held.
     held: Option<LeaseId>,
+    /// Being given up: its writes are stopped, and its lease is released
+    /// at this instant, once no write in flight can land any more.
+    leaving: Option<Instant>,
     /// When to try to take it next, while not held.
     next_try: Instant,
     /// Failed attempts in a row.
@@ -415,6 +477,10 @@ struct Prefix {
 struct SetKeeper {
     pool: KeeperPool,
     clock: Arc<dyn Clock>,
+    store: Arc<dyn Store>,
+    /// The instance id every lease of this worker is taken under.
+    id: String,
+    membership: Membership,
     options: HeldSetOptions,
     table: Arc<Mutex<BTreeMap<String, PooledLease>>>,
     events: Sender<SetEvent>,
@@ -428,6 +494,15 @@ impl SetKeeper {
         loop {
             self.hear_pool();
             let now = self.clock.now();
+            if self.membership.slot.is_none() && self.membership.next_register <= now {
+                self.register();
+            }
+            if self.membership.next_census <= now && !self.stopped() {
+                self.census();
+            }
+            self.give_up_excess();
+            self.release_left();
+            let now = self.clock.now();
             for i in 0..self.prefixes.len() {
                 if self.stopped() {
                     break;
@@ -440,17 +515,34 @@ impl SetKeeper {
             if self.stopped() {
                 break;
             }
-            let wake = self
+            // A prefix waiting for room is looked at again when a loss or
+            // a census makes some.
+            let next_try = self
                 .prefixes
                 .iter()
                 .filter(|p| p.held.is_none())
                 .map(|p| p.next_try)
-                .min();
-            // Not before a moment from now: a prefix waiting for room is
-            // looked at again when a loss makes some.
+                .min()
+                .filter(|_| self.room());
+            let register = self
+                .membership
+                .slot
+                .is_none()
+                .then_some(self.membership.next_register);
+            let leaving = self.prefixes.iter().filter_map(|p| p.leaving).min();
+            let wake = [
+                next_try,
+                register,
+                leaving,
+                Some(self.membership.next_census),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            // Not before a moment from now.
             let timer = match wake {
-                Some(at) if self.room() => self.clock.timer(at.max(self.clock.now())),
-                _ => crossbeam_channel::never(),
+                Some(at) => self.clock.timer(at.max(self.clock.now())),
+                None => crossbeam_channel::never(),
             };
             let pool_events = self.pool.events().clone();
             let give_ups = self.give_ups.clone();
@@ -480,9 +572,11 @@ impl SetKeeper {
             .into_iter()
             .map(|(prefix, lease)| (lease.id(), prefix))
             .collect();
+        let slot = self.membership.slot.map(|(_, id)| id);
         self.pool
             .stop()
             .into_iter()
+            .filter(|(id, _)| Some(*id) != slot)
             .map(|(id, released)| {
                 let prefix = prefixes.get(&id).cloned().unwrap_or_default();
                 (prefix, released)
@@ -498,10 +592,175 @@ impl SetKeeper {
         )
     }
 
+    /// How many prefixes this worker holds (not counting those it is
+    /// giving up).
+    fn held(&self) -> usize {
+        self.prefixes
+            .iter()
+            .filter(|p| p.held.is_some() && p.leaving.is_none())
+            .count()
+    }
+
+    /// The most this worker holds: its fair share by the last census, at
+    /// most [`HeldSetOptions::at_most`].
+    fn share(&self) -> usize {
+        let share = self.membership.share(self.prefixes.len());
+        self.options.at_most.map_or(share, |n| share.min(n))
+    }
+
     /// Whether another prefix may be taken.
     fn room(&self) -> bool {
-        let held = self.prefixes.iter().filter(|p| p.held.is_some()).count();
-        self.options.at_most.is_none_or(|n| held < n)
+        if StoreMutant::SetTakesAboveShare.on() {
+            return self.options.at_most.is_none_or(|n| self.held() < n);
+        }
+        self.held() < self.share()
+    }
+
+    /// Take the lowest free membership slot, if none is held: a lease kept
+    /// by the pool as the prefixes' are. On a failure, again after a pause
+    /// that doubles as an attempt's does.
+    fn register(&mut self) {
+        let deadline = self.clock.now().checked_add(self.options.attempt_timeout);
+        let ttl = Duration::from_secs(self.options.lease.ttl_s());
+        for n in 0..=self.membership.census_top() + self.prefixes.len() {
+            if self.stopped() {
+                return;
+            }
+            let slot = self.membership.slot_prefix(n);
+            let mut contender = contender(&self.store, &slot, &self.options, &self.id);
+            let key = lease_key(&slot);
+            match unpanicked("PUT", &key, || contender.try_acquire_before(deadline)) {
+                Ok(lease) => {
+                    let pooled = self.pool.add(lease);
+                    self.membership.slot = Some((n, pooled.id()));
+                    self.membership.failures = 0;
+                    if !self.membership.live.contains(&n) {
+                        self.membership.live.push(n);
+                        self.membership.live.sort_unstable();
+                    }
+                    // Counted from now on: a census at once says so to the
+                    // others' next one, and this one's share follows.
+                    self.membership.next_census = self.clock.now();
+                    log::info!("{slot}: registered as a worker of the set");
+                    return;
+                }
+                Err(LeaseError::Held { .. }) => {}
+                Err(error) => {
+                    log::warn!("{slot}: could not register, trying again: {error}");
+                    break;
+                }
+            }
+        }
+        self.membership.failures = self.membership.failures.saturating_add(1);
+        let pause = doubling_pause(self.options.retry_pause, self.membership.failures, ttl);
+        self.membership.next_register = self.clock.now() + self.clock.jitter(pause);
+    }
+
+    /// Count the live workers: read the slots up to two past the highest
+    /// seen live; a slot is live while its record is held and fresh. A
+    /// read that fails keeps the last count, and the census comes again
+    /// after a pause. Reports a change of count or share.
+    fn census(&mut self) {
+        let ttl = Duration::from_secs(self.options.lease.ttl_s());
+        let deadline = self.clock.now().checked_add(self.options.attempt_timeout);
+        let own = self.membership.slot.map(|(n, _)| n);
+        let mut live = Vec::new();
+        for n in 0..=self.membership.census_top() {
+            if Some(n) == own {
+                live.push(n);
+                continue;
+            }
+            let slot = self.membership.slot_prefix(n);
+            let seen = unpanicked("GET", &lease_key(&slot), || {
+                inspect_before(&*self.store, &slot, &*self.clock, deadline).map_err(Into::into)
+            });
+            match seen {
+                Ok(Some(seen))
+                    if seen.record.is_some()
+                        && !seen.is_released()
+                        && matches!(seen.expires_in(), Some(Expiry::In(_))) =>
+                {
+                    live.push(n);
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    log::warn!("{slot}: could not count the set's workers: {error}");
+                    let pause = self.clock.jitter(self.options.retry_pause.min(ttl / 3));
+                    self.membership.next_census = self.clock.now() + pause;
+                    return;
+                }
+            }
+        }
+        let first = self.membership.counted.is_none();
+        self.membership.live = live;
+        self.membership.next_census = self.clock.now() + self.clock.jitter(ttl / 3);
+        let counted = (self.membership.live.len(), self.share());
+        let changed = self.membership.counted.replace(counted) != Some(counted);
+        let (live, share) = counted;
+        // The first count is where the set starts, not a change.
+        if changed && !first {
+            log::info!("the set has {live} live workers; this one's share is {share}");
+            let _ = self.events.send(SetEvent::Members { live, share });
+        }
+    }
+
+    /// Above its share, give up the excess, the prefixes taken last in
+    /// this worker's order: stop their writes at once, and release each
+    /// once no write already in flight can land (its write deadline as of
+    /// now), so that the taker never writes beside one of ours.
+    fn give_up_excess(&mut self) {
+        // Not while its own slot is being taken again: a share counted
+        // without it moves nothing that its next census would move back.
+        if self.membership.slot.is_none() {
+            return;
+        }
+        let excess = self.held().saturating_sub(self.share());
+        let now = self.clock.now();
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        for p in self
+            .prefixes
+            .iter_mut()
+            .rev()
+            .filter(|p| p.held.is_some() && p.leaving.is_none())
+            .take(excess)
+        {
+            let last_write = table.remove(&p.prefix).and_then(|lease| {
+                if StoreMutant::SetReleasesBeforeWritesEnd.on() {
+                    return None;
+                }
+                lease.lease().stop_writes()
+            });
+            p.leaving = Some(last_write.unwrap_or(now));
+            log::info!("{}: above this worker's share; giving it up", p.prefix);
+        }
+    }
+
+    /// Release each prefix being given up whose writes in flight are over,
+    /// and report it.
+    fn release_left(&mut self) {
+        let now = self.clock.now();
+        let due: Vec<LeaseId> = self
+            .prefixes
+            .iter()
+            .filter(|p| p.leaving.is_some_and(|at| at <= now))
+            .filter_map(|p| p.held)
+            .collect();
+        for id in due {
+            if self.stopped() {
+                return;
+            }
+            if StoreMutant::SetGivesUpWithoutRelease.on() {
+                self.given_up(id, &Ok(crate::Released::Freed));
+                continue;
+            }
+            let answer = match self.pool.remove(id) {
+                Some(answer) => answer,
+                // Gone from the pool already: a loss on its way to us, which
+                // `heard` reports.
+                None => continue,
+            };
+            self.given_up(id, &answer);
+        }
     }
 
     /// Take in every event the pool has sent.
@@ -514,6 +773,17 @@ impl SetKeeper {
 
     /// A pool event: a loss frees the prefix for another try.
     fn heard(&mut self, event: crate::pool::PoolEvent) {
+        if self.membership.slot.is_some_and(|(_, id)| id == event.id) {
+            if matches!(event.event, Event::Fenced | Event::Lost { .. }) {
+                // Counted out by the others soon: take a slot again.
+                log::warn!("{}: the set's membership lease ended", event.prefix);
+                if let Some((own, _)) = self.membership.slot.take() {
+                    self.membership.live.retain(|&n| n != own);
+                }
+                self.membership.next_register = self.clock.now();
+            }
+            return;
+        }
         let loss = match event.event {
             // Stopped behind the set's back, through its pooled lease.
             Event::Released(_) => {
@@ -543,6 +813,7 @@ impl SetKeeper {
             return;
         };
         p.held = None;
+        p.leaving = None;
         p.failures = 1;
         p.next_try = self.clock.now() + self.clock.jitter(self.options.retry_pause);
         let prefix = p.prefix.clone();
@@ -572,6 +843,7 @@ impl SetKeeper {
             return;
         };
         p.held = None;
+        p.leaving = None;
         p.failures = 0;
         p.next_try = next_try;
         let prefix = p.prefix.clone();
@@ -586,7 +858,9 @@ impl SetKeeper {
         let now = self.clock.now();
         let deadline = now.checked_add(self.options.attempt_timeout);
         let ttl = Duration::from_secs(self.options.lease.ttl_s());
-        let attempt = self.prefixes[i].contender.try_acquire_before(deadline);
+        let key = lease_key(&self.prefixes[i].prefix);
+        let contender = &mut self.prefixes[i].contender;
+        let attempt = unpanicked("PUT", &key, || contender.try_acquire_before(deadline));
         let p = &mut self.prefixes[i];
         match attempt {
             Ok(lease) => {
@@ -615,6 +889,44 @@ impl SetKeeper {
 
     fn table(&self) -> MutexGuard<'_, BTreeMap<String, PooledLease>> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// `call` (requests of `key`, the first by `method`), a panic in it (in a
+/// store) turned into an error, so that the set's thread goes on: the
+/// attempt failed, and comes again after a pause.
+fn unpanicked<T>(
+    method: &'static str,
+    key: &str,
+    call: impl FnOnce() -> Result<T, LeaseError>,
+) -> Result<T, LeaseError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|panic| {
+        let message = crate::keeper::panic_message(&*panic);
+        Err(LeaseError::Store(
+            crate::store::StoreError::new(crate::store::StoreErrorKind::Transport, method, key)
+                .with_message(format!(
+                    "the store panicked ({message}); the set tries again after a pause"
+                )),
+        ))
+    })
+}
+
+/// A contender for `prefix` under this worker's instance id and holder
+/// name.
+fn contender(
+    store: &Arc<dyn Store>,
+    prefix: &str,
+    options: &HeldSetOptions,
+    id: &str,
+) -> Contender {
+    let contender = Contender::new(Arc::clone(store), prefix, options.lease.clone())
+        .with_instance_id(id.to_string());
+    match &options.holder_name {
+        // Checked by `HeldSetOptions::holder_name`.
+        Some(name) => contender
+            .with_holder_name(name.clone())
+            .unwrap_or_else(|_| unreachable!("a holder name the options checked")),
+        None => contender,
     }
 }
 

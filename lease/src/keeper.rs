@@ -555,7 +555,7 @@ impl RenewalSchedule {
                     lease.renew_interval(),
                 ));
                 self.next = lease.clock().now() + pause;
-                let retrying = lease.write_deadline().is_some_and(|d| self.next < d);
+                let retrying = lease.fence_deadline().is_some_and(|d| self.next < d);
                 if retrying {
                     log::warn!(
                         "{}: renewal failed, retrying in {pause:?}: {error}",

@@ -509,6 +509,10 @@ struct Held {
     confirmed_wall: SystemTime,
     exclusion: Exclusion,
     state: State,
+    /// No write of the holder's may start any more, though the lease is
+    /// kept (renewed) until the writes in flight are done
+    /// ([`Lease::stop_writes`]).
+    writes_stopped: bool,
 }
 
 /// The lease's life cycle as recorded between requests. Time moves a held
@@ -765,13 +769,35 @@ impl Lease {
 
     /// The instant, on the lease's monotonic clock, after which this holder
     /// must not write. `None` once that has passed, or the lease is fenced,
-    /// lost or released. See [`status`](Self::status).
+    /// lost or released, or its keeper stopped its writes to give it up (a
+    /// held set above its share). See [`status`](Self::status).
     #[must_use]
     pub fn write_deadline(&self) -> Option<Instant> {
+        if self.lock().writes_stopped {
+            return None;
+        }
+        self.fence_deadline()
+    }
+
+    /// The fence: the write deadline whether or not writes were stopped,
+    /// which bounds the renewals of a lease being given up.
+    pub(crate) fn fence_deadline(&self) -> Option<Instant> {
         match self.status() {
             LeaseStatus::Held { deadline } => Some(deadline),
             _ => None,
         }
+    }
+
+    /// Stop this holder's writes from now on ([`may_write`](Self::may_write)
+    /// false, every fenced write refused before it starts) while the lease
+    /// stays held and renewed; the last instant a write already in flight
+    /// may still land (the write deadline until now), `None` when the lease
+    /// was not held. Releasing it after that instant hands the prefix over
+    /// with no two writers.
+    pub(crate) fn stop_writes(&self) -> Option<Instant> {
+        let deadline = self.fence_deadline();
+        self.lock().writes_stopped = true;
+        deadline
     }
 
     /// Whether this holder may start a write now.

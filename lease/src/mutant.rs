@@ -123,8 +123,9 @@ pub fn on(_mutant: Mutant) -> bool {
 }
 }
 
-/// A defect a store once had, below the `Store` trait, or one the
-/// simulation cannot see for want of time spent (`put_new`'s hashing),
+/// A defect a store once had, below the `Store` trait, one the
+/// simulation cannot see for want of time spent (`put_new`'s hashing), or
+/// a rule of a held set's balance, which the simulation does not draw,
 /// reintroduced for a test process that names it in `BUCKET_LEASE_MUTANT`
 /// (feature `mutants`). Public only so the backends crate can ask; not
 /// part of the API.
@@ -209,11 +210,22 @@ pub enum StoreMutant {
     /// A fenced upload dropped unfinished is left open (issue 31): its
     /// parts stay, billed, until a lifecycle rule removes them.
     UploadLeftOpenOnDrop,
+    /// A held set takes every free prefix, whatever its fair share (issue
+    /// 42): the first worker keeps the whole set, and a joiner idles.
+    SetTakesAboveShare,
+    /// A held set above its share forgets its excess without releasing it
+    /// (issue 42): the pool still renews those leases, so no joiner can
+    /// take them, and the set no longer lists what it holds.
+    SetGivesUpWithoutRelease,
+    /// A held set above its share releases its excess at once, with its
+    /// writes in flight (issue 42): the taker writes while a write of ours
+    /// started before the release may still land.
+    SetReleasesBeforeWritesEnd,
 }
 
 impl StoreMutant {
     /// Every store mutant, in the order the check script runs them.
-    pub const ALL: [StoreMutant; 20] = [
+    pub const ALL: [StoreMutant; 23] = [
         StoreMutant::TimeoutBeforeCredentials,
         StoreMutant::UnboundedProcessOutput,
         StoreMutant::UnboundedRefreshWait,
@@ -234,6 +246,9 @@ impl StoreMutant {
         StoreMutant::UploadSettledWithoutMark,
         StoreMutant::CompletionReusesPartDeadline,
         StoreMutant::UploadLeftOpenOnDrop,
+        StoreMutant::SetTakesAboveShare,
+        StoreMutant::SetGivesUpWithoutRelease,
+        StoreMutant::SetReleasesBeforeWritesEnd,
     ];
 
     /// The mutant's name in `BUCKET_LEASE_MUTANT`.
@@ -259,6 +274,9 @@ impl StoreMutant {
             StoreMutant::UploadSettledWithoutMark => "upload-settled-without-mark",
             StoreMutant::CompletionReusesPartDeadline => "completion-reuses-part-deadline",
             StoreMutant::UploadLeftOpenOnDrop => "upload-left-open-on-drop",
+            StoreMutant::SetTakesAboveShare => "set-takes-above-share",
+            StoreMutant::SetGivesUpWithoutRelease => "set-gives-up-without-release",
+            StoreMutant::SetReleasesBeforeWritesEnd => "set-releases-before-writes-end",
         }
     }
 

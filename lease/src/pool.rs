@@ -105,7 +105,7 @@ pub struct PoolOptions {
     release_timeout: Duration,
     clock: Arc<dyn Clock>,
     thread_name: String,
-    on_loss: Option<OnPoolLoss>,
+    pub(crate) on_loss: Option<OnPoolLoss>,
 }
 
 /// A pool's loss callback, shared by clones of one [`PoolOptions`].

@@ -357,12 +357,14 @@ fn a_stale_held_prefix_does_not_release_the_lease_taken_again() {
 #[test]
 fn a_given_up_prefix_is_free_for_another_set_at_once() {
     let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
-    let first = set(&store, &clock, &[PREFIX]);
+    // Two prefixes, so that a second worker's fair share is one.
+    let first = set(&store, &clock, &[PREFIX, "other"]);
+    taken(&first);
     taken(&first);
     first.get(PREFIX).expect("held").stop().expect("released");
     assert!(first.get(PREFIX).is_none());
     // No time passes: a set started now takes it on its first attempt.
-    let second = set(&store, &clock, &[PREFIX]);
+    let second = set(&store, &clock, &[PREFIX, "other"]);
     taken(&second);
     assert!(second.get(PREFIX).expect("held").may_write());
     first.stop();

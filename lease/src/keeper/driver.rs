@@ -257,7 +257,7 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
     /// `DriverRenewsAfterStop`, one more renewal does).
     fn stopped(&mut self) -> Option<Event> {
         if mutant::on(Mutant::DriverRenewsAfterStop) {
-            if let Some(deadline) = self.lease.write_deadline() {
+            if let Some(deadline) = self.lease.fence_deadline() {
                 let _ = self.renew(deadline);
             }
         }
@@ -268,7 +268,7 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
     fn warm_up(&mut self, due: Instant) {
         let work = Work::WarmUp { due };
         // The mutant lets the warm-up run to the write deadline.
-        let bound = match self.lease.write_deadline() {
+        let bound = match self.lease.fence_deadline() {
             Some(deadline) if mutant::on(Mutant::DriverWarmsPastDue) => deadline,
             _ => due,
         };

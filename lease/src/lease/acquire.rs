@@ -167,6 +167,7 @@ impl Contender {
                     confirmed_wall,
                     exclusion,
                     state: State::Held,
+                    writes_stopped: false,
                 }),
                 probe_objects: Mutex::new(None),
                 recorder: Recorder::new(confirmed_wall),

@@ -112,7 +112,7 @@ impl Lease {
     /// the new lease's write deadline, whichever comes first;
     /// [`LeaseError::Fenced`] once the lease may no longer be written.
     fn probe_bound(&self, deadline: Option<Instant>) -> Result<Option<Instant>, LeaseError> {
-        let Some(fence) = self.write_deadline() else {
+        let Some(fence) = self.fence_deadline() else {
             return Err(LeaseError::Fenced {
                 key: self.key().to_string(),
             });

@@ -102,7 +102,7 @@ impl Lease {
         // From here on it is an attempt, counted once in the lease's
         // totals ([`crate::stats`]) with its outcome and duration.
         let started = self.clock.now();
-        let fence_before = self.write_deadline();
+        let fence_before = self.fence_deadline();
         let renewed = self.send_renewal(exclusion, version, deadline);
         let ended = self.clock.now();
         self.recorder().renewal(
@@ -114,7 +114,7 @@ impl Lease {
             // was not held for a while, whatever the answer.
             self.recorder().observe(false);
         }
-        self.recorder().observe(self.may_write());
+        self.recorder().observe(self.fence_deadline().is_some());
         renewed
     }
 

@@ -231,7 +231,7 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
         if mutant::on(Mutant::DriverPoolRenewsAfterRemove) {
             // The mutant renews the lease once more as it is removed.
             if let Some(kept) = self.machine.leases.get(&id) {
-                if let Some(deadline) = kept.lease.write_deadline() {
+                if let Some(deadline) = kept.lease.fence_deadline() {
                     jobs.push(Job::Renew(id, Arc::clone(&kept.lease), deadline));
                 }
             }
