@@ -1,14 +1,19 @@
-//! A sharded worker: it keeps a set of shard prefixes held with a
-//! `HeldSet` (a `KeeperPool` underneath: a scheduler and a few renewal
-//! threads, whatever the number of shards), writes one fenced object per
-//! held shard per second, takes a shard again after losing it, and stops,
-//! which releases every lease. Run two at once on one bucket and they
-//! split the shards (`--at-most` caps each); pause one past its fence
-//! (Ctrl-Z for more than the TTL) and the other takes its shards over.
+//! A sharded worker: it keeps its fair share of a set of shard prefixes
+//! held with a `HeldSet` (a `KeeperPool` underneath: a scheduler and a few
+//! renewal threads, whatever the number of shards), writes one fenced
+//! object per held shard per second, takes a shard again after losing it,
+//! and stops, which releases every lease. Start one, then a second and a
+//! third on one bucket: each worker's share falls (100, 50, 34/33/33) and
+//! the others give their excess up to it. Kill one (Ctrl-C or `kill -9`):
+//! its shards are free when their records expire, within the TTL, and the
+//! others' shares grow to take them. Stop one (let its time run out): it
+//! releases its shards and its slot at once. A fourth argument caps a
+//! worker's share.
 //!
 //! ```text
 //! cargo run --example many_leases                          # a fresh local directory
 //! cargo run --example many_leases -- /some/dir             # a directory of yours
+//! cargo run --example many_leases -- /some/dir 60          # 60 s; run more beside it
 //! cargo run --example many_leases -- /some/dir 60 25       # 60 s, at most 25 shards
 //! cargo run --example many_leases --features s3 -- s3://bucket/prefix
 //! ```
@@ -41,9 +46,16 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut written = 0;
     while Instant::now() < end {
         std::thread::sleep(Duration::from_secs(1));
+        // Shards given up and taken in this second.
+        let mut moved = (0, 0);
         for event in set.events().try_iter() {
             match event {
                 SetEvent::Lost { prefix, loss } => println!("lost {prefix}: {loss}"),
+                SetEvent::Members { live, share } => {
+                    println!("{live} live workers: this one's share is {share} shards")
+                }
+                SetEvent::Released { .. } => moved.0 += 1,
+                SetEvent::Taken { .. } => moved.1 += 1,
                 SetEvent::Failed { prefix, error } => println!("{prefix}: {error}"),
                 _ => {}
             }
@@ -61,8 +73,10 @@ fn main() -> Result<(), Box<dyn Error>> {
             }
         }
         println!(
-            "holding {} of {SHARDS} shards; {written} parts written",
-            held.len()
+            "holding {} of {SHARDS} shards (gave up {}, took {}); {written} parts written",
+            held.len(),
+            moved.0,
+            moved.1
         );
     }
 
