@@ -8,13 +8,15 @@
 //! stop waits forever. Each of the first ten schedules was found failing
 //! by a review of the handle, then fixed.
 
+mod sets;
 use bucket_lease_core::held_set::{HeldPrefix, SetEvent};
 use bucket_lease_core::inspect::break_lease;
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::{
     clock::TestClock, Contender, HeldSet, HeldSetOptions, KeeperPool, KeptLease, LeaseError,
-    LeaseOptions, PoolOptions, Released, Store,
+    PoolOptions, Released, Store,
 };
+use sets::{options, set, taken, TTL_S};
 #[path = "gate/mod.rs"]
 mod gate;
 
@@ -23,13 +25,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const TTL_S: u64 = 30;
 const PREFIX: &str = "db";
 const KEY: &str = "db/LEASE";
-
-fn options(clock: &TestClock) -> LeaseOptions {
-    LeaseOptions::new(TTL_S).clock(Arc::new(clock.clone()))
-}
 
 /// While our lease is held (its record live, no time passed): an operator
 /// breaks it (`bucket-lease break`), another instance takes the prefix over
@@ -146,26 +143,6 @@ fn pooled_lease_stopped_after_the_pools_stop_found_it_lost_answers_lost() {
         matches!(answer, Err(LeaseError::Lost { .. })),
         "stop after the pool's stop answered {releases:?}: {answer:?}"
     );
-}
-
-fn set(store: &Arc<MemoryStore>, clock: &TestClock, prefixes: &[&str]) -> HeldSet {
-    HeldSet::spawn(
-        Arc::clone(store) as Arc<dyn Store>,
-        prefixes.iter().map(|p| p.to_string()),
-        HeldSetOptions::new(options(clock)).pool(
-            PoolOptions::new()
-                .clock(Arc::new(clock.clone()))
-                .renewal_threads(0),
-        ),
-    )
-    .expect("threads start")
-}
-
-fn taken(set: &HeldSet) -> (String, u64) {
-    match set.events().recv_timeout(Duration::from_secs(20)) {
-        Ok(SetEvent::Taken { prefix, epoch }) => (prefix, epoch),
-        other => panic!("expected Taken, got {other:?}"),
-    }
 }
 
 #[test]

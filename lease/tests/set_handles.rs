@@ -8,43 +8,18 @@
 //! deadline (a clock that wakes late) publishes nothing. Two of these
 //! failed when a review wrote them, and were fixed.
 
+mod sets;
 use bucket_lease_core::held_set::{HeldPrefix, SetEvent};
 use bucket_lease_core::memory::MemoryStore;
 use bucket_lease_core::{
-    clock::TestClock, HeldSet, HeldSetOptions, KeeperPool, KeptLease, LeaseError, LeaseOptions,
-    PoolOptions, Released, Store,
+    clock::TestClock, HeldSet, KeeperPool, KeptLease, LeaseError, LeaseOptions, PoolOptions,
+    Released, Store,
 };
+use sets::{options, set, taken, PATIENCE, TTL_S};
 use std::sync::Arc;
 use std::time::Duration;
 
-const TTL_S: u64 = 30;
 const PREFIX: &str = "db";
-/// The real-time bound on anything a test waits for.
-const PATIENCE: Duration = Duration::from_secs(20);
-
-fn options(clock: &TestClock) -> LeaseOptions {
-    LeaseOptions::new(TTL_S).clock(Arc::new(clock.clone()))
-}
-
-fn set(store: &Arc<MemoryStore>, clock: &TestClock, prefixes: &[&str]) -> HeldSet {
-    HeldSet::spawn(
-        Arc::clone(store) as Arc<dyn Store>,
-        prefixes.iter().map(|p| p.to_string()),
-        HeldSetOptions::new(options(clock)).pool(
-            PoolOptions::new()
-                .clock(Arc::new(clock.clone()))
-                .renewal_threads(0),
-        ),
-    )
-    .expect("threads start")
-}
-
-fn taken(set: &HeldSet) -> (String, u64) {
-    match set.events().recv_timeout(PATIENCE) {
-        Ok(SetEvent::Taken { prefix, epoch }) => (prefix, epoch),
-        other => panic!("expected Taken, got {other:?}"),
-    }
-}
 
 fn released_event(set: &HeldSet) -> (String, Result<Released, LeaseError>) {
     match set.events().recv_timeout(PATIENCE) {
