@@ -73,7 +73,6 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 // a later stop (a clone's, after the pool's remove or stop) answers Ok.
 
 #[test]
-
 fn pooled_clone_stopped_after_a_stop_that_found_the_lease_lost_answers_lost() {
     let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
     let losses = Arc::new(AtomicUsize::new(0));
@@ -97,7 +96,6 @@ fn pooled_clone_stopped_after_a_stop_that_found_the_lease_lost_answers_lost() {
 }
 
 #[test]
-
 fn pooled_lease_stopped_after_the_pools_remove_found_it_lost_answers_lost() {
     let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
     let losses = Arc::new(AtomicUsize::new(0));
@@ -120,7 +118,6 @@ fn pooled_lease_stopped_after_the_pools_remove_found_it_lost_answers_lost() {
 }
 
 #[test]
-
 fn pooled_lease_stopped_after_the_pools_stop_found_it_lost_answers_lost() {
     let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
     let losses = Arc::new(AtomicUsize::new(0));
@@ -146,7 +143,6 @@ fn pooled_lease_stopped_after_the_pools_stop_found_it_lost_answers_lost() {
 }
 
 #[test]
-
 fn held_prefix_clone_stopped_after_a_stop_that_found_the_lease_lost_answers_lost() {
     let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
     let set = set(&store, &clock, &[PREFIX]);
@@ -169,7 +165,6 @@ fn held_prefix_clone_stopped_after_a_stop_that_found_the_lease_lost_answers_lost
 }
 
 #[test]
-
 fn held_prefix_stopped_after_the_sets_stop_found_it_lost_answers_lost() {
     let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
     let set = set(&store, &clock, &[PREFIX]);
@@ -190,7 +185,6 @@ fn held_prefix_stopped_after_the_sets_stop_found_it_lost_answers_lost() {
 }
 
 #[test]
-
 fn a_later_stop_answers_the_same_loss_as_the_first() {
     // Broken by an operator: the record names the breaker, who is the
     // holder the first stop reports.
@@ -223,7 +217,6 @@ fn a_later_stop_answers_the_same_loss_as_the_first() {
 // A HeldPrefix's pooled lease stopped behind the set's back.
 
 #[test]
-
 fn a_prefix_whose_pooled_lease_was_stopped_is_taken_again() {
     let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
     let set = set(&store, &clock, &[PREFIX]);
@@ -262,7 +255,6 @@ fn a_prefix_whose_pooled_lease_was_stopped_is_taken_again() {
 // HeldPrefix::prefix names the prefix as the set does.
 
 #[test]
-
 fn a_held_prefix_is_found_again_by_its_own_prefix() {
     let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
     let set = set(&store, &clock, &["shards/7/"]);
@@ -405,7 +397,6 @@ fn stop_of_a_lease_fenced_by_a_wall_clock_step_is_never_ok() {
 // SetEvent::Released says what the stop answered.
 
 #[test]
-
 fn set_event_released_carries_what_the_stop_answered() {
     let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
     let set = set(&store, &clock, &[PREFIX]);
@@ -436,7 +427,6 @@ fn set_event_released_carries_what_the_stop_answered() {
 // A stop that waits for ever.
 
 #[test]
-
 fn a_loss_callback_that_stops_its_held_prefix_does_not_hang_the_sets_stop() {
     let (store, clock) = (Arc::new(MemoryStore::new()), TestClock::new());
     let slot: Arc<std::sync::Mutex<Option<HeldPrefix>>> = Arc::default();
