@@ -101,7 +101,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod members;
-use members::{default_members_prefix, Membership};
+use members::{default_members_prefix, set_name, Membership};
 
 /// The first pause after a failed attempt, unless told otherwise.
 pub const DEFAULT_RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -364,7 +364,7 @@ impl HeldSet {
         let keeper = SetKeeper {
             pool,
             clock,
-            membership: Membership::new(members, now),
+            membership: Membership::new(members, set_name(&order), now),
             store,
             id,
             options,
@@ -466,7 +466,7 @@ struct Prefix {
     held: Option<LeaseId>,
     /// Being given up: its writes are stopped, and its lease is released
     /// at this instant, once no write in flight can land any more.
-    leaving: Option<Instant>,
+    leaving: Option<(Instant, PooledLease)>,
     /// When to try to take it next, while not held.
     next_try: Instant,
     /// Failed attempts in a row.
@@ -529,7 +529,11 @@ impl SetKeeper {
                 .slot
                 .is_none()
                 .then_some(self.membership.next_register);
-            let leaving = self.prefixes.iter().filter_map(|p| p.leaving).min();
+            let leaving = self
+                .prefixes
+                .iter()
+                .filter_map(|p| p.leaving.as_ref().map(|(at, _)| *at))
+                .min();
             let wake = [
                 next_try,
                 register,
@@ -568,9 +572,12 @@ impl SetKeeper {
             &mut self.give_ups,
             crossbeam_channel::never(),
         ));
-        let prefixes: BTreeMap<LeaseId, String> = std::mem::take(&mut *self.table())
-            .into_iter()
-            .map(|(prefix, lease)| (lease.id(), prefix))
+        self.table().clear();
+        // Each lease's prefix, those being given up included.
+        let prefixes: BTreeMap<LeaseId, String> = self
+            .prefixes
+            .iter()
+            .filter_map(|p| Some((p.held?, p.prefix.clone())))
             .collect();
         let slot = self.membership.slot.map(|(_, id)| id);
         self.pool
@@ -622,12 +629,15 @@ impl SetKeeper {
     fn register(&mut self) {
         let deadline = self.clock.now().checked_add(self.options.attempt_timeout);
         let ttl = Duration::from_secs(self.options.lease.ttl_s());
-        for n in 0..=self.membership.census_top() + self.prefixes.len() {
+        for n in 0..MAX_SLOTS {
             if self.stopped() {
                 return;
             }
             let slot = self.membership.slot_prefix(n);
-            let mut contender = contender(&self.store, &slot, &self.options, &self.id);
+            let set = self.membership.set.clone();
+            let mut contender = contender(&self.store, &slot, &self.options, &self.id)
+                .with_payload(set)
+                .unwrap_or_else(|_| unreachable!("a set's name is a valid payload"));
             let key = lease_key(&slot);
             match unpanicked("PUT", &key, || contender.try_acquire_before(deadline)) {
                 Ok(lease) => {
@@ -656,16 +666,17 @@ impl SetKeeper {
         self.membership.next_register = self.clock.now() + self.clock.jitter(pause);
     }
 
-    /// Count the live workers: read the slots up to two past the highest
-    /// seen live; a slot is live while its record is held and fresh. A
-    /// read that fails keeps the last count, and the census comes again
-    /// after a pause. Reports a change of count or share.
+    /// Count the live workers: read the slots from 0 up to the first that
+    /// was never taken (see `held_set/members.rs`); a slot is live while its
+    /// record is held, fresh and names this set. A read that fails keeps
+    /// the last count, and the census comes again after a pause. Reports a
+    /// change of count or share.
     fn census(&mut self) {
         let ttl = Duration::from_secs(self.options.lease.ttl_s());
         let deadline = self.clock.now().checked_add(self.options.attempt_timeout);
         let own = self.membership.slot.map(|(n, _)| n);
         let mut live = Vec::new();
-        for n in 0..=self.membership.census_top() {
+        for n in 0..MAX_SLOTS {
             if Some(n) == own {
                 live.push(n);
                 continue;
@@ -675,14 +686,22 @@ impl SetKeeper {
                 inspect_before(&*self.store, &slot, &*self.clock, deadline).map_err(Into::into)
             });
             match seen {
+                // Never taken: nor is any slot above it.
+                Ok(None) => break,
                 Ok(Some(seen))
-                    if seen.record.is_some()
-                        && !seen.is_released()
-                        && matches!(seen.expires_in(), Some(Expiry::In(_))) =>
+                    if !seen.is_released() && matches!(seen.expires_in(), Some(Expiry::In(_))) =>
                 {
-                    live.push(n);
+                    let set = seen.record.as_ref().and_then(|r| r.payload.as_deref());
+                    if set == Some(self.membership.set.as_str()) {
+                        live.push(n);
+                    } else {
+                        log::warn!(
+                            "{slot}: a worker of another set holds this slot; give each set \
+                             a members folder of its own (HeldSetOptions::members)"
+                        );
+                    }
                 }
-                Ok(_) => {}
+                Ok(Some(_)) => {}
                 Err(error) => {
                     log::warn!("{slot}: could not count the set's workers: {error}");
                     let pause = self.clock.jitter(self.options.retry_pause.min(ttl / 3));
@@ -724,13 +743,15 @@ impl SetKeeper {
             .filter(|p| p.held.is_some() && p.leaving.is_none())
             .take(excess)
         {
-            let last_write = table.remove(&p.prefix).and_then(|lease| {
-                if StoreMutant::SetReleasesBeforeWritesEnd.on() {
-                    return None;
-                }
-                lease.lease().stop_writes()
-            });
-            p.leaving = Some(last_write.unwrap_or(now));
+            let Some(lease) = table.remove(&p.prefix) else {
+                continue;
+            };
+            let last_write = lease.lease().stop_writes();
+            let at = match StoreMutant::SetReleasesBeforeWritesEnd.on() {
+                true => now,
+                false => last_write.unwrap_or(now),
+            };
+            p.leaving = Some((at, lease));
             log::info!("{}: above this worker's share; giving it up", p.prefix);
         }
     }
@@ -739,26 +760,24 @@ impl SetKeeper {
     /// and report it.
     fn release_left(&mut self) {
         let now = self.clock.now();
-        let due: Vec<LeaseId> = self
+        let due: Vec<PooledLease> = self
             .prefixes
             .iter()
-            .filter(|p| p.leaving.is_some_and(|at| at <= now))
-            .filter_map(|p| p.held)
+            .filter_map(|p| p.leaving.as_ref().filter(|(at, _)| *at <= now))
+            .map(|(_, lease)| lease.clone())
             .collect();
-        for id in due {
+        for lease in due {
             if self.stopped() {
                 return;
             }
             if StoreMutant::SetGivesUpWithoutRelease.on() {
-                self.given_up(id, &Ok(crate::Released::Freed));
+                self.given_up(lease.id(), &Ok(crate::Released::Freed));
                 continue;
             }
-            let answer = match self.pool.remove(id) {
-                Some(answer) => answer,
-                // Gone from the pool already: a loss on its way to us, which
-                // `heard` reports.
-                None => continue,
-            };
+            // Its stop: the pool's remove, or (gone from the pool already:
+            // stopped behind our back, or lost) how it ended.
+            let id = lease.id();
+            let answer = lease.stop();
             self.given_up(id, &answer);
         }
     }
@@ -788,7 +807,9 @@ impl SetKeeper {
             // Stopped behind the set's back, through its pooled lease.
             Event::Released(_) => {
                 let held = self.prefixes.iter().find(|p| p.held == Some(event.id));
-                let lease = held.and_then(|p| self.table().get(&p.prefix).cloned());
+                let leaving = held.and_then(|p| p.leaving.as_ref().map(|(_, l)| l.clone()));
+                let lease =
+                    leaving.or_else(|| held.and_then(|p| self.table().get(&p.prefix).cloned()));
                 if let Some(lease) = lease {
                     // What its stop answered, kept on the lease.
                     let answer = lease.lease().recorder().settled();
@@ -891,6 +912,10 @@ impl SetKeeper {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// The most membership slots a set reads or tries: far more workers than
+/// a set has, a bound on a census should records be missing.
+const MAX_SLOTS: usize = 4096;
 
 /// `call` (requests of `key`, the first by `method`), a panic in it (in a
 /// store) turned into an error, so that the set's thread goes on: the

@@ -292,7 +292,7 @@ impl Contender {
         };
         let value = catch_unwind(AssertUnwindSafe(|| work(&holding)));
         // The lease as the closure left it, before the release changes it.
-        let at_return = keeper.lease().status();
+        let at_return = keeper.lease().fence_status();
         drop(holding);
         let released = keeper.stop_with_release();
         let value = match value {

@@ -496,7 +496,7 @@ impl RenewalSchedule {
 
     /// What to do now, by the lease's status and clock.
     pub fn step(&mut self, lease: &Lease) -> Step {
-        let deadline = match lease.status() {
+        let deadline = match lease.fence_status() {
             LeaseStatus::Held { deadline } => deadline,
             LeaseStatus::Lost { holder } => {
                 let reason = self.lost_reason.take().map_or_else(
@@ -693,7 +693,7 @@ fn release_guarded_with(
 /// Count the end a keeper or pool reports for `lease` ([`Event::Fenced`]
 /// or [`Event::Lost`]) in its totals.
 pub(crate) fn note_end(lease: &Lease, event: &Event) {
-    match (event, lease.status()) {
+    match (event, lease.fence_status()) {
         // Released by hand (the schedule ends it as fenced): no loss.
         (_, LeaseStatus::Released) => lease.recorder().observe(false),
         (Event::Fenced, _) => lease.recorder().ended(LossReason::Fenced),

@@ -159,7 +159,7 @@ pub(crate) fn stop_answer_after_leaving(lease: &Lease) -> Result<Released, Lease
         return first.map(|_| Released::AlreadyFree);
     }
     let key = lease.key().to_string();
-    match lease.status() {
+    match lease.fence_status() {
         LeaseStatus::Held { .. } => stop_answer(lease, None, &lease.release()),
         LeaseStatus::Fenced => Err(LeaseError::Fenced { key }),
         LeaseStatus::Lost { holder } => Err(LeaseError::Lost { key, holder }),

@@ -558,8 +558,9 @@ pub enum LeaseStatus {
         /// The write deadline: see [`Lease::write_deadline`].
         deadline: Instant,
     },
-    /// No renewal landed in time (or the holder can no longer renew): the
-    /// holder must not write, though its record may still name it.
+    /// No renewal landed in time (or the holder can no longer renew, or its
+    /// keeper stopped its writes to give it up): the holder must not write,
+    /// though its record may still name it.
     Fenced,
     /// The record was replaced or removed, or a write proved another
     /// writer: the lease never comes back.
@@ -735,9 +736,21 @@ impl Lease {
     /// deadline: two thirds of a TTL after the last confirmed renewal, on
     /// both clocks (when the wall clock has stepped back past the renewal,
     /// the monotonic clock alone decides). At the deadline itself the lease
-    /// is already [`LeaseStatus::Fenced`].
+    /// is already [`LeaseStatus::Fenced`]. A lease whose keeper stopped its
+    /// writes to give it up (a held set above its share) is
+    /// [`LeaseStatus::Fenced`] too, though it is still renewed until it is
+    /// released.
     #[must_use]
     pub fn status(&self) -> LeaseStatus {
+        match self.fence_status() {
+            LeaseStatus::Held { .. } if self.lock().writes_stopped => LeaseStatus::Fenced,
+            status => status,
+        }
+    }
+
+    /// Where the lease stands for its keeping (renewals, fence, release):
+    /// [`status`](Self::status) whether or not its writes were stopped.
+    pub(crate) fn fence_status(&self) -> LeaseStatus {
         let h = self.lock();
         match &h.state {
             State::Held => {}
@@ -782,7 +795,7 @@ impl Lease {
     /// The fence: the write deadline whether or not writes were stopped,
     /// which bounds the renewals of a lease being given up.
     pub(crate) fn fence_deadline(&self) -> Option<Instant> {
-        match self.status() {
+        match self.fence_status() {
             LeaseStatus::Held { deadline } => Some(deadline),
             _ => None,
         }

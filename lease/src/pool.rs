@@ -925,7 +925,7 @@ impl PoolSchedule {
         if !kept.busy || kept.ended {
             return;
         }
-        if kept.lease.status() == LeaseStatus::Fenced {
+        if kept.lease.fence_status() == LeaseStatus::Fenced {
             end(kept, id, Event::Fenced, events);
         }
     }
@@ -944,7 +944,7 @@ impl PoolSchedule {
         }
         let ended_unseen = !kept.ended
             && matches!(
-                kept.lease.status(),
+                kept.lease.fence_status(),
                 LeaseStatus::Fenced | LeaseStatus::Lost { .. }
             );
         if ended_unseen {
@@ -964,7 +964,7 @@ fn end(kept: &mut Kept, id: LeaseId, event: Event, events: &mut Vec<PoolEvent>) 
     kept.ended = true;
     kept.removing = true;
     let key = kept.lease.key().to_string();
-    if kept.lease.status() == LeaseStatus::Released {
+    if kept.lease.fence_status() == LeaseStatus::Released {
         // Released by hand: no loss, and its one event is the release's.
         note_end(&kept.lease, &event);
         return;

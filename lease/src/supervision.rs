@@ -211,7 +211,7 @@ impl Plan {
 impl Seen {
     /// `lease` as its status says now, whatever the events said.
     pub fn of(lease: &Lease) -> Seen {
-        match lease.status() {
+        match lease.fence_status() {
             LeaseStatus::Held { deadline } => Seen::Held(deadline),
             LeaseStatus::Lost { holder } => Seen::Lost(match holder {
                 Some(h) => format!("the lease was lost to instance {h}"),

@@ -6,18 +6,23 @@
 //! the set's pool, fenced and expired as any lease is. So a worker that
 //! stops releases its slot at once, and one that dies or pauses past its
 //! fence is counted out when its slot's record expires, within a TTL, as
-//! its shards' records do. A worker counts the live slots in a **census**:
-//! it reads the slots from 0 up to two past the highest it has seen live
-//! (its own included), one conditional GET each, every third of a TTL.
+//! its shards' records do. A worker counts the live slots in a **census**,
+//! every third of a TTL: it reads the slots from 0 up, one GET each, until
+//! the first slot that was never taken (no object): slots are taken lowest
+//! first and their records are never deleted (a release rewrites them), so
+//! no slot above a never-taken one was ever taken, however many of those
+//! below were given up since. Each record names its set (its payload), so
+//! a worker of another set registered in the same folder is not counted.
 //!
 //! Why slots rather than a listing or the shard records: a census of
-//! slots costs W + 2 GETs (W workers) where reading the shard records
+//! slots costs H + 1 GETs (H the most workers the set has had at once;
+//! W + 1 while none has left) where reading the shard records
 //! costs one per shard (1,000 for 1,000 shards), and it needs no LIST,
 //! which the stores' trait does not have; each worker writes only its own
 //! slot (a renewal every third of a TTL, as for a shard), so no key is
 //! written faster than one write a second (R2's limit) and no two workers
 //! contend for one key but to take a free slot. Per worker per TTL: 3
-//! renewals of its slot and 3 censuses of W + 2 GETs.
+//! renewals of its slot and 3 censuses of H + 1 GETs.
 //!
 //! The **fair share** of the worker ranked `r` (0 for the lowest live
 //! slot) among `W` live workers, for a set of `S` prefixes, is `S / W`,
@@ -63,6 +68,14 @@ pub(crate) fn default_members_prefix(prefixes: &[String]) -> String {
     }
 }
 
+/// The set's name in its workers' membership records: `set ` and
+/// [`set_hash`] of its prefixes, in hex.
+pub(crate) fn set_name(prefixes: &[String]) -> String {
+    let mut sorted = prefixes.to_vec();
+    sorted.sort();
+    format!("set {:08x}", set_hash(&sorted))
+}
+
 /// 32 bits of FNV-1a over the prefixes, each ended by a newline: a name
 /// for the set that every worker given the same prefixes computes alike.
 fn set_hash(prefixes: &[String]) -> u32 {
@@ -88,6 +101,8 @@ pub(crate) fn fair_share(prefixes: usize, live: usize, rank: usize) -> usize {
 pub(crate) struct Membership {
     /// Where the slots are (`{members}/{n}`).
     pub(crate) prefix: String,
+    /// The set's name ([`set_name`]), the payload of its slots' records.
+    pub(crate) set: String,
     /// The slot held and its lease's id in the pool, once registered.
     pub(crate) slot: Option<(usize, LeaseId)>,
     /// The live slots the last census found, ascending, this worker's own
@@ -106,9 +121,10 @@ pub(crate) struct Membership {
 
 impl Membership {
     /// Not registered, everything due at `now`.
-    pub(crate) fn new(prefix: String, now: Instant) -> Self {
+    pub(crate) fn new(prefix: String, set: String, now: Instant) -> Self {
         Membership {
             prefix,
+            set,
             slot: None,
             live: Vec::new(),
             counted: None,
@@ -121,12 +137,6 @@ impl Membership {
     /// Slot `n`'s prefix.
     pub(crate) fn slot_prefix(&self, n: usize) -> String {
         format!("{}/{n}", self.prefix)
-    }
-
-    /// The highest slot a census reads: two past the highest seen live.
-    pub(crate) fn census_top(&self) -> usize {
-        let own = self.slot.map_or(0, |(n, _)| n);
-        self.live.iter().copied().max().unwrap_or(0).max(own) + 2
     }
 
     /// This worker's share of `prefixes` by the last census: by its rank
@@ -192,7 +202,7 @@ mod tests {
     #[test]
     fn a_share_is_by_rank_among_the_live_slots() {
         let now = Instant::now();
-        let mut m = Membership::new("m".to_string(), now);
+        let mut m = Membership::new("m".to_string(), "set 0".to_string(), now);
         assert_eq!(m.share(10), 10, "alone, before any census");
         m.live = vec![0, 3];
         assert_eq!(m.share(10), 3, "unregistered: a third, ranked last");
@@ -202,6 +212,5 @@ mod tests {
         assert_eq!(m.share(10), 3, "ranked third of three: 4, 3, 3");
         m.slot = Some((0, LeaseId::from_index(0)));
         assert_eq!(m.share(10), 4);
-        assert_eq!(m.census_top(), 5);
     }
 }

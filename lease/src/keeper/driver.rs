@@ -143,7 +143,7 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
             .renew_until_stopped()
             .or_else(|| self.ended_unseen())
             // Released by hand: the program gave it up, no loss.
-            .filter(|_| self.lease.status() != LeaseStatus::Released);
+            .filter(|_| self.lease.fence_status() != LeaseStatus::Released);
         if let Some(end) = end {
             // Lost or fenced, and already reported: the callback cannot
             // delay either. Then nothing more to do until the owner stops us.
@@ -317,7 +317,7 @@ impl<R: Runtime + ?Sized> Driver<'_, R> {
     /// the deadline at once): report it now, as the loop would have, so
     /// that the stop says so.
     fn ended_unseen(&mut self) -> Option<Event> {
-        let event = match self.lease.status() {
+        let event = match self.lease.fence_status() {
             LeaseStatus::Fenced => {
                 self.lease.fence_for_good();
                 Event::Fenced
