@@ -725,8 +725,9 @@ impl SetKeeper {
 
     /// Above its share, give up the excess, the prefixes taken last in
     /// this worker's order: stop their writes at once, and release each
-    /// once no write already in flight can land (its write deadline as of
-    /// now), so that the taker never writes beside one of ours.
+    /// once no write already in flight can land ([`Lease::stop_writes`]:
+    /// the latest deadline a write can have been handed), so that the
+    /// taker never writes beside one of ours.
     fn give_up_excess(&mut self) {
         // Not while its own slot is being taken again: a share counted
         // without it moves nothing that its next census would move back.

@@ -752,6 +752,12 @@ impl Lease {
     /// [`status`](Self::status) whether or not its writes were stopped.
     pub(crate) fn fence_status(&self) -> LeaseStatus {
         let h = self.lock();
+        self.status_of(&h)
+    }
+
+    /// [`fence_status`](Self::fence_status) of the state `h`, read under
+    /// its lock.
+    fn status_of(&self, h: &Held) -> LeaseStatus {
         match &h.state {
             State::Held => {}
             State::Fenced => return LeaseStatus::Fenced,
@@ -786,10 +792,16 @@ impl Lease {
     /// held set above its share). See [`status`](Self::status).
     #[must_use]
     pub fn write_deadline(&self) -> Option<Instant> {
-        if self.lock().writes_stopped {
+        // One look under the lock: a deadline is handed out only while
+        // writes are not stopped, never from a state read after the stop.
+        let h = self.lock();
+        if h.writes_stopped {
             return None;
         }
-        self.fence_deadline()
+        match self.status_of(&h) {
+            LeaseStatus::Held { deadline } => Some(deadline),
+            _ => None,
+        }
     }
 
     /// The fence: the write deadline whether or not writes were stopped,
@@ -804,13 +816,18 @@ impl Lease {
     /// Stop this holder's writes from now on ([`may_write`](Self::may_write)
     /// false, every fenced write refused before it starts) while the lease
     /// stays held and renewed; the last instant a write already in flight
-    /// may still land (the write deadline until now), `None` when the lease
-    /// was not held. Releasing it after that instant hands the prefix over
+    /// may still land (the latest write deadline it can have been handed:
+    /// the last renewal plus the fence, on the monotonic clock), `None`
+    /// when the lease was not held. Releasing it after that instant hands the prefix over
     /// with no two writers.
     pub(crate) fn stop_writes(&self) -> Option<Instant> {
-        let deadline = self.fence_deadline();
-        self.lock().writes_stopped = true;
-        deadline
+        let mut h = self.lock();
+        h.writes_stopped = true;
+        // Every deadline handed out came from this state or an older one,
+        // and none is later than its renewal plus the fence on the
+        // monotonic clock (a step of the wall clock since moves the fence
+        // earlier, never a deadline already handed out).
+        (h.state == State::Held).then(|| h.confirmed + self.fence_after())
     }
 
     /// Whether this holder may start a write now.

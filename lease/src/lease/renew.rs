@@ -114,7 +114,9 @@ impl Lease {
             // was not held for a while, whatever the answer.
             self.recorder().observe(false);
         }
-        self.recorder().observe(self.fence_deadline().is_some());
+        // Held with writes allowed, as the totals count it (a lease whose
+        // writes were stopped to give it up is not).
+        self.recorder().observe(self.may_write());
         renewed
     }
 

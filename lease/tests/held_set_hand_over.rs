@@ -1,9 +1,9 @@
-//! Review 4 of held sets that balance (254b068): a prefix given up is
-//! released at the write deadline its lease has when its writes are
-//! stopped; a write already in flight took an earlier reading of that
-//! deadline, which can be later (the wall clock stepped forward since);
-//! a prefix being given up flips "held" in its totals at every snapshot
-//! and renewal. Memory store, one test clock, small steps.
+//! A held set's hand-over of a prefix it gives up: released only once no
+//! write already in flight under it can land, even when the wall clock
+//! stepped forward after the write took its deadline (the release waits
+//! for the last renewal plus the fence on the monotonic clock); and its
+//! totals count one transition for the give-up, not one per renewal while
+//! it waits. Both failed when a review wrote them, and were fixed.
 
 use bucket_lease_core::held_set::HeldPrefix;
 use bucket_lease_core::memory::MemoryStore;
@@ -133,9 +133,6 @@ fn record(store: &MemoryStore, prefix: &str) -> Option<LeaseRecord> {
 /// deadline up to the step later than the release: the prefix is free,
 /// and taken, while A's write may still land.
 #[test]
-#[ignore = "defect: a prefix given up is released at the fence as read at the give-up, \
-            before a write in flight that took its deadline before a wall-clock step can no \
-            longer land"]
 fn a_wall_step_forward_does_not_hand_a_prefix_over_before_a_write_in_flight_ends() {
     let store = Arc::new(MemoryStore::new());
     let clock = TestClock::new();
@@ -217,8 +214,6 @@ fn a_wall_step_forward_does_not_hand_a_prefix_over_before_a_write_in_flight_ends
 /// its totals count a fence and a recovery per renewal and snapshot, where
 /// the lease was given up once.
 #[test]
-#[ignore = "defect: a prefix being given up flips \"held\" in its totals at each snapshot \
-            and renewal (transitions counts phantom fences)"]
 fn a_prefix_being_given_up_counts_one_transition_not_one_per_renewal() {
     let store = Arc::new(MemoryStore::new());
     let clock = TestClock::new();
