@@ -337,9 +337,9 @@ impl Keeper {
         self.shut_down().1
     }
 
-    /// Stop the thread; how the lease ended, its answer kept on the lease
-    /// ([`stop_answer`]).
-    fn shut_down(&mut self) -> Ended {
+    /// Stop the thread; the stop's answer ([`stop_answer`], kept on the
+    /// lease) and what the release did.
+    fn shut_down(&mut self) -> (Result<Released, LeaseError>, Result<Released, LeaseError>) {
         drop(self.stop_signal.take());
         let (loss, released) = match self.thread.take().map(JoinHandle::join) {
             Some(Ok(ended)) => ended,
@@ -352,8 +352,7 @@ impl Keeper {
                 (Some(lost.clone()), Err(lost))
             }
         };
-        let _ = stop_answer(&self.kept, loss.clone(), &released);
-        (loss, released)
+        (stop_answer(&self.kept, loss, &released), released)
     }
 }
 
@@ -367,8 +366,7 @@ impl KeptLease for Keeper {
     }
 
     fn stop(mut self) -> Result<Released, LeaseError> {
-        let (loss, released) = self.shut_down();
-        stop_answer(&self.kept, loss, &released)
+        self.shut_down().0
     }
 }
 
