@@ -268,6 +268,16 @@ fn a_prefix_given_up_is_handed_over_only_once_our_writes_in_flight_are_over() {
     let bucket = Bucket::new(2);
     let a = bucket.join(bucket.options());
     bucket.until("A alone takes both", &[&a], TTL, |h| h == [2]);
+    // Right after a renewal, so that the writes' deadlines (two thirds of
+    // a TTL on) come after any census of A's that follows B's joining (a
+    // third of a TTL at most, jittered by half): released at the give-up,
+    // as the mutant does, the prefix would go before its deadline.
+    let first = a.set.held().pop().expect("held");
+    let before = first.write_deadline().expect("held");
+    while first.write_deadline().is_none_or(|d| d <= before) {
+        bucket.clock.advance(STEP);
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // A write under each of A's prefixes is on its way, and slow: it may
     // land up to its write deadline.
     a.link.slow_data.store(true, Ordering::SeqCst);
@@ -278,10 +288,11 @@ fn a_prefix_given_up_is_handed_over_only_once_our_writes_in_flight_are_over() {
         .map(|held| {
             let prefix = held.prefix().to_string();
             let deadline = held.write_deadline().expect("held");
+            let ours = held.lease().instance_id().to_string();
             let writer = held.writer();
             let key = format!("{prefix}/data/part-0");
             let write = std::thread::spawn(move || writer.put_new(&key, b"a").is_ok());
-            (prefix, deadline, write)
+            (prefix, deadline, ours, write)
         })
         .collect();
     assert!(
@@ -291,23 +302,43 @@ fn a_prefix_given_up_is_handed_over_only_once_our_writes_in_flight_are_over() {
         }),
         "both writes on their way"
     );
-    // B joins: A's share falls to one, and it gives one prefix up.
+    // B joins: A's share falls to one, and it gives one prefix up. At every
+    // step, a prefix's record stays A's and live while A's write there may
+    // still land.
     let b = bucket.join(bucket.options());
-    bucket.until("B holds its share", &[&a, &b], 3 * TTL, |h| h == [1, 1]);
-    let taken = b.set.held().pop().expect("B holds one");
-    let now = bucket_lease_core::clock::Clock::now(&bucket.clock);
-    let (_, deadline, _) = writes
-        .iter()
-        .find(|(prefix, _, _)| prefix == taken.prefix())
-        .expect("one of A's");
-    assert!(
-        now >= *deadline,
-        "B took {} {:?} before A's write in flight there could no longer land",
-        taken.prefix(),
-        *deadline - now
-    );
+    let start = bucket_lease_core::clock::Clock::now(&bucket.clock);
+    let patience = Instant::now() + Duration::from_secs(60);
+    loop {
+        // Time for the sets' threads to act on this instant, even on a
+        // loaded machine (four steps of slack between a census and the
+        // writes' deadlines).
+        std::thread::sleep(Duration::from_millis(50));
+        let now = bucket_lease_core::clock::Clock::now(&bucket.clock);
+        for (prefix, deadline, ours, _) in &writes {
+            let record = bucket
+                .store
+                .peek(&format!("{prefix}/LEASE"))
+                .and_then(|body| bucket_lease_core::record::LeaseRecord::parse(&body))
+                .expect("a record");
+            let still_ours = record.instance_id == *ours && !record.is_released();
+            assert!(
+                still_ours || now >= *deadline,
+                "{prefix} handed over {:?} before A's write in flight there could no longer land",
+                *deadline - now
+            );
+        }
+        bucket.one_writer_each(&[&a, &b]);
+        if [a.held(), b.held()] == [1, 1] {
+            break;
+        }
+        assert!(
+            now - start <= 3 * TTL && Instant::now() < patience,
+            "B never took its share"
+        );
+        bucket.clock.advance(STEP);
+    }
     a.link.slow_data.store(false, Ordering::SeqCst);
-    for (_, _, write) in writes {
+    for (_, _, _, write) in writes {
         let _ = write.join().unwrap();
     }
     a.set.stop();
